@@ -1,0 +1,1 @@
+"""The ``dialogue-safety`` console entry point."""

@@ -1,0 +1,1 @@
+"""Torch-free serving side: schema, encoding, runtime, batcher, HTTP API."""

@@ -1,0 +1,104 @@
+"""The one example type every dataset is read into and every caller predicts on.
+
+A dialogue example is an ordered history of turns (oldest first) plus the utterance to
+classify. A labelled example adds the gold label, the source/task it came from, the official
+split and round, and free metadata (type/target of hate, original vs perturbation,
+functionality, ...).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+
+class Label(str, Enum):
+    SAFE = "SAFE"
+    OFFENSIVE = "OFFENSIVE"
+
+    @property
+    def is_positive(self) -> bool:
+        return self is Label.OFFENSIVE
+
+    @classmethod
+    def from_bool(cls, offensive: bool) -> Label:
+        return cls.OFFENSIVE if offensive else cls.SAFE
+
+
+class LabelFamily(str, Enum):
+    """What a source means by "positive": the sources do not all mean the same thing."""
+
+    OFFENSIVE = "offensive"  # an offensive utterance (BBF, Wikipedia Toxic Comments, ConvAbuse)
+    HATEFUL = "hateful"  # hate against a protected group (DynaHate, HatemojiBuild, HateCheck)
+    UNSAFE_IN_CONTEXT = "unsafe_in_context"  # a reply unsafe given its context (DiaSafety, BAD)
+
+
+class Split(str, Enum):
+    TRAIN = "train"
+    VALID = "valid"
+    TEST = "test"
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """One turn of dialogue history; ``speaker`` is free text such as ``user``, ``bot``, ``P1``."""
+
+    text: str
+    speaker: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Example:
+    """The utterance to classify and the turns that came before it (oldest first)."""
+
+    utterance: str
+    history: tuple[Turn, ...] = ()
+
+    @classmethod
+    def from_texts(cls, utterance: str, history: tuple[str, ...] | list[str] = ()) -> Example:
+        return cls(utterance=utterance, history=tuple(Turn(t) for t in history))
+
+    def without_history(self) -> Example:
+        return Example(utterance=self.utterance)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LabelledExample(Example):
+    """An example with its gold label and where it came from.
+
+    ``source`` names the dataset (``diasafety``, ``bbf_single_turn``...), ``task`` the finer
+    training task inside it (e.g. ``bbf_single_turn/adversarial``; defaults to the source),
+    ``round`` the adversarial round as a string (``"1"``, ``"2a"``, ``"R5"``) or None.
+    """
+
+    label: Label
+    source: str
+    split: Split
+    family: LabelFamily = LabelFamily.OFFENSIVE
+    task: str = ""
+    round: str | None = None
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def task_name(self) -> str:
+        return self.task or self.source
+
+    def as_example(self) -> Example:
+        return Example(utterance=self.utterance, history=self.history)
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    """What the classifier says about one example.
+
+    ``score`` is the calibrated probability that the utterance is OFFENSIVE; ``label`` is the
+    decision at ``threshold``; ``categories`` maps each head (label family) to its calibrated
+    probability when the model has more than one head.
+    """
+
+    score: float
+    label: Label
+    threshold: float
+    categories: Mapping[str, float] = field(default_factory=dict)

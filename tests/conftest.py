@@ -1,0 +1,62 @@
+"""Shared hermetic fixtures: a tiny tokenizer from a local vocab, a tiny random BERT checkpoint,
+and the real data directory (a missing dataset fails in CI and skips elsewhere)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from tokenizers import Tokenizer
+
+FIXTURES = Path(__file__).parent / "fixtures"
+TINY_VOCAB = FIXTURES / "tiny_vocab.txt"
+IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+
+def make_tiny_tokenizer() -> Tokenizer:
+    from tokenizers.implementations import BertWordPieceTokenizer
+
+    return BertWordPieceTokenizer(str(TINY_VOCAB), lowercase=True)._tokenizer
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer() -> Tokenizer:
+    return make_tiny_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A randomly initialised 2-layer BERT checkpoint with one head, saved like a trained one."""
+    import torch
+
+    from service.model_card import ModelCard
+    from training.checkpoint import save_checkpoint
+    from training.modeling import build_model
+
+    torch.manual_seed(0)
+    tok = make_tiny_tokenizer()
+    model = build_model("random:tiny", ["offensive"], vocab_size=tok.get_vocab_size())
+    card = ModelCard(name="tiny-random", version="0.0.1", base_model="random:tiny", threshold=0.5)
+    return save_checkpoint(tmp_path_factory.mktemp("tiny_ckpt"), model, tok, card)
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    from training.sources.data_dir import resolve_data_dir
+
+    try:
+        return resolve_data_dir()
+    except FileNotFoundError as exc:
+        if IN_CI:
+            pytest.fail(f"CI needs the datasets: {exc}")
+        pytest.skip(f"datasets not available: {exc}")
+
+
+def require(path: Path) -> Path:
+    """Return ``path`` if it exists; fail in CI, skip elsewhere."""
+    if path.exists():
+        return path
+    if IN_CI:
+        pytest.fail(f"CI needs {path}")
+    pytest.skip(f"{path} not available")

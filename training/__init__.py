@@ -1,0 +1,1 @@
+"""Training side: dataset loaders, multi-task mixture, training loop, calibration."""
