@@ -178,6 +178,18 @@ class DialogueEncoder:
         return EncodedExample(ids, types, (1,) * len(ids))
 
 
+def wordpiece_tokenizer(vocab_file: str | Path, lowercase: bool = True) -> Tokenizer:
+    """A BERT WordPiece tokenizer from a ``vocab.txt`` (for bases without a tokenizer.json)."""
+    from tokenizers import decoders, models, normalizers, pre_tokenizers
+
+    vocab = models.WordPiece.read_file(str(vocab_file))
+    tok = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=lowercase)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece()
+    return tok
+
+
 def pad_batch(encoded: Sequence[EncodedExample], pad_id: int = 0) -> dict[str, np.ndarray]:
     """Pad to the longest example of this batch (never to ``max_length``): int64 arrays."""
     if not encoded:

@@ -15,9 +15,9 @@ IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 
 
 def make_tiny_tokenizer() -> Tokenizer:
-    from tokenizers.implementations import BertWordPieceTokenizer
+    from service.encoding import wordpiece_tokenizer
 
-    return BertWordPieceTokenizer(str(TINY_VOCAB), lowercase=True)._tokenizer
+    return wordpiece_tokenizer(TINY_VOCAB)
 
 
 @pytest.fixture(scope="session")

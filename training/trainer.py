@@ -1,0 +1,407 @@
+"""The training loop: multi-task mixture → BERT with dialogue segments → calibrated checkpoint.
+
+``train(recipe, data_dir, out_dir)`` loads the recipe's tasks, encodes them with the shared
+encoding contract, trains with AdamW + linear warmup/decay, gradient clipping, length-bucketed
+dynamic padding and (on a GPU) bf16 autocast, writes resumable checkpoints, evaluates every
+task and round on valid and test, fits per-head temperatures and the decision threshold on
+validation, and saves a self-describing checkpoint (see ``training.checkpoint``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import shutil
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+from transformers import get_linear_schedule_with_warmup
+
+from service.encoding import DialogueEncoder, EncodedExample, pad_batch
+from service.model_card import ModelCard
+from service.schema import LabelledExample, Split
+from service.scoring import head_probabilities, main_scores
+from training.calibration import choose_threshold, fit_temperature
+from training.checkpoint import save_checkpoint
+from training.inference import predict_logits
+from training.metrics import binary_metrics, expected_calibration_error
+from training.mixture import TaskData, epoch_batches, example_weights, expected_steps_per_epoch
+from training.modeling import build_model, load_base_tokenizer
+from training.recipe import Recipe
+from training.sources import registry
+
+STATE_FILE = "training_state.pt"
+LAST_DIR = "last"
+METRICS_FILE = "metrics.jsonl"
+EVAL_ONLY_SOURCES = frozenset({"hatecheck"})
+
+
+class DataError(RuntimeError):
+    """The recipe asks for data that is missing or only a format sample."""
+
+
+@dataclass
+class TrainResult:
+    out_dir: Path
+    card: ModelCard
+    steps: int
+    seconds: float
+    skipped_tasks: list[str] = field(default_factory=list)
+
+
+def _subsample(examples: list[LabelledExample], limit: int | None, seed: int) -> list[LabelledExample]:
+    if limit is None or len(examples) <= limit:
+        return examples
+    rng = np.random.default_rng(seed)
+    keep = np.sort(rng.choice(len(examples), size=limit, replace=False))
+    return [examples[i] for i in keep]
+
+
+def load_task_data(recipe: Recipe, data_dir: Path) -> tuple[list[TaskData], list[str]]:
+    """Load every task of the recipe; missing/sample-only optional tasks are skipped (and named)."""
+    infos = {info.name: info for info in registry.available_sources(data_dir)}
+    cache: dict[str, list[LabelledExample]] = {}
+    tasks: list[TaskData] = []
+    skipped: list[str] = []
+    for spec in recipe.tasks:
+        if spec.source in EVAL_ONLY_SOURCES:
+            raise DataError(f"task {spec.name!r}: {spec.source} is an evaluation-only suite; never train on it")
+        info = infos.get(spec.source)
+        problem = None
+        if info is None:
+            problem = f"{spec.source} not found in {data_dir}"
+        elif not info.complete:
+            problem = f"{spec.source} in {data_dir} is sample-only (format samples, not a dataset)"
+        if problem:
+            if spec.required:
+                raise DataError(f"task {spec.name!r}: {problem}")
+            skipped.append(f"{spec.name}: {problem}")
+            continue
+        if spec.source not in cache:
+            cache[spec.source] = registry.load_source(spec.source, data_dir)
+        rows = [
+            ex
+            for ex in cache[spec.source]
+            if (spec.task is None or ex.task_name == spec.task)
+            and (spec.rounds is None or str(ex.round) in spec.rounds)
+        ]
+        split = {s: [ex for ex in rows if ex.split == s] for s in Split}
+        train_rows = _subsample(split[Split.TRAIN], recipe.max_examples_per_task, recipe.seed)
+        if not train_rows:
+            raise DataError(f"task {spec.name!r} has no training examples in {data_dir}")
+        tasks.append(TaskData(spec, train_rows, split[Split.VALID], split[Split.TEST]))
+    if not tasks:
+        raise DataError(f"none of the recipe's tasks has data in {data_dir}")
+    return tasks, skipped
+
+
+def head_names(recipe: Recipe, tasks: Sequence[TaskData]) -> list[str]:
+    if recipe.heads == "shared":
+        return ["offensive"]
+    families = {ex.family.value for t in tasks for ex in t.train[:1]}
+    order = ["offensive", "hateful", "unsafe_in_context"]
+    return [f for f in order if f in families]
+
+
+def _head_of(ex: LabelledExample, heads: list[str]) -> int:
+    return 0 if len(heads) == 1 else heads.index(ex.family.value)
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def _optimizer(model: torch.nn.Module, recipe: Recipe) -> torch.optim.Optimizer:
+    decay, no_decay = [], []
+    for name, param in model.named_parameters():
+        (no_decay if name.endswith("bias") or "LayerNorm" in name else decay).append(param)
+    groups = [
+        {"params": decay, "weight_decay": recipe.weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(groups, lr=recipe.learning_rate)
+
+
+def _log(path: Path, record: dict[str, Any]) -> None:
+    with path.open("a", encoding="utf-8") as fh:
+        fh.write(json.dumps(record) + "\n")
+
+
+def _save_state(
+    out: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any, state: dict[str, Any]
+) -> None:
+    tmp = out / (LAST_DIR + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    model.save_pretrained(tmp, safe_serialization=True)  # type: ignore[attr-defined]
+    torch.save(
+        {
+            **state,
+            "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict(),
+            "torch_rng": torch.get_rng_state(),
+        },
+        tmp / STATE_FILE,
+    )
+    final = out / LAST_DIR
+    shutil.rmtree(final, ignore_errors=True)
+    tmp.rename(final)
+
+
+def train(recipe: Recipe, data_dir: Path, out_dir: Path, resume: bool = False, progress: bool = True) -> TrainResult:
+    t0 = time.perf_counter()
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    metrics_path = out_dir / METRICS_FILE
+    if recipe.num_threads:
+        torch.set_num_threads(recipe.num_threads)
+    _seed_everything(recipe.seed)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+    tasks, skipped = load_task_data(recipe, data_dir)
+    for s in skipped:
+        tqdm.write(f"warning: skipping task {s}")
+    tokenizer = load_base_tokenizer(recipe.base, recipe.vocab_file)
+    encoder = DialogueEncoder(tokenizer, recipe.encoding)
+    heads = head_names(recipe, tasks)
+
+    flat: list[LabelledExample] = [ex for t in tasks for ex in t.train]
+    encoded = encoder.encode_batch(flat)
+    lengths = np.array([len(e) for e in encoded])
+    targets = np.array([float(ex.label.is_positive) for ex in flat], dtype=np.float32)
+    head_idx = np.array([_head_of(ex, heads) for ex in flat])
+    weights = np.concatenate(example_weights(tasks))
+    steps_per_epoch = expected_steps_per_epoch(weights, recipe.batch_size)
+    total_steps = recipe.max_steps or math.ceil(recipe.epochs * steps_per_epoch)
+
+    model = build_model(recipe.base, heads, tokenizer.get_vocab_size(), recipe.dropout).to(device)
+    optimizer = _optimizer(model, recipe)
+    scheduler = get_linear_schedule_with_warmup(optimizer, int(recipe.warmup_ratio * total_steps), total_steps)
+
+    step, epoch, batch_in_epoch = 0, 0, 0
+    last = out_dir / LAST_DIR
+    if resume and (last / STATE_FILE).is_file():
+        from transformers import BertForSequenceClassification
+
+        state = torch.load(last / STATE_FILE, weights_only=False)
+        model = BertForSequenceClassification.from_pretrained(str(last)).to(device)
+        optimizer = _optimizer(model, recipe)
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler = get_linear_schedule_with_warmup(optimizer, int(recipe.warmup_ratio * total_steps), total_steps)
+        scheduler.load_state_dict(state["scheduler"])
+        torch.set_rng_state(state["torch_rng"])
+        step, epoch, batch_in_epoch = state["step"], state["epoch"], state["batch_in_epoch"]
+        tqdm.write(f"resuming from step {step} (epoch {epoch}, batch {batch_in_epoch})")
+    elif metrics_path.exists():
+        metrics_path.unlink()
+
+    _log(
+        metrics_path,
+        {
+            "event": "start",
+            "recipe": recipe.to_dict(),
+            "total_steps": total_steps,
+            "train_examples": len(flat),
+            "heads": heads,
+            "skipped": skipped,
+            "resumed_at": step,
+        },
+    )
+    amp = device.type == "cuda" and torch.cuda.is_bf16_supported()
+    model.train()
+    bar = tqdm(total=total_steps, initial=step, disable=not progress, desc=f"train {recipe.name}", unit="step")
+    running: list[float] = []
+    while step < total_steps:
+        plan = epoch_batches(lengths, weights, recipe.batch_size, recipe.bucket_size, recipe.seed, epoch)
+        while batch_in_epoch < len(plan) and step < total_steps:
+            idx = plan[batch_in_epoch]
+            batch = pad_batch([encoded[i] for i in idx], encoder.pad_id)
+            inputs = {k: torch.from_numpy(v).to(device) for k, v in batch.items()}
+            y = torch.zeros((idx.size, len(heads)), device=device)
+            mask = torch.zeros_like(y)
+            rows = torch.arange(idx.size, device=device)
+            cols = torch.from_numpy(head_idx[idx]).to(device)
+            y[rows, cols] = torch.from_numpy(targets[idx]).to(device)
+            mask[rows, cols] = 1.0
+            with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=amp):
+                logits = model(**inputs).logits.float()
+            loss = (
+                torch.nn.functional.binary_cross_entropy_with_logits(logits, y, reduction="none") * mask
+            ).sum() / mask.sum()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), recipe.max_grad_norm)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            step += 1
+            batch_in_epoch += 1
+            running.append(float(loss.item()))
+            bar.update(1)
+            if step % recipe.log_every == 0 or step == total_steps:
+                avg = float(np.mean(running[-recipe.log_every :]))
+                bar.set_postfix(loss=f"{avg:.4f}", lr=f"{scheduler.get_last_lr()[0]:.2e}", epoch=epoch)
+                _log(
+                    metrics_path,
+                    {
+                        "event": "train",
+                        "step": step,
+                        "epoch": epoch,
+                        "loss": avg,
+                        "lr": scheduler.get_last_lr()[0],
+                        "elapsed_s": time.perf_counter() - t0,
+                    },
+                )
+            if recipe.checkpoint_every and step % recipe.checkpoint_every == 0 and step < total_steps:
+                _save_state(
+                    out_dir,
+                    model,
+                    optimizer,
+                    scheduler,
+                    {"step": step, "epoch": epoch, "batch_in_epoch": batch_in_epoch},
+                )
+        if batch_in_epoch >= len(plan):
+            epoch, batch_in_epoch = epoch + 1, 0
+    bar.close()
+
+    card = evaluate_and_calibrate(model, encoder, tasks, recipe, heads, data_dir, metrics_path, progress)
+    card.training.update(
+        {
+            "steps": step,
+            "train_seconds": round(time.perf_counter() - t0, 1),
+            "skipped_tasks": skipped,
+            "device": device.type,
+        }
+    )
+    save_checkpoint(out_dir, model.cpu(), tokenizer, card)
+    shutil.rmtree(last, ignore_errors=True)
+    _log(metrics_path, {"event": "done", "seconds": time.perf_counter() - t0, "threshold": card.threshold})
+    return TrainResult(out_dir, card, step, time.perf_counter() - t0, skipped)
+
+
+def _logits_for(
+    model: torch.nn.Module, encoder: DialogueEncoder, examples: Sequence[LabelledExample], recipe: Recipe
+) -> np.ndarray:
+    if not examples:
+        return np.zeros((0, int(model.config.num_labels)), dtype=np.float32)  # type: ignore[union-attr]
+    enc: list[EncodedExample] = encoder.encode_batch(examples)
+    return predict_logits(model, enc, recipe.eval_batch_tokens, encoder.pad_id)
+
+
+def _grouped_metrics(examples: Sequence[LabelledExample], scores: np.ndarray, threshold: float) -> dict[str, Any]:
+    gold = np.array([int(ex.label.is_positive) for ex in examples])
+    out: dict[str, Any] = {"all": binary_metrics(gold, scores, threshold)}
+    rounds: dict[str, list[int]] = defaultdict(list)
+    for i, ex in enumerate(examples):
+        if ex.round is not None:
+            rounds[str(ex.round)].append(i)
+    if len(rounds) > 1:
+        out["rounds"] = {r: binary_metrics(gold[ix], scores[ix], threshold) for r, ix in sorted(rounds.items())}
+    return out
+
+
+def evaluate_and_calibrate(
+    model: torch.nn.Module,
+    encoder: DialogueEncoder,
+    tasks: Sequence[TaskData],
+    recipe: Recipe,
+    heads: list[str],
+    data_dir: Path,
+    metrics_path: Path,
+    progress: bool = True,
+) -> ModelCard:
+    """Fit temperatures and the threshold on valid, then measure every task/round on valid and test."""
+    card = ModelCard(
+        name=recipe.model_name,
+        version=recipe.version,
+        heads=heads,
+        score_heads=list(heads),
+        encoding=recipe.encoding.to_dict(),
+        base_model=recipe.base,
+    )
+    logits = {
+        (t.spec.name, split): _logits_for(model, encoder, getattr(t, split), recipe)
+        for t in tqdm(tasks, desc="evaluate", disable=not progress)
+        for split in ("valid", "test")
+    }
+    # temperatures: each head on the validation examples it is trained on
+    temps: dict[str, float] = {}
+    ece_before: dict[str, float] = {}
+    ece_after: dict[str, float] = {}
+    for h, head in enumerate(heads):
+        zs, ys = [], []
+        for t in tasks:
+            for i, ex in enumerate(t.valid):
+                if _head_of(ex, heads) == h:
+                    zs.append(logits[(t.spec.name, "valid")][i, h])
+                    ys.append(float(ex.label.is_positive))
+        z, y = np.array(zs), np.array(ys)
+        temps[head] = fit_temperature(z, y) if recipe.calibrate else 1.0
+        if z.size:
+            ece_before[head] = expected_calibration_error(y, 1 / (1 + np.exp(-z)))
+            ece_after[head] = expected_calibration_error(y, 1 / (1 + np.exp(-z / temps[head])))
+    card.temperatures = temps
+
+    def scores(key: tuple[str, str]) -> np.ndarray:
+        return main_scores(head_probabilities(logits[key], card), card) if logits[key].size else np.zeros(0)
+
+    valid_sets = {
+        t.spec.name: (np.array([int(ex.label.is_positive) for ex in t.valid]), scores((t.spec.name, "valid")))
+        for t in tasks
+        if t.valid
+    }
+    if valid_sets:
+        threshold, valid_f1 = choose_threshold(valid_sets, recipe.threshold_objective)
+    else:
+        threshold, valid_f1 = 0.5, {}
+    card.threshold = threshold
+    all_gold = np.concatenate([g for g, _ in valid_sets.values()]) if valid_sets else np.zeros(0)
+    all_scores = np.concatenate([s for _, s in valid_sets.values()]) if valid_sets else np.zeros(0)
+    per_source_best = {name: float(choose_threshold({name: v}, "pooled")[0]) for name, v in valid_sets.items()}
+    card.calibration = {
+        "temperatures": temps,
+        "ece_before": ece_before,
+        "ece_after": ece_after,
+        "ece_main_score_valid": expected_calibration_error(all_gold, all_scores) if all_gold.size else None,
+        "threshold": threshold,
+        "threshold_objective": recipe.threshold_objective,
+        "valid_offensive_f1_at_threshold": valid_f1,
+        "per_source_best_threshold": per_source_best,
+    }
+    metrics: dict[str, Any] = {"valid": {}, "test": {}}
+    for t in tasks:
+        for split in ("valid", "test"):
+            rows = getattr(t, split)
+            if rows:
+                metrics[split][t.spec.name] = _grouped_metrics(rows, scores((t.spec.name, split)), threshold)
+    for name in recipe.eval_sources:
+        rows = [ex for ex in registry.load_source(name, data_dir) if ex.split == Split.TEST]
+        if rows:
+            z = _logits_for(model, encoder, rows, recipe)
+            s = main_scores(head_probabilities(z, card), card)
+            metrics["test"][name] = _grouped_metrics(rows, s, threshold)
+    card.metrics = metrics
+    card.training = {
+        "recipe": recipe.to_dict(),
+        "sources": sorted({t.spec.source for t in tasks}),
+        "examples": {t.spec.name: {"train": len(t.train), "valid": len(t.valid), "test": len(t.test)} for t in tasks},
+        "licences": {
+            s.name: s.licence for s in registry.available_sources(data_dir) if s.name in {t.spec.source for t in tasks}
+        },
+    }
+    _log(metrics_path, {"event": "eval", "threshold": threshold, "calibration": card.calibration, "metrics": metrics})
+    return card
+
+
+def default_threads() -> int:
+    return max(1, len(os.sched_getaffinity(0)))
