@@ -58,6 +58,7 @@ class Recipe:
     warmup_ratio: float = 0.06
     max_grad_norm: float = 1.0
     dropout: float = 0.1
+    freeze_word_embeddings: bool = False  # 11.7M of MiniLM's 22.7M parameters: much faster on CPU
     seed: int = 0
     bucket_size: int = 50  # batches per length-sorted bucket
     threshold_objective: str = "macro"

@@ -79,7 +79,7 @@ def load_task_data(recipe: Recipe, data_dir: Path) -> tuple[list[TaskData], list
         problem = None
         if info is None:
             problem = f"{spec.source} not found in {data_dir}"
-        elif not info.complete:
+        elif not info.usable:
             problem = f"{spec.source} in {data_dir} is sample-only (format samples, not a dataset)"
         if problem:
             if spec.required:
@@ -123,8 +123,12 @@ def _seed_everything(seed: int) -> None:
 
 
 def _optimizer(model: torch.nn.Module, recipe: Recipe) -> torch.optim.Optimizer:
+    if recipe.freeze_word_embeddings:
+        model.bert.embeddings.word_embeddings.weight.requires_grad_(False)  # type: ignore[union-attr]
     decay, no_decay = [], []
     for name, param in model.named_parameters():
+        if not param.requires_grad:
+            continue
         (no_decay if name.endswith("bias") or "LayerNorm" in name else decay).append(param)
     groups = [
         {"params": decay, "weight_decay": recipe.weight_decay},
@@ -159,7 +163,16 @@ def _save_state(
     tmp.rename(final)
 
 
-def train(recipe: Recipe, data_dir: Path, out_dir: Path, resume: bool = False, progress: bool = True) -> TrainResult:
+def train(
+    recipe: Recipe,
+    data_dir: Path,
+    out_dir: Path,
+    resume: bool = False,
+    progress: bool = True,
+    stop_after_steps: int | None = None,
+) -> TrainResult:
+    """Train, evaluate, calibrate and save. ``stop_after_steps`` saves a resumable state at that
+    step and returns early (time-boxed runs; the resume test)."""
     t0 = time.perf_counter()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -197,8 +210,9 @@ def train(recipe: Recipe, data_dir: Path, out_dir: Path, resume: bool = False, p
         state = torch.load(last / STATE_FILE, weights_only=False)
         model = BertForSequenceClassification.from_pretrained(str(last)).to(device)
         optimizer = _optimizer(model, recipe)
-        optimizer.load_state_dict(state["optimizer"])
         scheduler = get_linear_schedule_with_warmup(optimizer, int(recipe.warmup_ratio * total_steps), total_steps)
+        # after the scheduler: building it rewrites the learning rates the optimizer state restores
+        optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         torch.set_rng_state(state["torch_rng"])
         step, epoch, batch_in_epoch = state["step"], state["epoch"], state["batch_in_epoch"]
@@ -262,6 +276,12 @@ def train(recipe: Recipe, data_dir: Path, out_dir: Path, resume: bool = False, p
                         "elapsed_s": time.perf_counter() - t0,
                     },
                 )
+            if stop_after_steps is not None and step >= stop_after_steps and step < total_steps:
+                _save_state(out_dir, model, optimizer, scheduler,
+                            {"step": step, "epoch": epoch, "batch_in_epoch": batch_in_epoch})
+                bar.close()
+                card = ModelCard(name=recipe.model_name, version=recipe.version, heads=heads, score_heads=heads)
+                return TrainResult(out_dir, card, step, time.perf_counter() - t0, skipped)
             if recipe.checkpoint_every and step % recipe.checkpoint_every == 0 and step < total_steps:
                 _save_state(
                     out_dir,
@@ -305,7 +325,7 @@ def _grouped_metrics(examples: Sequence[LabelledExample], scores: np.ndarray, th
     for i, ex in enumerate(examples):
         if ex.round is not None:
             rounds[str(ex.round)].append(i)
-    if len(rounds) > 1:
+    if rounds:
         out["rounds"] = {r: binary_metrics(gold[ix], scores[ix], threshold) for r, ix in sorted(rounds.items())}
     return out
 

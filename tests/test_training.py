@@ -1,0 +1,97 @@
+"""The training path end to end on the format fixtures (the BBF paper's tasks), in seconds."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from service.schema import Example
+from training.predictor import TorchClassifier
+from training.recipe import load_recipe
+from training.trainer import LAST_DIR, METRICS_FILE, DataError, train
+
+FULL = Path(__file__).parent / "fixtures" / "sources" / "full"
+PAPER_TASKS = {"wtc", "bbf_single_turn/standard", "bbf_single_turn/adversarial", "bbf_multi_turn"}
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    recipe = load_recipe("tiny")
+    out = tmp_path_factory.mktemp("tiny_run")
+    train(recipe, FULL, out, progress=False)
+    return out
+
+
+def test_tiny_recipe_trains_evaluates_and_calibrates(tiny_run: Path) -> None:
+    card = json.loads((tiny_run / "model_card.json").read_text())
+    assert PAPER_TASKS <= set(card["training"]["examples"])
+    assert 0.0 < card["threshold"] < 1.0
+    assert card["heads"] == ["offensive"]
+    for task in PAPER_TASKS - {"wtc"}:
+        assert "offensive_f1" in card["metrics"]["test"][task]["all"]
+    # BBF single-turn keeps its rounds: per-round rows exist
+    assert set(card["metrics"]["test"]["bbf_single_turn/standard"]["rounds"]) == {"3"}
+    assert set(card["metrics"]["valid"]["bbf_single_turn/standard"]["rounds"]) == {"1"}
+    assert set(card["calibration"]) >= {"temperatures", "ece_before", "ece_after", "valid_offensive_f1_at_threshold"}
+    events = [json.loads(line)["event"] for line in (tiny_run / METRICS_FILE).read_text().splitlines()]
+    assert events[0] == "start" and "train" in events and events[-1] == "done"
+    assert not (tiny_run / LAST_DIR).exists()  # the resumable state is removed once finished
+
+
+def test_checkpoint_predicts_like_the_service_contract(tiny_run: Path) -> None:
+    clf = TorchClassifier(tiny_run)
+    examples = [Example.from_texts("you are stupid", ["hi"]), Example(utterance="hello")]
+    preds = clf.predict(examples)
+    assert len(preds) == 2
+    assert all(0.0 <= p.score <= 1.0 and p.threshold == clf.threshold for p in preds)
+    assert np.allclose(clf.predict_proba(examples), [p.score for p in preds])
+    # batch equals single
+    assert np.allclose([clf.predict([e])[0].score for e in examples], [p.score for p in preds], atol=1e-6)
+
+
+def test_resume_reproduces_an_uninterrupted_run(tmp_path: Path) -> None:
+    recipe = load_recipe("tiny", ["max_steps=6", "checkpoint_every=100", "calibrate=false"])
+    straight = tmp_path / "straight"
+    train(recipe, FULL, straight, progress=False)
+    resumed = tmp_path / "resumed"
+    partial = train(recipe, FULL, resumed, progress=False, stop_after_steps=3)
+    assert partial.steps == 3 and (resumed / LAST_DIR / "training_state.pt").is_file()
+    done = train(recipe, FULL, resumed, resume=True, progress=False)
+    assert done.steps == 6
+    a = load_file(straight / "model.safetensors")
+    b = load_file(resumed / "model.safetensors")
+    assert a.keys() == b.keys()
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], rtol=0, atol=1e-6)
+
+
+def test_overrides_and_recipe_errors() -> None:
+    r = load_recipe("tiny", ["epochs=1", "encoding.max_length=32", "tasks.wtc.weight=3"])
+    assert r.epochs == 1 and r.encoding.max_length == 32
+    assert next(t for t in r.tasks if t.source == "wtc").weight == 3
+    with pytest.raises(ValueError, match="unknown recipe keys"):
+        load_recipe("tiny", ["epochz=1"])
+    with pytest.raises(ValueError, match="no task named"):
+        load_recipe("tiny", ["tasks.nope.weight=1"])
+    with pytest.raises(FileNotFoundError, match="no recipe"):
+        load_recipe("does-not-exist")
+
+
+def test_never_trains_on_hatecheck_and_requires_real_data(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match="evaluation-only"):
+        train(load_recipe("tiny", ['tasks=[{"source": "hatecheck"}]']), FULL, tmp_path / "a", progress=False)
+    samples = Path(__file__).parent / "fixtures" / "sources" / "samples"
+    with pytest.raises(DataError, match="sample-only"):
+        train(load_recipe("tiny", ['tasks=[{"source": "bbf_multi_turn"}]']), samples, tmp_path / "b", progress=False)
+
+
+@pytest.mark.parametrize("name", ["default", "bert-base", "tiny"])
+def test_shipped_recipes_parse(name: str) -> None:
+    recipe = load_recipe(name)
+    assert recipe.tasks
+    assert all(t.source != "hatecheck" for t in recipe.tasks)

@@ -1,0 +1,249 @@
+"""The datasets this project reads, one entry per source, and the three calls training needs.
+
+Usage::
+
+    from training.sources.registry import available_sources, load_source, load_sources
+
+    [(s.name, s.status.value) for s in available_sources("/data")]  # what is there
+    valid = load_source("diasafety", "/data", splits=["valid"])  # list[LabelledExample]
+    by_name = load_sources(["convabuse", "hatemoji"], "/data")  # {name: [...]}
+
+Source names: bbf_single_turn, bbf_multi_turn, wtc, bad, diasafety, convabuse, hatemoji,
+dynahate, hatecheck. Statuses: ``complete`` (the official files), ``partial`` (real data with
+splits or rows missing; loaded normally; DynaHate's subset is this), ``sample-only`` (format
+samples or fixtures; :func:`load_source` refuses them unless ``allow_samples=True``, and they
+must never be trained or evaluated on), ``missing``. No dataset is redistributed with this
+project: ``SourceInfo.obtain`` says where the official files come from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from service.schema import LabelFamily, LabelledExample, Split
+from training.sources import bad, bbf, convabuse, diasafety, dynahate, functional, hatemoji, wtc
+from training.sources.data_dir import resolve_data_dir
+from training.sources.errors import SourceUnavailableError
+from training.sources.layout import SourceFiles, Status
+from training.sources.splitting import parse_split, split_names
+
+Finder = Callable[[Path], SourceFiles]
+Loader = Callable[[SourceFiles, frozenset[Split]], Iterable[LabelledExample]]
+
+
+@dataclass(frozen=True)
+class Source:
+    """A registered source: what it is, where it comes from, how to find and read its files."""
+
+    name: str
+    family: LabelFamily
+    description: str
+    licence: str
+    obtain: str
+    find: Finder
+    load: Loader
+
+
+@dataclass(frozen=True)
+class SourceInfo:
+    """What a data directory holds for one source."""
+
+    name: str
+    family: LabelFamily
+    status: Status
+    files: tuple[Path, ...]
+    description: str
+    licence: str
+    obtain: str
+    note: str = ""
+
+    @property
+    def usable(self) -> bool:
+        """Real data that may be trained or evaluated on (complete or partial)."""
+        return self.status in (Status.COMPLETE, Status.PARTIAL)
+
+
+_PARLAI = "ParlAI download (ParlAI code is MIT; no separate data licence stated)"
+
+SOURCES: dict[str, Source] = {
+    s.name: s
+    for s in (
+        Source(
+            "bbf_single_turn",
+            LabelFamily.OFFENSIVE,
+            "BBF single-turn offensive-language data, standard + adversarial tasks, rounds 1-3",
+            _PARLAI,
+            "http://parl.ai/downloads/dialogue_safety/single_turn_safety.json",
+            bbf.find_single_turn,
+            bbf.load_single_turn,
+        ),
+        Source(
+            "bbf_multi_turn",
+            LabelFamily.OFFENSIVE,
+            "BBF multi-turn: last utterance of a dialogue, labelled offensive in context",
+            _PARLAI,
+            "http://parl.ai/downloads/dialogue_safety/multi_turn_safety.json",
+            bbf.find_multi_turn,
+            bbf.load_multi_turn,
+        ),
+        Source(
+            "wtc",
+            LabelFamily.OFFENSIVE,
+            "Wikipedia Toxic Comments (Kaggle Jigsaw): any of six toxicity labels",
+            "Kaggle competition terms; comment text from Wikipedia talk pages (Wikipedia's CC BY-SA)",
+            "Kaggle: jigsaw-toxic-comment-classification-challenge (train.csv, test.csv, test_labels.csv)",
+            wtc.find,
+            wtc.load,
+        ),
+        Source(
+            "bad",
+            LabelFamily.OFFENSIVE,
+            "Bot-Adversarial Dialogue: human and bot turns of adversarial chats, judged in context",
+            _PARLAI,
+            "http://parl.ai/downloads/bot_adversarial_dialogue/dialogue_datasets_v0.2.tar.gz",
+            bad.find,
+            bad.load,
+        ),
+        Source(
+            "diasafety",
+            LabelFamily.UNSAFE_IN_CONTEXT,
+            "DiaSafety: is a reply unsafe given the user turn before it",
+            "Apache-2.0",
+            "https://github.com/thu-coai/DiaSafety (DiaSafety_dataset/)",
+            diasafety.find,
+            diasafety.load,
+        ),
+        Source(
+            "convabuse",
+            LabelFamily.OFFENSIVE,
+            "ConvAbuse: user abuse towards conversational agents, with dialogue context",
+            "CC BY 4.0",
+            "https://github.com/amandacurry/convabuse (2_splits/)",
+            convabuse.find,
+            convabuse.load,
+        ),
+        Source(
+            "hatemoji",
+            LabelFamily.HATEFUL,
+            "HatemojiBuild: adversarial emoji-based hate, rounds R5-R7",
+            "CC BY 4.0",
+            "https://github.com/HannahKirk/Hatemoji (HatemojiBuild/)",
+            hatemoji.find,
+            hatemoji.load,
+        ),
+        Source(
+            "dynahate",
+            LabelFamily.HATEFUL,
+            "DynaHate: dynamically generated hate speech, rounds 1-4 with perturbations",
+            "none stated upstream (the subset comes from MarcoDetoxification, MIT)",
+            "https://github.com/bvidgen/Dynamically-Generated-Hate-Speech-Dataset "
+            "(Dynamically Generated Hate Dataset v0.2.3.csv)",
+            dynahate.find,
+            dynahate.load,
+        ),
+        Source(
+            "hatecheck",
+            LabelFamily.HATEFUL,
+            "HateCheck: functional test suite for hate speech detection (test only)",
+            "CC BY 4.0",
+            "https://github.com/paul-rottger/hatecheck-data (test_suite_cases.csv)",
+            functional.find_hatecheck,
+            functional.load_hatecheck,
+        ),
+    )
+}
+
+
+def source_names() -> list[str]:
+    return list(SOURCES)
+
+
+def _source(name: str) -> Source:
+    try:
+        return SOURCES[name]
+    except KeyError:
+        raise ValueError(f"unknown source {name!r}; known sources: {', '.join(SOURCES)}") from None
+
+
+def _splits(splits: Iterable[Split | str] | None) -> frozenset[Split]:
+    if splits is None:
+        return frozenset(Split)
+    parsed = set()
+    for split in splits:
+        value = split if isinstance(split, Split) else parse_split(split)
+        if value is None:
+            raise ValueError(f"unknown split {split!r} (expected one of {split_names()})")
+        parsed.add(value)
+    return frozenset(parsed)
+
+
+def _info(source: Source, found: SourceFiles) -> SourceInfo:
+    return SourceInfo(
+        name=source.name,
+        family=source.family,
+        status=found.status,
+        files=tuple(found.files.values()),
+        description=source.description,
+        licence=source.licence,
+        obtain=source.obtain,
+        note=found.note,
+    )
+
+
+def describe_source(name: str, data_dir: str | Path | None = None) -> SourceInfo:
+    """What ``data_dir`` holds for one source (status ``missing`` when nothing)."""
+    source = _source(name)
+    return _info(source, source.find(resolve_data_dir(data_dir)))
+
+
+def available_sources(data_dir: str | Path | None = None, *, include_missing: bool = False) -> list[SourceInfo]:
+    """Every registered source found under ``data_dir`` (all of them with ``include_missing``).
+
+    ``data_dir`` None means :func:`resolve_data_dir` (``$DIALOGUE_SAFETY_DATA_DIR``...). Check
+    ``info.usable`` before training on a source: sample-only sources are listed too.
+    """
+    root = resolve_data_dir(data_dir)
+    infos = [_info(source, source.find(root)) for source in SOURCES.values()]
+    return [i for i in infos if include_missing or i.status is not Status.MISSING]
+
+
+def load_source(
+    name: str,
+    data_dir: str | Path | None = None,
+    splits: Iterable[Split | str] | None = None,
+    *,
+    allow_samples: bool = False,
+) -> list[LabelledExample]:
+    """All examples of one source (only ``splits`` if given; ``"dev"``/``"val"`` mean VALID).
+
+    Raises SourceUnavailableError if the source is missing, or sample-only and not
+    ``allow_samples``; DatasetFormatError if a file is malformed.
+    """
+    source = _source(name)
+    root = resolve_data_dir(data_dir)
+    found = source.find(root)
+    if found.status is Status.MISSING or not found.files:
+        raise SourceUnavailableError(
+            f"{name}: no loadable files under {root}"
+            f"{f' ({found.note})' if found.note else ''}; obtain them from {source.obtain}"
+        )
+    if found.status is Status.SAMPLE and not allow_samples:
+        raise SourceUnavailableError(
+            f"{name}: only samples are present ({found.note}); obtain the full files from {source.obtain} "
+            "or pass allow_samples=True for format checks"
+        )
+    return list(source.load(found, _splits(splits)))
+
+
+def load_sources(
+    names: Iterable[str],
+    data_dir: str | Path | None = None,
+    splits: Iterable[Split | str] | None = None,
+    *,
+    allow_samples: bool = False,
+) -> dict[str, list[LabelledExample]]:
+    """:func:`load_source` for each name, keyed by name (in the order given)."""
+    root = resolve_data_dir(data_dir)
+    return {name: load_source(name, root, splits, allow_samples=allow_samples) for name in names}
