@@ -112,6 +112,31 @@ def head_names(recipe: Recipe, tasks: Sequence[TaskData]) -> list[str]:
     return [f for f in order if f in families]
 
 
+# Label semantics (``heads = "hierarchical"``): hate against a group is offensive, and an offensive
+# utterance is unsafe to send in any context (hateful ⊂ offensive ⊂ unsafe_in_context). A positive
+# of one family is therefore a positive for the broader heads, and a negative of one family a
+# negative for the narrower heads; everything else stays unlabelled (masked out of the loss).
+BROADER = {"hateful": ("offensive", "unsafe_in_context"), "offensive": ("unsafe_in_context",), "unsafe_in_context": ()}
+NARROWER = {"unsafe_in_context": ("offensive", "hateful"), "offensive": ("hateful",), "hateful": ()}
+
+
+def head_targets(examples: Sequence[LabelledExample], heads: list[str], mode: str) -> tuple[np.ndarray, np.ndarray]:
+    """[n, heads] targets and loss masks for the head layout."""
+    y = np.zeros((len(examples), len(heads)), dtype=np.float32)
+    mask = np.zeros_like(y)
+    col = {h: i for i, h in enumerate(heads)}
+    for i, ex in enumerate(examples):
+        positive = float(ex.label.is_positive)
+        own = 0 if len(heads) == 1 else col[ex.family.value]
+        y[i, own], mask[i, own] = positive, 1.0
+        if mode != "hierarchical":
+            continue
+        for other in (BROADER if positive else NARROWER)[ex.family.value]:
+            if other in col:
+                y[i, col[other]], mask[i, col[other]] = positive, 1.0
+    return y, mask
+
+
 def _head_of(ex: LabelledExample, heads: list[str]) -> int:
     return 0 if len(heads) == 1 else heads.index(ex.family.value)
 
@@ -192,8 +217,7 @@ def train(
     flat: list[LabelledExample] = [ex for t in tasks for ex in t.train]
     encoded = encoder.encode_batch(flat)
     lengths = np.array([len(e) for e in encoded])
-    targets = np.array([float(ex.label.is_positive) for ex in flat], dtype=np.float32)
-    head_idx = np.array([_head_of(ex, heads) for ex in flat])
+    targets, target_mask = head_targets(flat, heads, recipe.heads)
     weights = np.concatenate(example_weights(tasks))
     steps_per_epoch = expected_steps_per_epoch(weights, recipe.batch_size)
     total_steps = recipe.max_steps or math.ceil(recipe.epochs * steps_per_epoch)
@@ -242,12 +266,8 @@ def train(
             idx = plan[batch_in_epoch]
             batch = pad_batch([encoded[i] for i in idx], encoder.pad_id)
             inputs = {k: torch.from_numpy(v).to(device) for k, v in batch.items()}
-            y = torch.zeros((idx.size, len(heads)), device=device)
-            mask = torch.zeros_like(y)
-            rows = torch.arange(idx.size, device=device)
-            cols = torch.from_numpy(head_idx[idx]).to(device)
-            y[rows, cols] = torch.from_numpy(targets[idx]).to(device)
-            mask[rows, cols] = 1.0
+            y = torch.from_numpy(targets[idx]).to(device)
+            mask = torch.from_numpy(target_mask[idx]).to(device)
             with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=amp):
                 logits = model(**inputs).logits.float()
             loss = (

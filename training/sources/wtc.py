@@ -37,7 +37,7 @@ DIRS = (
     "wtc",
 )
 SPLIT_SALT = "wtc"
-_SAMPLE_NOTE = "the Detoxify test sample (real rows, far too few to train on)"
+_SAMPLE_NOTE = "Detoxify's test-data sample: real rows, far too few to train on"
 
 
 def split_of(comment_id: str) -> Split:
