@@ -30,9 +30,9 @@ class Label(str, Enum):
 class LabelFamily(str, Enum):
     """What a source means by "positive": the sources do not all mean the same thing."""
 
-    OFFENSIVE = "offensive"  # an offensive utterance (BBF, Wikipedia Toxic Comments, ConvAbuse)
+    OFFENSIVE = "offensive"  # an offensive utterance (BBF, Wikipedia Toxic Comments, ConvAbuse, BAD)
     HATEFUL = "hateful"  # hate against a protected group (DynaHate, HatemojiBuild, HateCheck)
-    UNSAFE_IN_CONTEXT = "unsafe_in_context"  # a reply unsafe given its context (DiaSafety, BAD)
+    UNSAFE_IN_CONTEXT = "unsafe_in_context"  # a reply unsafe given its context (DiaSafety)
 
 
 class Split(str, Enum):
