@@ -58,8 +58,7 @@ class TfidfBaseline:
         y = gold(train)
         if len(train) == 0 or len(np.unique(y)) < 2:
             raise ValueError(
-                f"the baseline needs training examples of both classes, got {len(train)} "
-                f"({int(y.sum())} OFFENSIVE)"
+                f"the baseline needs training examples of both classes, got {len(train)} ({int(y.sum())} OFFENSIVE)"
             )
         vectorizer = TfidfVectorizer(ngram_range=(1, 2), min_df=min_df if len(train) >= 50 else 1, sublinear_tf=True)
         features = vectorizer.fit_transform([baseline_text(e) for e in train])
