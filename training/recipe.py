@@ -72,6 +72,8 @@ class Recipe:
     version: str = "0.1.0"
     model_name: str = "dialogue-safety"
     encoding: EncodingConfig = field(default_factory=EncodingConfig)
+    intended_use: str = ""
+    limitations: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.heads not in HEAD_MODES:
@@ -128,7 +130,7 @@ def recipe_from_dict(raw: dict[str, Any]) -> Recipe:
             t["rounds"] = tuple(str(r) for r in t["rounds"])
         tasks.append(TaskSpec(**t))
     encoding = EncodingConfig.from_dict(raw.pop("encoding", {}))
-    for key in ("eval_sources",):
+    for key in ("eval_sources", "limitations"):
         if key in raw:
             raw[key] = tuple(raw[key])
     return Recipe(tasks=tuple(tasks), encoding=encoding, **raw)

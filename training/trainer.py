@@ -368,6 +368,8 @@ def evaluate_and_calibrate(
         score_heads=list(heads),
         encoding=recipe.encoding.to_dict(),
         base_model=recipe.base,
+        intended_use=recipe.intended_use,
+        limitations=list(recipe.limitations),
     )
     logits = {
         (t.spec.name, split): _logits_for(model, encoder, getattr(t, split), recipe)
@@ -439,6 +441,7 @@ def evaluate_and_calibrate(
             s.name: s.licence for s in registry.available_sources(data_dir) if s.name in {t.spec.source for t in tasks}
         },
     }
+    card.licences = dict(card.training["licences"])
     _log(metrics_path, {"event": "eval", "threshold": threshold, "calibration": card.calibration, "metrics": metrics})
     return card
 
