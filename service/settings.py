@@ -8,6 +8,7 @@ Built by :func:`service.api.create_app` (or the CLI), never at import time::
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -15,6 +16,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 import service
 
 ENV_PREFIX = "SAFETY_"
+LogLevel = Literal["critical", "error", "warning", "info", "debug", "trace"]
 
 
 def default_model_dir() -> Path:
@@ -28,45 +30,49 @@ class ServiceSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True)
 
     # where to listen
-    host: str = Field("127.0.0.1", description="interface to bind (0.0.0.0 in containers)")
-    port: int = Field(8000, ge=0, le=65535, description="TCP port (0 picks a free one)")
+    host: str = Field(default="127.0.0.1", description="interface to bind (0.0.0.0 in containers)")
+    port: int = Field(default=8000, ge=0, le=65535, description="TCP port (0 picks a free one)")
 
     # which model, how it runs
     model_dir: Path = Field(default_factory=default_model_dir, description="ONNX model directory")
-    variant: str | None = Field(None, description="ONNX variant (fp32, optimized, int8, fp16); card default")
+    variant: str | None = Field(default=None, description="ONNX variant (fp32, optimized, int8, fp16); card default")
     providers: str | None = Field(
-        None, description="comma-separated onnxruntime providers, e.g. CUDAExecutionProvider,CPUExecutionProvider"
+        default=None,
+        description="comma-separated onnxruntime providers, e.g. CUDAExecutionProvider,CPUExecutionProvider",
     )
-    intra_op_threads: int | None = Field(None, ge=1, description="onnxruntime intra-op threads")
+    intra_op_threads: int | None = Field(default=None, ge=1, description="onnxruntime intra-op threads")
+    allow_spinning: bool | None = Field(
+        default=None, description="onnxruntime intra-op threads spin while idle (default: the runtime's)"
+    )
     threshold: float | None = Field(
-        None, ge=0.0, le=1.0, description="decision threshold override (default: the model card's)"
+        default=None, ge=0.0, le=1.0, description="decision threshold override (default: the model card's)"
     )
 
     # micro-batching
-    max_batch_size: int = Field(64, ge=1, le=4096, description="items per inference batch at most")
+    max_batch_size: int = Field(default=64, ge=1, le=4096, description="items per inference batch at most")
     token_budget: int = Field(
-        8192, ge=1, description="padded tokens per batch at most (batch size x longest item)"
+        default=8192, ge=1, description="padded tokens per batch at most (batch size x longest item)"
     )
     max_wait_ms: float = Field(
-        2.0, ge=0.0, le=1000.0, description="how long a batch may wait for company once traffic is concurrent"
+        default=2.0, ge=0.0, le=1000.0, description="how long a batch may wait for company once traffic is concurrent"
     )
-    queue_size: int = Field(1024, ge=1, description="items waiting for inference at most; beyond: 429")
+    queue_size: int = Field(default=1024, ge=1, description="items waiting for inference at most; beyond: 429")
 
     # request limits (see docs/api.md, "Limits and errors")
-    max_history_turns: int = Field(32, ge=0, description="history turns per item at most")
-    max_turn_chars: int = Field(4000, ge=1, description="characters per history turn at most")
-    max_utterance_chars: int = Field(4000, ge=1, description="characters per utterance at most")
-    max_batch_items: int = Field(256, ge=1, description="items per /v1/classify/batch request at most")
-    max_body_bytes: int = Field(2 * 1024 * 1024, ge=1, description="request body size at most (bytes)")
+    max_history_turns: int = Field(default=32, ge=0, description="history turns per item at most")
+    max_turn_chars: int = Field(default=4000, ge=1, description="characters per history turn at most")
+    max_utterance_chars: int = Field(default=4000, ge=1, description="characters per utterance at most")
+    max_batch_items: int = Field(default=256, ge=1, description="items per /v1/classify/batch request at most")
+    max_body_bytes: int = Field(default=2 * 1024 * 1024, ge=1, description="request body size at most (bytes)")
 
     # access and logging
     api_key: SecretStr | None = Field(
-        None, description="if set, /v1/* needs 'Authorization: Bearer <key>' or 'X-API-Key: <key>'"
+        default=None, description="if set, /v1/* needs 'Authorization: Bearer <key>' or 'X-API-Key: <key>'"
     )
-    log_texts: bool = Field(False, description="log request texts and scores (never on by default)")
-    log_level: str = Field("info", description="uvicorn and service log level")
-    access_log: bool = Field(True, description="uvicorn access log (method, path, status; never bodies)")
-    retry_after_s: int = Field(1, ge=1, description="Retry-After seconds sent with 429 and 503")
+    log_texts: bool = Field(default=False, description="log request texts and scores (never on by default)")
+    log_level: LogLevel = Field(default="info", description="uvicorn and service log level")
+    access_log: bool = Field(default=True, description="uvicorn access log (method, path, status; never bodies)")
+    retry_after_s: int = Field(default=1, ge=1, description="Retry-After seconds sent with 429 and 503")
 
     @model_validator(mode="after")
     def _queue_holds_a_batch_request(self) -> ServiceSettings:

@@ -1,0 +1,1 @@
+"""Benchmarks are programs, not tests: speed (runtime, http) and robustness; each prints JSON and markdown."""

@@ -1,0 +1,141 @@
+"""``dialogue-safety export CHECKPOINT OUT_DIR``: parity-checked ONNX model directory with its variants.
+
+Exit status: 0 written; 1 ONNX/torch parity failed (nothing written; the message gives the max
+difference); 2 bad arguments or an unreadable checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from service.schema import LabelledExample
+
+DEFAULT_EVAL_SOURCES = ("diasafety", "convabuse")
+
+
+def build_parser(prog: str) -> argparse.ArgumentParser:
+    from export.onnx_export import DEFAULT_OPSET, DEFAULT_TOLERANCE, DEFAULT_VARIANTS
+
+    p = argparse.ArgumentParser(
+        prog=prog,
+        description="Export a training checkpoint to a self-describing ONNX model directory (model.onnx, "
+        "tokenizer.json, model_card.json, MODEL_CARD.md). ONNX and torch logits are compared on a fixed batch of "
+        "dialogues before anything is written; the export fails if they differ by more than --tolerance.",
+    )
+    p.add_argument("checkpoint", type=Path, help="training checkpoint directory (config.json, model.safetensors...)")
+    p.add_argument("out_dir", type=Path, help="model directory to write (replaced if it is an earlier export)")
+    p.add_argument(
+        "--variants",
+        default=",".join(DEFAULT_VARIANTS),
+        help="variants to derive and check now, comma-separated (default: %(default)s); the service derives "
+        "missing ones at first start",
+    )
+    p.add_argument(
+        "--tolerance",
+        type=float,
+        default=DEFAULT_TOLERANCE,
+        help="max abs logit difference ONNX fp32 vs torch (default: %(default)s)",
+    )
+    p.add_argument(
+        "--ship",
+        action="store_true",
+        help="store the weights as fp16 in model.onnx (~half the size; for committing under the 60 MB cap); "
+        "the weights are rounded to fp16 before the parity check, and fp32 is re-derived exactly at load",
+    )
+    p.add_argument("--opset", type=int, default=DEFAULT_OPSET, help="ONNX opset (default: %(default)s)")
+    p.add_argument("--data-dir", type=Path, default=None, help="datasets for the variant comparison")
+    p.add_argument(
+        "--eval-sources",
+        default=",".join(DEFAULT_EVAL_SOURCES),
+        help="sources whose test split judges the variants (default: %(default)s); int8 becomes the CPU default "
+        "only within --max-f1-drop of fp32 on every one",
+    )
+    p.add_argument("--max-f1-drop", type=float, default=0.5, help="OFFENSIVE-F1 points (default: %(default)s)")
+    p.add_argument("--no-eval", action="store_true", help="skip the variant comparison (CPU default: optimized)")
+    p.add_argument("-q", "--quiet", action="store_true", help="only errors")
+    return p
+
+
+def load_test_sets(
+    data_dir: Path | None, sources: Sequence[str], split: str = "test"
+) -> tuple[dict[str, list[LabelledExample]], list[str]]:
+    """{"<source>/<split>": examples} for the sources that are present, and notes about the others."""
+    from training.sources.data_dir import resolve_data_dir
+    from training.sources.registry import load_source
+
+    notes: list[str] = []
+    try:
+        root = resolve_data_dir(data_dir)
+    except FileNotFoundError as exc:
+        return {}, [f"no data directory ({exc})"]
+    sets: dict[str, list[LabelledExample]] = {}
+    for name in sources:
+        try:
+            examples = load_source(name, root, splits=[split])
+        except (FileNotFoundError, ValueError, KeyError) as exc:
+            notes.append(f"{name}: not used ({exc})")
+            continue
+        if examples:
+            sets[f"{name}/{split}"] = examples
+        else:
+            notes.append(f"{name}: no {split} examples")
+    return sets, notes
+
+
+def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety export") -> int:
+    args = build_parser(prog).parse_args(argv)
+    logging.basicConfig(
+        level=logging.ERROR if args.quiet else logging.INFO, format="%(levelname)s %(name)s: %(message)s"
+    )
+    say = (lambda *_: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr))
+
+    from export.onnx_export import ExportError, ParityError, export_checkpoint
+
+    names = [v.strip() for v in args.variants.split(",") if v.strip()]
+    test_sets: dict[str, list[LabelledExample]] = {}
+    if not args.no_eval and any(v in names for v in ("int8", "optimized")):
+        sources = [s.strip() for s in args.eval_sources.split(",") if s.strip()]
+        test_sets, notes = load_test_sets(args.data_dir, sources)
+        for note in notes:
+            say(f"{prog}: variant comparison: {note}")
+        if test_sets:
+            say(f"{prog}: comparing variants on {', '.join(f'{k} ({len(v)})' for k, v in test_sets.items())}")
+    try:
+        result = export_checkpoint(
+            args.checkpoint,
+            args.out_dir,
+            variant_names=names,
+            tolerance=args.tolerance,
+            ship=args.ship,
+            opset=args.opset,
+            test_sets=test_sets or None,
+            max_f1_drop=args.max_f1_drop,
+        )
+    except ParityError as exc:
+        print(f"{prog}: PARITY CHECK FAILED: {exc}", file=sys.stderr)
+        return 1
+    except (ExportError, FileNotFoundError) as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 2
+    card = result.card
+    say(f"{prog}: wrote {result.out_dir} ({card.model_id})")
+    say(
+        f"  model.onnx: {card.export['artifact_bytes'] / 1e6:.1f} MB, weights {card.export['weights_storage']}, "
+        f"max |onnx - torch| {result.max_abs_diff:.3g} (tolerance {args.tolerance:g})"
+    )
+    for name, entry in card.export.get("variants", {}).items():
+        diff = entry.get("max_abs_diff")
+        say(
+            f"  {name:<9} {entry['file']:<22} {entry['bytes'] / 1e6:6.1f} MB  max |Δ| "
+            f"{'—' if diff is None else format(diff, '.3g')}{'  (' + entry['note'] + ')' if entry.get('note') else ''}"
+        )
+    say(f"  CPU default: {card.cpu_variant} — {card.export.get('cpu_variant_reason')}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,483 @@
+"""The HTTP API: a thin FastAPI shell over the micro-batcher and the ONNX classifier.
+
+``create_app(settings)`` builds everything (settings, metrics registry, limits, routes); the
+lifespan loads and warms up the model in a thread, then starts the batcher: ``/health``
+answers at once, ``/ready`` and ``/v1/*`` answer 503 until the model is warm. Errors go
+through the one table in :mod:`service.errors`. Texts are never logged unless
+``log_texts`` is set.
+
+Run it with ``dialogue-safety serve`` or ``uvicorn --factory service.api:create_app``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import replace
+from typing import Annotated, Any, Literal, Protocol
+
+from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
+from starlette.responses import JSONResponse, Response
+from starlette.types import Receive
+
+from service.batcher import MicroBatcher
+from service.encoding import EncodedExample
+from service.errors import ErrorResponse, NotReady, Unauthorized, install_error_handlers
+from service.limits import BodyLimitMiddleware, Limits
+from service.metrics import RequestMetricsMiddleware, ServiceMetrics
+from service.model_card import ModelCard
+from service.schema import Example, Label, Prediction, Turn
+from service.settings import ServiceSettings
+
+log = logging.getLogger("service.api")
+CLIENT_CLOSED = 499  # nginx's "client closed request": the caller left, nobody reads the answer
+
+
+class Classifier(Protocol):
+    """What the service needs from :class:`service.runtime.OnnxClassifier`."""
+
+    @property
+    def card(self) -> ModelCard: ...
+    @property
+    def model_id(self) -> str: ...
+    @property
+    def variant(self) -> str: ...
+    @property
+    def provider(self) -> str: ...
+    def encode(self, examples: Sequence[Example]) -> list[EncodedExample]: ...
+    def predict_encoded(
+        self, encoded: Sequence[EncodedExample], threshold: float | None = None
+    ) -> list[Prediction]: ...
+    def warmup(self) -> object: ...
+
+
+ClassifierFactory = Callable[[ServiceSettings], Classifier]
+
+# Security schemes (used, and documented in OpenAPI, only when an API key is configured).
+_bearer = HTTPBearer(auto_error=False, description="the API key as a bearer token")
+_api_key_header = APIKeyHeader(name="X-API-Key", auto_error=False, description="the API key")
+BearerCredentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+ApiKeyHeader = Annotated[str | None, Depends(_api_key_header)]
+
+
+def load_onnx_classifier(settings: ServiceSettings) -> Classifier:
+    from service.runtime import OnnxClassifier  # imported here: tests and --help never load onnxruntime
+
+    kwargs: dict[str, Any] = {
+        "variant": settings.variant,
+        "providers": settings.provider_list,
+        "token_budget": settings.token_budget,
+        "max_batch_size": settings.max_batch_size,
+    }
+    if settings.intra_op_threads is not None:
+        kwargs["intra_op_threads"] = settings.intra_op_threads
+    if settings.allow_spinning is not None:
+        kwargs["allow_spinning"] = settings.allow_spinning
+    classifier: Classifier = OnnxClassifier(settings.model_dir, **kwargs)
+    return classifier
+
+
+# -- request and response schemas ---------------------------------------------------------------
+def _object_or_string(value: Any) -> str:
+    return "string" if isinstance(value, str) else "object"
+
+
+class TurnIn(BaseModel):
+    """One turn of dialogue history."""
+
+    model_config = ConfigDict(extra="forbid")
+    speaker: str | None = Field(None, max_length=64, description="free text: user, bot, P1...")
+    text: str = Field(description="what was said")
+
+
+HistoryEntry = Annotated[
+    Annotated[TurnIn, Tag("object")] | Annotated[str, Tag("string")], Discriminator(_object_or_string)
+]
+Threshold = Annotated[
+    float | None,
+    Field(ge=0.0, le=1.0, description="decision threshold for this request (default: the model's)"),
+]
+
+
+class ClassifyRequest(BaseModel):
+    """The utterance to judge and the dialogue before it (oldest turn first)."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "history": [
+                        {"speaker": "user", "text": "what do you think of my neighbours?"},
+                        {"speaker": "bot", "text": "I don't know them. What are they like?"},
+                    ],
+                    "utterance": "they should all be thrown out of the country",
+                },
+                {"history": ["hi!", "hello, how are you?"], "utterance": "great, thanks", "threshold": 0.7},
+            ]
+        },
+    )
+    history: list[HistoryEntry] = Field(
+        default_factory=list, description="earlier turns, oldest first: objects {speaker, text} or strings"
+    )
+    utterance: str = Field(description="the message to classify, judged in the context of the history")
+    threshold: Threshold = None
+
+
+BatchEntry = Annotated[
+    Annotated[ClassifyRequest, Tag("object")] | Annotated[str, Tag("string")], Discriminator(_object_or_string)
+]
+
+
+class BatchRequest(BaseModel):
+    """Many items at once; a plain string is a comment without history."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "items": [
+                        "you are all idiots",
+                        {"history": ["I made soup"], "utterance": "looks disgusting"},
+                        {"utterance": "have a nice day", "threshold": 0.9},
+                    ],
+                    "threshold": 0.5,
+                }
+            ]
+        },
+    )
+    items: list[BatchEntry] = Field(description="items to classify; results come back in this order")
+    threshold: Threshold = None
+
+
+class Classification(BaseModel):
+    label: Literal["OFFENSIVE", "SAFE"] = Field(description="OFFENSIVE when score >= threshold")
+    score: float = Field(ge=0.0, le=1.0, description="calibrated probability that the utterance is offensive")
+    threshold: float = Field(description="the threshold the label was decided at")
+    categories: dict[str, float] = Field(description="calibrated probability per model head (label family)")
+
+
+class ClassifyResponse(Classification):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "label": "OFFENSIVE",
+                    "score": 0.93,
+                    "threshold": 0.5,
+                    "model": "dialogue-safety@1.0.0",
+                    "categories": {"offensive": 0.93},
+                }
+            ]
+        }
+    )
+    model: str = Field(description="<name>@<version> of the model that answered")
+
+
+class BatchResponse(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "results": [
+                        {"label": "OFFENSIVE", "score": 0.97, "threshold": 0.5, "categories": {"offensive": 0.97}},
+                        {"label": "SAFE", "score": 0.04, "threshold": 0.5, "categories": {"offensive": 0.04}},
+                    ],
+                    "model": "dialogue-safety@1.0.0",
+                }
+            ]
+        }
+    )
+    results: list[Classification] = Field(description="one result per item, in the order of the items")
+    model: str
+
+
+class Status(BaseModel):
+    status: str
+    model: str | None = None
+
+
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorResponse, "description": what}
+    for status, what in [
+        (400, "malformed JSON"),
+        (401, "missing or wrong API key (only when one is configured)"),
+        (413, "body larger than max_body_bytes"),
+        (415, "body not sent as application/json"),
+        (422, "schema violation or request limit"),
+        (429, "overloaded: retry after Retry-After seconds"),
+        (500, "inference failed for this request's batch, or an internal error"),
+        (503, "model not loaded and warmed up yet, or shutting down"),
+    ]
+}
+
+
+# -- the service state -----------------------------------------------------------------------------
+class ServiceState:
+    """What one app owns: settings, limits, metrics, and (once loaded) classifier and batcher."""
+
+    def __init__(self, settings: ServiceSettings, factory: ClassifierFactory) -> None:
+        self.settings = settings
+        self.factory = factory
+        self.limits = Limits.from_settings(settings)
+        self.metrics = ServiceMetrics()
+        self.classifier: Classifier | None = None
+        self.batcher: MicroBatcher | None = None
+        self.ready = False
+        self.load_error: str | None = None
+        self.model_id = ""
+        self.default_threshold = 0.5
+
+    async def load(self) -> None:
+        """Load and warm up the model off the event loop, then start the batcher."""
+        s = self.settings
+        try:
+            classifier = await asyncio.to_thread(self.factory, s)
+            await asyncio.to_thread(classifier.warmup)
+        except Exception as exc:
+            self.load_error = f"{type(exc).__name__}: {exc}"
+            log.error("the model failed to load from %s: %s", s.model_dir, self.load_error)
+            return
+        card = classifier.card
+        self.classifier = classifier
+        self.model_id = classifier.model_id
+        self.default_threshold = card.threshold if s.threshold is None else s.threshold
+        self.metrics.set_model(
+            name=card.name, version=card.version, variant=str(classifier.variant), provider=str(classifier.provider)
+        )
+        batcher = MicroBatcher(
+            classifier.encode,
+            classifier.predict_encoded,
+            max_batch_size=s.max_batch_size,
+            token_budget=s.token_budget,
+            max_wait_s=s.max_wait_s,
+            queue_size=s.queue_size,
+            observer=self.metrics,
+            retry_after_s=s.retry_after_s,
+        )
+        await batcher.start()
+        self.batcher = batcher
+        self.ready = True
+        self.metrics.ready.set(1)
+        log.info(
+            "ready: %s (variant %s, provider %s) from %s",
+            self.model_id,
+            classifier.variant,
+            classifier.provider,
+            s.model_dir,
+        )
+
+    async def stop(self) -> None:
+        self.ready = False
+        self.metrics.ready.set(0)
+        if self.batcher is not None:
+            await self.batcher.stop()
+
+    def require_ready(self) -> MicroBatcher:
+        if self.load_error is not None:
+            raise NotReady(
+                f"the model failed to load: {self.load_error}",
+                code="model_failed",
+                retry_after_s=self.settings.retry_after_s,
+            )
+        if not self.ready or self.batcher is None:
+            raise NotReady(retry_after_s=self.settings.retry_after_s)
+        return self.batcher
+
+    def decide(self, prediction: Prediction, threshold: float | None) -> dict[str, Any]:
+        t = self.default_threshold if threshold is None else threshold
+        if t != prediction.threshold:
+            prediction = replace(prediction, label=Label.from_bool(prediction.score >= t), threshold=t)
+        return {
+            "label": prediction.label.value,
+            "score": prediction.score,
+            "threshold": prediction.threshold,
+            "categories": dict(prediction.categories),
+        }
+
+
+def _to_example(item: ClassifyRequest | str, limits: Limits, prefix: str) -> Example:
+    if isinstance(item, str):
+        limits.check_item(item, (), prefix)
+        return Example(utterance=item)
+    turns = tuple(Turn(h) if isinstance(h, str) else Turn(h.text, h.speaker) for h in item.history)
+    limits.check_item(item.utterance, [t.text for t in turns], prefix)
+    return Example(utterance=item.utterance, history=turns)
+
+
+async def _until_disconnect(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _predict(state: ServiceState, request: Request, examples: list[Example]) -> list[Prediction] | None:
+    """Run ``examples`` through the batcher; None if the client disconnected first (its items
+    are then dropped before inference)."""
+    batcher = state.require_ready()
+    futures = await batcher.enqueue(examples)
+    waiter: asyncio.Future[Any] = futures[0] if len(futures) == 1 else asyncio.gather(*futures)
+    watcher = asyncio.ensure_future(_until_disconnect(request.receive))
+    try:
+        await asyncio.wait((waiter, watcher), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+        if not waiter.done():
+            waiter.cancel()
+        batcher.release(futures)
+    if waiter.cancelled():
+        return None
+    result = waiter.result()
+    return [result] if len(futures) == 1 else list(result)
+
+
+def _build_router(state: ServiceState) -> APIRouter:
+    dependencies = []
+    api_key = state.settings.api_key.get_secret_value() if state.settings.api_key else None
+    if api_key:
+        expected = api_key.encode()
+
+        async def require_api_key(credentials: BearerCredentials, key: ApiKeyHeader) -> None:
+            supplied = key if key is not None else (credentials.credentials if credentials else None)
+            if supplied is None or not hmac.compare_digest(supplied.encode(), expected):
+                raise Unauthorized()
+
+        dependencies.append(Depends(require_api_key))
+
+    v1 = APIRouter(prefix="/v1", tags=["classification"], dependencies=dependencies, responses=ERROR_RESPONSES)
+    ops = APIRouter(tags=["operations"])
+    log_texts = state.settings.log_texts
+
+    @v1.post("/classify", response_model=ClassifyResponse, summary="Classify the last utterance of a dialogue")
+    async def classify(body: ClassifyRequest, request: Request) -> Response:
+        example = _to_example(body, state.limits, "")
+        predictions = await _predict(state, request, [example])
+        if predictions is None:
+            return Response(status_code=CLIENT_CLOSED)
+        result = state.decide(predictions[0], body.threshold)
+        result["model"] = state.model_id
+        state.metrics.count_labels([result["label"]])
+        if log_texts:
+            log.info(
+                "classify history=%r utterance=%r -> %s %.4f",
+                [t.text for t in example.history],
+                example.utterance,
+                result["label"],
+                result["score"],
+            )
+        return JSONResponse(result)
+
+    @v1.post("/classify/batch", response_model=BatchResponse, summary="Classify many items in one request")
+    async def classify_batch(body: BatchRequest, request: Request) -> Response:
+        state.limits.check_batch(len(body.items))
+        examples = [_to_example(item, state.limits, f"items[{i}].") for i, item in enumerate(body.items)]
+        predictions = await _predict(state, request, examples)
+        if predictions is None:
+            return Response(status_code=CLIENT_CLOSED)
+        results = []
+        for item, prediction in zip(body.items, predictions, strict=True):
+            own = None if isinstance(item, str) else item.threshold
+            results.append(state.decide(prediction, own if own is not None else body.threshold))
+        state.metrics.count_labels([r["label"] for r in results])
+        if log_texts:
+            for example, r in zip(examples, results, strict=True):
+                log.info(
+                    "classify history=%r utterance=%r -> %s %.4f",
+                    [t.text for t in example.history],
+                    example.utterance,
+                    r["label"],
+                    r["score"],
+                )
+        return JSONResponse({"results": results, "model": state.model_id})
+
+    @v1.get("/model", summary="The model card of the model being served")
+    async def model_card() -> dict[str, Any]:
+        state.require_ready()
+        classifier = state.classifier
+        assert classifier is not None
+        card = classifier.card.model_dump(mode="json")
+        card["serving"] = {
+            "model": state.model_id,
+            "variant": classifier.variant,
+            "provider": classifier.provider,
+            "threshold": state.default_threshold,
+            "max_batch_size": state.settings.max_batch_size,
+            "token_budget": state.settings.token_budget,
+        }
+        return card
+
+    @ops.get(
+        "/health",
+        response_model=Status,
+        summary="Liveness: the process serves HTTP",
+        responses={503: {"model": ErrorResponse, "description": "the model failed to load"}},
+    )
+    async def health() -> Response:
+        if state.load_error is not None:
+            state.require_ready()  # raises model_failed
+        return JSONResponse({"status": "ok", "model": state.model_id or None})
+
+    @ops.get(
+        "/ready",
+        response_model=Status,
+        summary="Readiness: the model is loaded and warmed up",
+        responses={503: {"model": ErrorResponse, "description": "not ready yet"}},
+    )
+    async def ready() -> Response:
+        state.require_ready()
+        return JSONResponse({"status": "ready", "model": state.model_id})
+
+    @ops.get("/metrics", summary="Prometheus metrics", response_class=Response)
+    async def metrics() -> Response:
+        return Response(state.metrics.render(), media_type=state.metrics.content_type)
+
+    router = APIRouter()
+    router.include_router(v1)
+    router.include_router(ops)
+    return router
+
+
+def create_app(
+    settings: ServiceSettings | None = None, *, classifier_factory: ClassifierFactory | None = None
+) -> FastAPI:
+    """Build the app; ``settings`` default to the ``SAFETY_*`` environment."""
+    settings = settings if settings is not None else ServiceSettings()
+    state = ServiceState(settings, classifier_factory or load_onnx_classifier)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        loader = asyncio.create_task(state.load(), name="safety-model-loader")
+        try:
+            yield
+        finally:
+            loader.cancel()
+            await asyncio.gather(loader, return_exceptions=True)
+            await state.stop()
+
+    app = FastAPI(
+        title="Dialogue safety classifier",
+        summary="Is the last message of this conversation offensive, given what was said before it?",
+        version=_package_version(),
+        lifespan=lifespan,
+        strict_content_type=False,  # a body without Content-Type is read as JSON; a wrong one is a 415
+    )
+    app.state.safety = state
+    install_error_handlers(app)
+    app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes)
+    app.add_middleware(RequestMetricsMiddleware, metrics=state.metrics)  # outermost: sees the 413s
+    app.include_router(_build_router(state))
+    return app
+
+
+def _package_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("dialogue-safety")
+    except PackageNotFoundError:
+        return "0.0.0"

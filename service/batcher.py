@@ -1,0 +1,371 @@
+"""Micro-batching: concurrent requests merged into inference batches, off the event loop.
+
+An ``asyncio.Queue`` of pending items (an encoded example and the future its caller awaits),
+bounded: a submission that does not fit is refused with :class:`Overloaded` instead of
+growing the queue. One background task (started and stopped in the app's lifespan) forms
+batches and runs them, one at a time, in a single inference thread. A batch closes when it
+reaches ``max_batch_size`` items, when one more item would take it past ``token_budget``
+padded tokens (items x longest), or at its deadline (``max_wait_s`` after its oldest item).
+
+The single-request path stays lean: the batcher only waits for company when the last batch
+showed concurrent traffic (it held several items, or items arrived while it ran); a lone
+request is run at once. Under load the next batch fills while the current one runs, so
+waiting rarely matters.
+
+Every future is resolved or failed: results go to their callers in order; items whose caller
+went away (cancelled future) are dropped before inference; a failing batch fails only its own
+items (:class:`InferenceFailed`) and the loop keeps serving; stopping fails what is left with
+:class:`NotReady` (``shutting_down``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from service.encoding import EncodedExample
+from service.errors import InferenceFailed, NotReady, Overloaded
+from service.schema import Example, Prediction
+
+log = logging.getLogger("service.batcher")
+
+EncodeFn = Callable[[Sequence[Example]], list[EncodedExample]]
+PredictFn = Callable[[list[EncodedExample]], list[Prediction]]
+
+
+class BatchObserver(Protocol):
+    """What the batcher reports (implemented by :class:`service.metrics.ServiceMetrics`)."""
+
+    def observe_queue_depth(self, depth: int) -> None: ...
+    def observe_queue_wait(self, seconds: float) -> None: ...
+    def observe_tokenization(self, seconds: float) -> None: ...
+    def observe_batch(self, size: int, padded_tokens: int, seconds: float) -> None: ...
+    def observe_dropped(self, n: int) -> None: ...
+    def observe_batch_failure(self) -> None: ...
+
+
+class NullObserver:
+    def observe_queue_depth(self, depth: int) -> None:
+        pass
+
+    def observe_queue_wait(self, seconds: float) -> None:
+        pass
+
+    def observe_tokenization(self, seconds: float) -> None:
+        pass
+
+    def observe_batch(self, size: int, padded_tokens: int, seconds: float) -> None:
+        pass
+
+    def observe_dropped(self, n: int) -> None:
+        pass
+
+    def observe_batch_failure(self) -> None:
+        pass
+
+
+@dataclass(slots=True)
+class _Pending:
+    encoded: EncodedExample
+    future: asyncio.Future[Prediction]
+    enqueued: float  # loop.time()
+
+
+@dataclass(slots=True)
+class _Batch:
+    max_items: int
+    token_budget: int
+    items: list[_Pending] = field(default_factory=list)
+    longest: int = 0
+
+    @property
+    def padded_tokens(self) -> int:
+        return len(self.items) * self.longest
+
+    def fits(self, item: _Pending) -> bool:
+        if not self.items:
+            return True  # an item alone always runs, even past the budget
+        longest = max(self.longest, len(item.encoded))
+        return len(self.items) < self.max_items and (len(self.items) + 1) * longest <= self.token_budget
+
+    def add(self, item: _Pending) -> None:
+        self.items.append(item)
+        self.longest = max(self.longest, len(item.encoded))
+
+    @property
+    def full(self) -> bool:
+        return len(self.items) >= self.max_items or self.padded_tokens >= self.token_budget
+
+
+class MicroBatcher:
+    """Merge concurrent submissions into batches for ``predict`` (see the module docstring).
+
+    ``encode`` turns examples into model inputs (called on submit, inline for small submissions,
+    in a helper thread for large ones); ``predict`` runs one batch of encoded items and returns
+    one prediction per item in order (``OnnxClassifier.predict_encoded``).
+    """
+
+    def __init__(
+        self,
+        encode: EncodeFn,
+        predict: PredictFn,
+        *,
+        max_batch_size: int = 64,
+        token_budget: int = 8192,
+        max_wait_s: float = 0.002,
+        queue_size: int = 1024,
+        observer: BatchObserver | None = None,
+        retry_after_s: int = 1,
+        inline_encode_items: int = 8,
+    ) -> None:
+        if max_batch_size < 1 or token_budget < 1 or queue_size < 1 or max_wait_s < 0:
+            raise ValueError("max_batch_size, token_budget and queue_size must be >= 1, max_wait_s >= 0")
+        self._encode = encode
+        self._predict = predict
+        self.max_batch_size = max_batch_size
+        self.token_budget = token_budget
+        self.max_wait_s = max_wait_s
+        self.queue_size = queue_size
+        self.retry_after_s = retry_after_s
+        self.inline_encode_items = inline_encode_items
+        self._observer: BatchObserver = observer or NullObserver()
+        self._queue: asyncio.Queue[_Pending] | None = None
+        self._carry: _Pending | None = None  # taken from the queue, did not fit the last batch
+        self._task: asyncio.Task[None] | None = None
+        self._infer_pool: ThreadPoolExecutor | None = None
+        self._encode_pool: ThreadPoolExecutor | None = None
+        self._accepting = False
+        self._stopped = False
+        self._running_batch = False
+        self._arrived_while_running = 0
+        self._expect_company = False
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    async def start(self) -> None:
+        if self._task is not None:
+            raise RuntimeError("the batcher is already running")
+        self._queue = asyncio.Queue(maxsize=self.queue_size)
+        self._infer_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="safety-inference")
+        self._encode_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="safety-encode")
+        self._task = asyncio.create_task(self._loop(), name="safety-micro-batcher")
+        self._task.add_done_callback(self._loop_ended)
+        self._accepting = True
+
+    async def stop(self) -> None:
+        """Refuse new work, stop the loop, fail every pending future with ``shutting_down``."""
+        self._accepting = False
+        self._stopped = True
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        pending: list[_Pending] = [self._carry] if self._carry else []
+        self._carry = None
+        while self._queue is not None and not self._queue.empty():
+            pending.append(self._queue.get_nowait())
+        for item in pending:
+            _fail(item.future, _shutting_down(self.retry_after_s))
+        self._observer.observe_queue_depth(0)
+        for pool in (self._infer_pool, self._encode_pool):
+            if pool is not None:
+                pool.shutdown(wait=False, cancel_futures=True)
+        self._infer_pool = self._encode_pool = None
+
+    @property
+    def running(self) -> bool:
+        return self._accepting and self._task is not None and not self._task.done()
+
+    @property
+    def depth(self) -> int:
+        """Items waiting for a batch (not counting the batch being run)."""
+        queued = self._queue.qsize() if self._queue is not None else 0
+        return queued + (1 if self._carry is not None else 0)
+
+    # -- submitting -----------------------------------------------------------------------------
+    async def submit(self, examples: Sequence[Example]) -> list[Prediction]:
+        """Predict ``examples`` (in order) as part of whatever batches form; raises
+        :class:`Overloaded` when the queue cannot take them all, :class:`NotReady` when stopped,
+        :class:`InferenceFailed` when a batch holding one of them failed. Cancelling the caller
+        drops its items that have not reached inference yet."""
+        futures = await self.enqueue(examples)
+        if len(futures) == 1:
+            return [await futures[0]]  # cancelling the caller cancels the future: dropped
+        try:
+            return list(await asyncio.gather(*futures))
+        finally:
+            self.release(futures)
+
+    async def enqueue(self, examples: Sequence[Example]) -> list[asyncio.Future[Prediction]]:
+        """Encode ``examples`` and queue them together; one future per example, in order.
+
+        Callers that stop waiting must :meth:`release` the futures (cancel what is pending)."""
+        n = len(examples)
+        if n == 0:
+            return []
+        self._check_room(n)  # before encoding: refusing must stay cheap under overload
+        start = time.perf_counter()
+        if n <= self.inline_encode_items:
+            encoded = self._encode(examples)
+        else:
+            loop = asyncio.get_running_loop()
+            encoded = await loop.run_in_executor(self._encode_pool, self._encode, examples)
+        self._observer.observe_tokenization(time.perf_counter() - start)
+        if len(encoded) != n:
+            raise RuntimeError(f"encode returned {len(encoded)} items for {n} examples")
+        return self._enqueue(encoded)
+
+    @staticmethod
+    def release(futures: Sequence[asyncio.Future[Prediction]]) -> None:
+        """Cancel the futures still pending (they are dropped before inference) and mark the
+        failures of the others as retrieved (no 'exception was never retrieved' warnings)."""
+        for fut in futures:
+            if not fut.done():
+                fut.cancel()
+            elif not fut.cancelled():
+                fut.exception()
+
+    def _check_room(self, n: int) -> None:
+        if not self._accepting or self._queue is None:
+            raise _shutting_down(self.retry_after_s) if self._stopped else NotReady("the batcher is not running")
+        if self.queue_size - self.depth < n:
+            raise Overloaded(
+                f"the inference queue is full ({self.depth}/{self.queue_size} items waiting); retry later",
+                retry_after_s=self.retry_after_s,
+            )
+
+    def _enqueue(self, encoded: list[EncodedExample]) -> list[asyncio.Future[Prediction]]:
+        self._check_room(len(encoded))  # again: encoding may have awaited
+        assert self._queue is not None
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        futures: list[asyncio.Future[Prediction]] = []
+        for enc in encoded:  # no await in between: one submission's items stay together
+            fut: asyncio.Future[Prediction] = loop.create_future()
+            self._queue.put_nowait(_Pending(enc, fut, now))
+            futures.append(fut)
+        if self._running_batch:
+            self._arrived_while_running += len(encoded)
+        self._observer.observe_queue_depth(self.depth)
+        return futures
+
+    # -- the loop ---------------------------------------------------------------------------------
+    async def _loop(self) -> None:
+        assert self._queue is not None
+        while True:
+            batch = await self._next_batch()
+            try:
+                await self._run(batch)
+            except asyncio.CancelledError:
+                for item in batch.items:
+                    _fail(item.future, _shutting_down(self.retry_after_s))
+                raise
+            except Exception:  # a bug here must not stop the service: fail this batch only
+                log.exception("micro-batcher: unexpected error; failing one batch and continuing")
+                for item in batch.items:
+                    _fail(item.future, InferenceFailed())
+
+    async def _next_batch(self) -> _Batch:
+        assert self._queue is not None
+        batch = _Batch(self.max_batch_size, self.token_budget)
+        while not batch.items:  # skip items whose caller is gone
+            first = self._carry if self._carry is not None else await self._queue.get()
+            self._carry = None
+            self._take(batch, first)
+        if self._drain(batch) or not self._expect_company or self.max_wait_s <= 0:
+            return batch
+        deadline = batch.items[0].enqueued + self.max_wait_s
+        try:
+            async with asyncio.timeout_at(deadline):
+                while True:
+                    item = await self._queue.get()  # cancellation-safe: no item is lost
+                    if not self._offer(batch, item) or batch.full:
+                        break
+        except TimeoutError:
+            pass
+        except asyncio.CancelledError:  # stopped while waiting for company: fail what was taken
+            for taken in batch.items:
+                _fail(taken.future, _shutting_down(self.retry_after_s))
+            raise
+        return batch
+
+    def _drain(self, batch: _Batch) -> bool:
+        """Take what is already queued; True once the batch is closed (full or over budget)."""
+        assert self._queue is not None
+        while not batch.full:
+            if self._queue.empty():
+                return False
+            if not self._offer(batch, self._queue.get_nowait()):
+                return True
+        return True
+
+    def _offer(self, batch: _Batch, item: _Pending) -> bool:
+        """Add ``item`` if it fits; otherwise keep it for the next batch and return False."""
+        if item.future.done():
+            self._observer.observe_dropped(1)
+            return True
+        if not batch.fits(item):
+            self._carry = item
+            return False
+        batch.add(item)
+        return True
+
+    def _take(self, batch: _Batch, item: _Pending) -> None:
+        if item.future.done():
+            self._observer.observe_dropped(1)
+        else:
+            batch.add(item)
+
+    async def _run(self, batch: _Batch) -> None:
+        live = [item for item in batch.items if not item.future.done()]  # cancelled while waiting
+        if len(live) < len(batch.items):
+            self._observer.observe_dropped(len(batch.items) - len(live))
+        batch.items = live
+        self._observer.observe_queue_depth(self.depth)
+        if not live:
+            return
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        for item in live:
+            self._observer.observe_queue_wait(now - item.enqueued)
+        padded = len(live) * max(len(item.encoded) for item in live)
+        self._running_batch, self._arrived_while_running = True, 0
+        start = time.perf_counter()
+        try:
+            predictions = await loop.run_in_executor(self._infer_pool, self._predict, [i.encoded for i in live])
+            if len(predictions) != len(live):
+                raise RuntimeError(f"predict returned {len(predictions)} predictions for {len(live)} items")
+        except Exception:
+            # Log the failure without the inputs; fail only this batch's callers.
+            log.exception("inference failed for a batch of %d items (%d padded tokens)", len(live), padded)
+            self._observer.observe_batch_failure()
+            for item in live:
+                _fail(item.future, InferenceFailed())
+            return
+        finally:
+            self._running_batch = False
+            self._expect_company = len(live) > 1 or self._arrived_while_running > 0
+        self._observer.observe_batch(len(live), padded, time.perf_counter() - start)
+        for item, prediction in zip(live, predictions, strict=True):
+            if not item.future.done():
+                item.future.set_result(prediction)
+
+    def _loop_ended(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            log.error("micro-batcher loop stopped", exc_info=task.exception())
+            self._accepting = False
+
+
+def _shutting_down(retry_after_s: int) -> NotReady:
+    return NotReady(
+        "the service is shutting down; retry on another instance", code="shutting_down", retry_after_s=retry_after_s
+    )
+
+
+def _fail(future: asyncio.Future[Prediction], exc: Exception) -> None:
+    if not future.done():
+        future.set_exception(exc)

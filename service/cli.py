@@ -1,0 +1,114 @@
+"""``dialogue-safety serve``: run the HTTP service (uvicorn, one worker per process).
+
+Flags override the ``SAFETY_*`` environment; everything else comes from it (see
+docs/api.md, "Settings"). Scale out with more processes/containers, not workers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal, get_args, get_origin
+
+from pydantic import ValidationError
+
+from service.model_card import CARD_FILE
+from service.settings import ENV_PREFIX, ServiceSettings, default_model_dir
+
+BUILD_HINT = (
+    "build the bundled model first (train a checkpoint, then export it):\n"
+    "  dialogue-safety train --help\n"
+    "  dialogue-safety export --help   # writes an ONNX model directory, e.g. models/default\n"
+    "or point the service at an exported model directory with --model DIR or SAFETY_MODEL_DIR=DIR"
+)
+
+
+FLAG_NAMES = {"model_dir": "--model"}
+SECRET_SETTINGS = {"api_key"}  # environment only: a flag would show in `ps`
+
+
+def _scalar_type(annotation: Any) -> Any:
+    if get_origin(annotation) is Literal:
+        return annotation
+    args = [a for a in get_args(annotation) if a is not type(None)]
+    return args[0] if args else annotation
+
+
+def build_parser(prog: str) -> argparse.ArgumentParser:
+    """One flag per setting (``--max-wait-ms`` for ``SAFETY_MAX_WAIT_MS``...), except secrets."""
+    p = argparse.ArgumentParser(
+        prog=prog,
+        description="Serve the dialogue safety classifier over HTTP (uvicorn, one worker). Every flag overrides "
+        "its SAFETY_* environment variable; the API key is read from SAFETY_API_KEY only. See docs/api.md.",
+    )
+    for name, info in ServiceSettings.model_fields.items():
+        if name in SECRET_SETTINGS:
+            continue
+        flag = FLAG_NAMES.get(name, "--" + name.replace("_", "-"))
+        env = f"{ENV_PREFIX}{name.upper()}"
+        kind = _scalar_type(info.annotation)
+        default = f"${env} or " + (str(default_model_dir()) if name == "model_dir" else str(info.default))
+        help_ = f"{info.description} (default: {default})"
+        if kind is bool:
+            p.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=None, help=help_)
+        elif get_origin(kind) is Literal:
+            p.add_argument(flag, dest=name, choices=get_args(kind), default=None, help=help_)
+        else:
+            p.add_argument(flag, dest=name, type=kind, default=None, help=help_)
+    return p
+
+
+def settings_from_args(args: argparse.Namespace) -> ServiceSettings:
+    overrides: dict[str, Any] = {k: v for k, v in vars(args).items() if v is not None}
+    return ServiceSettings(**overrides)
+
+
+def check_model_dir(model_dir: Path) -> str | None:
+    """A message saying what is missing, or None when the directory looks like a model."""
+    if not model_dir.is_dir():
+        return f"no model directory at {model_dir}"
+    if not (model_dir / CARD_FILE).is_file():
+        return f"{model_dir} has no {CARD_FILE}: not an exported model directory"
+    if not any(model_dir.glob("*.onnx")):
+        return f"{model_dir} has no .onnx file: export the checkpoint first"
+    return None
+
+
+def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety serve") -> int:
+    args = build_parser(prog).parse_args(argv)
+    try:
+        settings = settings_from_args(args)
+    except ValidationError as exc:
+        print(f"{prog}: invalid settings:\n{exc}", file=sys.stderr)
+        return 2
+    problem = check_model_dir(settings.model_dir)
+    if problem:
+        print(f"{prog}: {problem}\n{BUILD_HINT}", file=sys.stderr)
+        return 2
+
+    import uvicorn
+
+    from service.api import create_app
+
+    level = "DEBUG" if settings.log_level == "trace" else settings.log_level.upper()
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    app = create_app(settings)
+    uvicorn.run(
+        app,
+        host=settings.host,
+        port=settings.port,
+        workers=1,
+        log_level=settings.log_level,
+        access_log=settings.access_log,
+        proxy_headers=False,
+        server_header=False,
+        timeout_graceful_shutdown=10,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

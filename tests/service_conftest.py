@@ -1,0 +1,176 @@
+"""Helpers for the service tests: a fake classifier with OnnxClassifier's interface, a real uvicorn
+server on localhost in a thread, and the tiny exported ONNX model (session fixture).
+
+Import the fixtures you use into the test module: ``from service_conftest import tiny_model_dir``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+
+from service.api import Classifier, create_app
+from service.encoding import EncodedExample
+from service.model_card import ModelCard
+from service.schema import Example, Label, Prediction
+from service.settings import ServiceSettings
+
+BAD_WORDS = frozenset({"idiot", "idiots", "stupid", "hate"})
+BAD_ID, SEP_ID, CLS_ID = 7, 3, 2
+
+
+class FakeClassifier:
+    """OnnxClassifier's interface without a model: a word is 'bad' or not.
+
+    The utterance scores 0.9 with a bad word, else 0.1; every bad word in the history adds 0.05
+    (so context changes the score). ``gate`` blocks predict_encoded until set, ``warm_gate``
+    blocks warmup (both open by default), ``fail_if`` makes a batch raise, ``batches`` records what was predicted.
+    """
+
+    def __init__(self, *, heads: Sequence[str] = ("offensive", "hateful"), threshold: float = 0.5) -> None:
+        self.card = ModelCard(
+            name="fake", version="1.2.3", heads=list(heads), score_heads=[heads[0]], threshold=threshold
+        )
+        self.model_id = self.card.model_id
+        self.variant = "fp32"
+        self.provider = "CPUExecutionProvider"
+        self.gate = threading.Event()  # predict_encoded waits for it (clear() holds batches)
+        self.gate.set()
+        self.warm_gate = threading.Event()  # warmup waits for it (clear() keeps the service unready)
+        self.warm_gate.set()
+        self.entered = threading.Event()  # set when a predict call starts
+        self.fail_if: Callable[[list[EncodedExample]], bool] | None = None
+        self.batches: list[list[EncodedExample]] = []
+        self.warmed = False
+
+    @staticmethod
+    def _ids(text: str) -> list[int]:
+        return [BAD_ID if w.strip(".,!?").lower() in BAD_WORDS else 10 + len(w) for w in text.split()]
+
+    def encode(self, examples: Sequence[Example]) -> list[EncodedExample]:
+        out = []
+        for ex in examples:
+            a = [CLS_ID]
+            for turn in ex.history:
+                a += [*self._ids(turn.text), SEP_ID]
+            if len(a) == 1:
+                a.append(SEP_ID)
+            b = [*self._ids(ex.utterance)[:60], SEP_ID]
+            out.append(EncodedExample(tuple(a + b), (0,) * len(a) + (1,) * len(b), (1,) * (len(a) + len(b))))
+        return out
+
+    def predict_encoded(self, encoded: Sequence[EncodedExample], threshold: float | None = None) -> list[Prediction]:
+        self.entered.set()
+        if not self.gate.wait(10):
+            raise TimeoutError("test gate never opened")
+        batch = list(encoded)
+        if self.fail_if is not None and self.fail_if(batch):
+            raise RuntimeError("injected batch failure")
+        self.batches.append(batch)
+        t = self.card.threshold if threshold is None else threshold
+        preds = []
+        for e in batch:
+            b = [i for i, tt in zip(e.input_ids, e.token_type_ids, strict=True) if tt == 1]
+            a = [i for i, tt in zip(e.input_ids, e.token_type_ids, strict=True) if tt == 0]
+            score = min(0.99, (0.9 if BAD_ID in b else 0.1) + 0.05 * a.count(BAD_ID))
+            cats = {h: score if i == 0 else score / 2 for i, h in enumerate(self.card.heads)}
+            preds.append(Prediction(score=score, label=Label.from_bool(score >= t), threshold=t, categories=cats))
+        return preds
+
+    def predict(self, examples: Sequence[Example], threshold: float | None = None) -> list[Prediction]:
+        return self.predict_encoded(self.encode(examples), threshold)
+
+    def warmup(self) -> None:
+        if not self.warm_gate.wait(10):
+            raise TimeoutError("warm-up gate never opened")
+        self.warmed = True
+
+
+@dataclass
+class LiveServer:
+    """A real uvicorn server on 127.0.0.1 running in a thread."""
+
+    server: uvicorn.Server
+    thread: threading.Thread
+    app: Any
+    classifier: Classifier | None = None
+    port: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def client(self, **kwargs: Any) -> httpx.Client:
+        return httpx.Client(base_url=self.url, timeout=10, **kwargs)
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        """Block until /ready answers 200 (bounded; fails the test otherwise)."""
+        deadline = time.monotonic() + timeout
+        with self.client() as c:
+            while time.monotonic() < deadline:
+                if c.get("/ready").status_code == 200:
+                    return
+                time.sleep(0.02)
+        pytest.fail("the service never became ready")
+
+
+@contextmanager
+def live_server(
+    settings: ServiceSettings | None = None,
+    classifier: Classifier | None = None,
+    *,
+    wait_ready: bool = True,
+    **overrides: Any,
+) -> Iterator[LiveServer]:
+    """Run ``create_app`` (with ``classifier`` if given, else the real ONNX runtime) under uvicorn."""
+    base = settings or ServiceSettings(host="127.0.0.1", port=0, **overrides)
+    factory = (lambda _s: classifier) if classifier is not None else None
+    app = create_app(base, classifier_factory=factory)
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=0, log_level="warning", lifespan="on", access_log=False, timeout_graceful_shutdown=2
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name="uvicorn-test", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            pytest.fail("uvicorn did not start")
+        time.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    live = LiveServer(server, thread, app, classifier, port)
+    try:
+        if wait_ready:
+            live.wait_ready()
+        yield live
+    finally:
+        server.should_exit = True
+        thread.join(15)
+
+
+_EXPORTED: dict[Path, Path] = {}
+
+
+def export_tiny_model(checkpoint: Path, out_root: Path) -> Path:
+    """The tiny checkpoint exported to an ONNX model directory (fp32 only), once per session."""
+    if checkpoint not in _EXPORTED:
+        from export.onnx_export import export_checkpoint
+
+        _EXPORTED[checkpoint] = export_checkpoint(checkpoint, out_root / "tiny_model", variant_names=("fp32",)).out_dir
+    return _EXPORTED[checkpoint]
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``tiny_checkpoint`` exported with ``export.onnx_export.export_checkpoint`` (shared by modules)."""
+    return export_tiny_model(tiny_checkpoint, tmp_path_factory.getbasetemp())

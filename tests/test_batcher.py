@@ -1,0 +1,320 @@
+"""MicroBatcher against a fake encode/predict: batching rules, ordering, overload, cancellation,
+failures and shutdown. No model, no HTTP, no timing assertions."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import pytest
+
+from service.batcher import MicroBatcher
+from service.encoding import EncodedExample
+from service.errors import InferenceFailed, NotReady, Overloaded
+from service.schema import Example, Label, Prediction
+
+GUARD_S = 10.0  # only against hangs; never asserted on
+
+
+def item(ident: int, n_tokens: int = 4) -> Example:
+    """An example whose encoding carries ``ident`` and has ``n_tokens`` tokens."""
+    return Example(utterance=f"{ident}:{n_tokens}")
+
+
+class FakeModel:
+    def __init__(self) -> None:
+        self.batches: list[list[int]] = []
+        self.gate = threading.Event()  # predict waits for it: clear() to hold batches, set() to release
+        self.gate.set()
+        self.entered = threading.Event()
+        self.fail_ident: int | None = None
+
+    def encode(self, examples: Sequence[Example]) -> list[EncodedExample]:
+        out = []
+        for ex in examples:
+            ident, n = (int(x) for x in ex.utterance.split(":"))
+            ids = (101, ident, *([5] * (n - 3)), 102)[:n] if n >= 3 else (ident,) * n
+            out.append(EncodedExample(ids, (0,) * len(ids), (1,) * len(ids)))
+        return out
+
+    def predict(self, encoded: list[EncodedExample]) -> list[Prediction]:
+        self.entered.set()
+        assert self.gate.wait(GUARD_S)
+        idents = [e.input_ids[1] if len(e) >= 3 else e.input_ids[0] for e in encoded]
+        if self.fail_ident is not None and self.fail_ident in idents:
+            raise RuntimeError("boom")
+        self.batches.append(idents)
+        return [Prediction(score=i / 1000, label=Label.SAFE, threshold=0.5) for i in idents]
+
+
+class RecordingObserver:
+    def __init__(self) -> None:
+        self.batches: list[tuple[int, int]] = []
+        self.dropped = 0
+        self.failures = 0
+        self.tokenizations = 0
+        self.depths: list[int] = []
+        self.waits = 0
+
+    def observe_queue_depth(self, depth: int) -> None:
+        self.depths.append(depth)
+
+    def observe_queue_wait(self, seconds: float) -> None:
+        self.waits += 1
+
+    def observe_tokenization(self, seconds: float) -> None:
+        self.tokenizations += 1
+
+    def observe_batch(self, size: int, padded_tokens: int, seconds: float) -> None:
+        self.batches.append((size, padded_tokens))
+
+    def observe_dropped(self, n: int) -> None:
+        self.dropped += n
+
+    def observe_batch_failure(self) -> None:
+        self.failures += 1
+
+
+Scenario = Callable[[MicroBatcher, "FakeModel", "RecordingObserver"], Awaitable[Any]]
+
+
+def run(coro_fn: Scenario, model: FakeModel | None = None, **kwargs: Any) -> tuple[Any, FakeModel, RecordingObserver]:
+    """Run ``coro_fn(batcher, model, observer)`` with a started batcher; stop it afterwards."""
+    model = model or FakeModel()
+    observer = RecordingObserver()
+
+    async def main() -> Any:
+        batcher = MicroBatcher(model.encode, model.predict, observer=observer, **kwargs)
+        await batcher.start()
+        try:
+            return await asyncio.wait_for(coro_fn(batcher, model, observer), GUARD_S)
+        finally:
+            await batcher.stop()
+
+    return asyncio.run(main()), model, observer
+
+
+async def wait_entered(model: FakeModel) -> None:
+    """Until the inference thread is inside predict (bounded)."""
+    await asyncio.to_thread(model.entered.wait, GUARD_S)
+
+
+def test_single_submission_and_order() -> None:
+    async def body(b: MicroBatcher, m: FakeModel, o: RecordingObserver) -> list[float]:
+        one = await b.submit([item(7)])
+        many = await b.submit([item(i) for i in (3, 1, 2)])
+        return [p.score for p in one + many]
+
+    scores, model, obs = run(body)
+    assert scores == [0.007, 0.003, 0.001, 0.002]
+    assert model.batches == [[7], [3, 1, 2]]
+    assert obs.tokenizations == 2 and obs.waits == 4
+
+
+def test_concurrent_submissions_share_a_batch_and_results_go_to_their_callers() -> None:
+    model = FakeModel()
+    model.gate.clear()
+
+    async def body(b: MicroBatcher, m: FakeModel, o: RecordingObserver) -> list[list[float]]:
+        first = asyncio.create_task(b.submit([item(1)]))
+        await wait_entered(m)  # batch [1] is running; the rest queue up behind it
+        others = [asyncio.create_task(b.submit([item(i), item(i + 100)])) for i in (2, 3, 4)]
+        await asyncio.sleep(0)
+        m.gate.set()
+        return [[p.score for p in r] for r in await asyncio.gather(first, *others)]
+
+    results, model, obs = run(body, model, max_batch_size=64)
+    assert results == [[0.001], [0.002, 0.102], [0.003, 0.103], [0.004, 0.104]]
+    assert model.batches == [[1], [2, 102, 3, 103, 4, 104]]
+    assert [size for size, _ in obs.batches] == [1, 6]
+
+
+def test_batches_close_at_max_batch_size() -> None:
+    async def body(b: MicroBatcher, m: FakeModel, o: RecordingObserver) -> list[Prediction]:
+        return await b.submit([item(i) for i in range(10)])
+
+    preds, model, _ = run(body, max_batch_size=4)
+    assert [p.score for p in preds] == [i / 1000 for i in range(10)]
+    assert model.batches == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+
+
+def test_batches_close_at_the_token_budget_padded_to_the_longest() -> None:
+    async def body(b: MicroBatcher, m: FakeModel, o: RecordingObserver) -> list[Prediction]:
+        # lengths 10, 10, 30, 10: [10,10] = 20 tokens; adding 30 would make 3 x 30 = 90 > 50
+        # a 60-token item alone exceeds the budget and still runs (alone)
+        return await b.submit([item(1, 10), item(2, 10), item(3, 30), item(4, 10), item(5, 60), item(6, 10)])
+
+    preds, model, obs = run(body, token_budget=50)
+    assert [p.score for p in preds] == [0.001, 0.002, 0.003, 0.004, 0.005, 0.006]
+    assert model.batches == [[1, 2], [3], [4], [5], [6]]
+    assert [tokens for _, tokens in obs.batches] == [20, 30, 10, 60, 10]
+
+
+def test_lone_request_does_not_wait_but_concurrent_traffic_waits_for_company() -> None:
+    async def body(b: MicroBatcher, m: FakeModel, o: RecordingObserver) -> None:
+        # A lone request with a huge max_wait comes back at once (the guard would fail otherwise).
+        await asyncio.wait_for(b.submit([item(1)]), GUARD_S / 2)
+        # After a batch of several items the batcher expects company: a request that arrives a
+        # few loop turns after another joins its batch (closed by size, not by the deadline).
+        await b.submit([item(2), item(3)])
+        first = asyncio.create_task(b.submit([item(4)]))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        second = asyncio.create_task(b.submit([item(5)]))
+        await asyncio.gather(first, second)
+
+    _, model, _ = run(body, max_batch_size=2, max_wait_s=GUARD_S * 10)
+    assert model.batches == [[1], [2, 3], [4, 5]]
+
+
+def test_full_queue_raises_overloaded_and_then_recovers() -> None:
+    model = FakeModel()
+    model.gate.clear()
+
+    async def body(b: MicroBatcher, m: FakeModel, o: RecordingObserver) -> list[float]:
+        running = asyncio.create_task(b.submit([item(1)]))
+        await wait_entered(m)
+        queued = asyncio.create_task(b.submit([item(2), item(3)]))
+        await asyncio.sleep(0)
+        with pytest.raises(Overloaded):
+            await b.submit([item(5), item(6)])  # all-or-nothing: nothing of it is queued
+        assert b.depth == 2
+        last = asyncio.create_task(b.submit([item(4)]))
+        await asyncio.sleep(0)
+        assert b.depth == 3
+        with pytest.raises(Overloaded) as too_many:
+            await b.submit([item(5)])
+        assert too_many.value.headers["Retry-After"] == "1"
+        m.gate.set()
+        await asyncio.gather(running, queued, last)
+        return [p.score for p in await b.submit([item(7), item(8), item(9)])]
+
+    scores, model, _ = run(body, model, queue_size=3)
+    assert scores == [0.007, 0.008, 0.009]
+    assert model.batches[:2] == [[1], [2, 3, 4]] and 5 not in sum(model.batches, [])
+
+
+def test_cancelled_requests_are_dropped_before_inference() -> None:
+    model = FakeModel()
+    model.gate.clear()
+
+    async def body(b: MicroBatcher, m: FakeModel, o: RecordingObserver) -> list[float]:
+        running = asyncio.create_task(b.submit([item(1)]))
+        await wait_entered(m)
+        gone = asyncio.create_task(b.submit([item(2), item(3)]))
+        stays = asyncio.create_task(b.submit([item(4)]))
+        gone_single = asyncio.create_task(b.submit([item(5)]))
+        await asyncio.sleep(0)
+        gone.cancel()
+        gone_single.cancel()
+        await asyncio.gather(gone, gone_single, return_exceptions=True)
+        m.gate.set()
+        await running
+        return [p.score for p in await stays]
+
+    scores, model, obs = run(body, model)
+    assert scores == [0.004]
+    assert model.batches == [[1], [4]]
+    assert obs.dropped == 3
+
+
+def test_enqueued_futures_released_by_the_caller_are_dropped() -> None:
+    model = FakeModel()
+    model.gate.clear()
+
+    async def body(b: MicroBatcher, m: FakeModel, o: RecordingObserver) -> None:
+        running = asyncio.create_task(b.submit([item(1)]))
+        await wait_entered(m)
+        futures = await b.enqueue([item(2), item(3)])
+        b.release(futures)  # the HTTP client disconnected
+        m.gate.set()
+        await running
+        await b.submit([item(4)])
+
+    _, model, obs = run(body, model)
+    assert model.batches == [[1], [4]]
+    assert obs.dropped == 2
+
+
+def test_a_failing_batch_fails_only_its_requests_and_the_batcher_keeps_serving() -> None:
+    model = FakeModel()
+    model.gate.clear()
+    model.fail_ident = 3
+
+    async def body(b: MicroBatcher, m: FakeModel, o: RecordingObserver) -> list[object]:
+        before = asyncio.create_task(b.submit([item(1)]))
+        await wait_entered(m)
+        doomed = [asyncio.create_task(b.submit([item(i)])) for i in (2, 3)]  # one batch: [2, 3]
+        await asyncio.sleep(0)
+        m.gate.set()
+        results = await asyncio.gather(before, *doomed, return_exceptions=True)
+        after = await b.submit([item(4), item(5)])
+        return [*results, after]
+
+    results, model, obs = run(body, model, max_batch_size=2)
+    assert [p.score for p in results[0]] == [0.001]
+    assert isinstance(results[1], InferenceFailed) and isinstance(results[2], InferenceFailed)
+    assert [p.score for p in results[3]] == [0.004, 0.005]
+    assert obs.failures == 1
+    assert model.batches == [[1], [4, 5]]
+
+
+def test_stop_fails_pending_requests_and_refuses_new_ones() -> None:
+    model = FakeModel()
+    model.gate.clear()
+
+    async def main() -> None:
+        b = MicroBatcher(model.encode, model.predict)
+        with pytest.raises(NotReady):
+            await b.submit([item(0)])  # not started
+        await b.start()
+        running = asyncio.create_task(b.submit([item(1)]))
+        await wait_entered(model)
+        queued = asyncio.create_task(b.submit([item(2), item(3)]))
+        await asyncio.sleep(0)
+        await b.stop()
+        model.gate.set()
+        for task in (running, queued):
+            with pytest.raises(NotReady) as info:
+                await asyncio.wait_for(task, GUARD_S)
+            assert info.value.code == "shutting_down"
+        with pytest.raises(NotReady):
+            await b.submit([item(4)])
+
+    asyncio.run(main())
+
+
+def test_large_submissions_are_encoded_off_the_loop_with_the_same_results() -> None:
+    async def body(b: MicroBatcher, m: FakeModel, o: RecordingObserver) -> list[float]:
+        return [p.score for p in await b.submit([item(i) for i in range(40)])]
+
+    scores, _, _ = run(body, inline_encode_items=4)
+    assert scores == [i / 1000 for i in range(40)]
+
+
+def test_invalid_configuration_is_refused() -> None:
+    model = FakeModel()
+    with pytest.raises(ValueError):
+        MicroBatcher(model.encode, model.predict, max_batch_size=0)
+
+
+def test_stop_while_a_batch_waits_for_company_fails_its_items() -> None:
+    model = FakeModel()
+
+    async def main() -> None:
+        b = MicroBatcher(model.encode, model.predict, max_batch_size=8, max_wait_s=GUARD_S * 10)
+        await b.start()
+        await b.submit([item(1), item(2)])  # concurrent traffic: the next batch waits for company
+        waiting = asyncio.create_task(b.submit([item(3)]))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert not waiting.done()
+        await b.stop()
+        with pytest.raises(NotReady) as info:
+            await asyncio.wait_for(waiting, GUARD_S)
+        assert info.value.code == "shutting_down"
+
+    asyncio.run(main())
+    assert model.batches == [[1, 2]]

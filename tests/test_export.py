@@ -1,0 +1,196 @@
+"""ONNX export: self-describing model directory, torch parity, loud failures, fp16 weight storage."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto
+
+from export import onnx_export
+from export.cli import main as export_main
+from export.comparison import choose_cpu_variant, compare_variants
+from export.onnx_export import ExportError, ParityError, export_checkpoint, ort_logits, torch_logits
+from service import variants
+from service.encoding import DialogueEncoder
+from service.model_card import ModelCard
+from service.schema import Example, Label, LabelledExample, Split
+from training.checkpoint import load_checkpoint
+
+FRESH = [
+    Example.from_texts("a completely new utterance about nothing"),
+    Example.from_texts("and another one", ["with", "three turns", "of history before it"]),
+    Example.from_texts("short"),
+    Example.from_texts(" ".join(["long"] * 300), ["context"]),
+    Example.from_texts("emoji 😀 and numbers 42", ["hi"]),
+]
+
+
+@pytest.fixture(scope="module")
+def shipped(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> onnx_export.ExportResult:
+    out = tmp_path_factory.mktemp("export") / "shipped"
+    return export_checkpoint(tiny_checkpoint, out, ship=True)
+
+
+@pytest.fixture(scope="module")
+def plain(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> onnx_export.ExportResult:
+    out = tmp_path_factory.mktemp("export") / "plain"
+    return export_checkpoint(tiny_checkpoint, out, variant_names=["fp32"])
+
+
+def test_export_writes_a_self_describing_model_directory(shipped: onnx_export.ExportResult) -> None:
+    out = shipped.out_dir
+    for name in ("model.onnx", "tokenizer.json", "model_card.json", "MODEL_CARD.md", ".gitignore"):
+        assert (out / name).is_file(), name
+    card = ModelCard.load(out)
+    assert card.variants == {
+        "fp32": "model.fp32.onnx",
+        "optimized": "model.optimized.onnx",
+        "int8": "model.int8.onnx",
+        "fp16": "model.fp16.onnx",
+    }
+    for name, file in card.variants.items():
+        assert (out / file).is_file(), name
+    export = card.export
+    assert export["opset"] == onnx_export.DEFAULT_OPSET
+    assert export["tolerance"] == 1e-4
+    assert 0 <= export["max_abs_diff"] <= 1e-4
+    assert export["onnxruntime"] and export["weights_storage"] == "fp16"
+    assert export["artifact_sha256"] == variants.file_sha256(out / "model.onnx")
+    assert export["geometry"]["num_attention_heads"] == 2
+    assert set(export["recipes"]) == set(variants.VARIANT_NAMES)
+    assert export["variants"]["optimized"]["max_abs_diff"] <= onnx_export.OPTIMIZED_TOLERANCE
+    assert card.cpu_variant == "optimized" and "not validated" in export["cpu_variant_reason"]
+    assert card.name in (out / "MODEL_CARD.md").read_text()
+    assert not list(out.parent.glob(".shipped.export-*")), "the staging folder is gone"
+
+
+def test_onnx_signature_has_dynamic_batch_and_sequence(plain: onnx_export.ExportResult) -> None:
+    graph = onnx.load(str(plain.out_dir / "model.onnx")).graph
+    inputs = {i.name: i.type.tensor_type for i in graph.input}
+    assert set(inputs) == {"input_ids", "attention_mask", "token_type_ids"}
+    for t in inputs.values():
+        assert t.elem_type == TensorProto.INT64
+        assert [d.dim_param for d in t.shape.dim] == ["batch_size", "sequence_length"]
+    (logits,) = graph.output
+    assert logits.name == "logits"
+    dims = logits.type.tensor_type.shape.dim
+    assert dims[0].dim_param == "batch_size" and dims[1].dim_value == 1
+
+
+def test_onnx_matches_torch_on_fresh_dialogues(tiny_checkpoint: Path, plain: onnx_export.ExportResult) -> None:
+    model, encoder, _ = load_checkpoint(tiny_checkpoint)
+    encoded = encoder.encode_batch(FRESH)
+    reference = torch_logits(model, encoded, encoder.pad_id)
+    got = ort_logits(plain.out_dir / "model.onnx", encoded, encoder.pad_id)
+    assert np.max(np.abs(got - reference)) <= 1e-4
+    assert ModelCard.load(plain.out_dir).variants["fp32"] == "model.onnx"
+
+
+def test_shipped_weights_are_fp16_and_fold_back_exactly(shipped: onnx_export.ExportResult) -> None:
+    out = shipped.out_dir
+    artifact = onnx.load(str(out / "model.onnx"))
+    types = [i.data_type for i in artifact.graph.initializer if len(i.dims) >= 1 and np.prod(i.dims) >= 16]
+    assert types.count(TensorProto.FLOAT16) >= 0.9 * len(types)
+    folded = variants.fold_fp16_weights(artifact)
+    assert not any(i.data_type == TensorProto.FLOAT16 for i in folded.graph.initializer)
+    assert not any(n.op_type == "Cast" and n.name.endswith("/cast_fp32") for n in folded.graph.node)
+    # the shipped graph and the derived fp32 graph compute the same numbers
+    enc = DialogueEncoder.from_file(out / "tokenizer.json", ModelCard.load(out).encoding_config)
+    encoded = enc.encode_batch(FRESH)
+    a = ort_logits(out / "model.onnx", encoded, enc.pad_id)
+    b = ort_logits(out / "model.fp32.onnx", encoded, enc.pad_id)
+    np.testing.assert_allclose(a, b, atol=1e-6)
+    assert ModelCard.load(out).export["fp16_rounding_max_abs_diff"] < 1e-2
+
+
+def test_store_weights_fp16_keeps_values_fp16_cannot_hold() -> None:
+    from onnx import helper, numpy_helper
+
+    big = numpy_helper.from_array(np.full((4, 8), -3.4e38, dtype=np.float32), "big")
+    fine = numpy_helper.from_array(np.arange(32, dtype=np.float32).reshape(4, 8) / 4, "fine")
+    node = helper.make_node("Add", ["big", "fine"], ["y"])
+    graph = helper.make_graph(
+        [node], "g", [], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])], [big, fine]
+    )
+    stored, converted = variants.store_weights_fp16(helper.make_model(graph))
+    assert converted == 1
+    kinds = {i.name: i.data_type for i in stored.graph.initializer}
+    assert kinds["big"] == TensorProto.FLOAT and kinds["fine__fp16"] == TensorProto.FLOAT16
+    folded = variants.fold_fp16_weights(stored)
+    arr = {i.name: numpy_helper.to_array(i) for i in folded.graph.initializer}
+    np.testing.assert_array_equal(arr["fine"], np.arange(32, dtype=np.float32).reshape(4, 8) / 4)
+
+
+def test_parity_failure_is_loud_and_writes_nothing(
+    tiny_checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    real = onnx_export.torch_logits
+    monkeypatch.setattr(onnx_export, "torch_logits", lambda *a, **k: real(*a, **k) + 0.01)
+    out = tmp_path / "model"
+    with pytest.raises(ParityError, match=r"max \|onnx - torch\| logit difference 0\.01"):
+        export_checkpoint(tiny_checkpoint, out, variant_names=["fp32"])
+    assert not out.exists()
+    assert not list(tmp_path.glob(".model.export-*"))
+    rc = export_main([str(tiny_checkpoint), str(out), "--variants", "fp32", "-q"])
+    assert rc == 1
+    err = capsys.readouterr().err
+    assert "PARITY CHECK FAILED" in err and "0.01" in err
+    assert not out.exists()
+
+
+def test_cli_exports_and_reports(tiny_checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "cli-model"
+    rc = export_main([str(tiny_checkpoint), str(out), "--variants", "fp32", "--tolerance", "1e-3", "--no-eval"])
+    assert rc == 0
+    assert json.loads((out / "model_card.json").read_text())["export"]["tolerance"] == 1e-3
+    assert "wrote" in capsys.readouterr().err
+
+
+def test_cli_errors(tiny_checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert export_main([str(tmp_path / "nope"), str(tmp_path / "out"), "-q"]) == 2
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "precious.txt").write_text("not a model")
+    assert export_main([str(tiny_checkpoint), str(tmp_path / "busy"), "-q", "--no-eval"]) == 2
+    assert "refusing" in capsys.readouterr().err
+    with pytest.raises(ExportError, match="unknown variants"):
+        export_checkpoint(tiny_checkpoint, tmp_path / "x", variant_names=["int4"])
+
+
+def _labelled(utterance: str, offensive: bool) -> LabelledExample:
+    return LabelledExample(utterance=utterance, label=Label.from_bool(offensive), source="fake", split=Split.TEST)
+
+
+def test_compare_variants_reports_f1_and_changed_decisions(shipped: onnx_export.ExportResult) -> None:
+    texts = [ex.utterance for ex in FRESH] + ["you idiot", "have a nice day", "shut up", "thank you so much"]
+    split = [_labelled(t, i % 2 == 0) for i, t in enumerate(texts)]
+    report = compare_variants(shipped.out_dir, {"fake/test": split, "fake/empty": []})
+    assert report["reference"] == "fp32" and report["splits"] == {"fake/test": {"n": 9, "positives": 5}}
+    assert set(report["variants"]) == {"fp32", "optimized", "int8"}
+    fp32 = report["variants"]["fp32"]["fake/test"]
+    assert fp32["delta_f1"] == 0 and fp32["changed_decisions"] == 0
+    for v in ("optimized", "int8"):
+        row = report["variants"][v]["fake/test"]
+        assert 0 <= row["changed_decisions"] <= 1 and row["max_abs_score_diff"] < 0.05
+
+
+def test_choose_cpu_variant() -> None:
+    def report(int8: float, optimized: float) -> dict:
+        return {
+            "variants": {
+                "fp32": {"a": {"delta_f1": 0.0}, "b": {"delta_f1": 0.0}},
+                "optimized": {"a": {"delta_f1": optimized}, "b": {"delta_f1": 0.0}},
+                "int8": {"a": {"delta_f1": 0.1}, "b": {"delta_f1": int8}},
+            }
+        }
+
+    names = ["fp32", "optimized", "int8"]
+    assert choose_cpu_variant(report(-0.4, 0.0), names)[0] == "int8"
+    assert choose_cpu_variant(report(-0.6, 0.0), names)[0] == "optimized"
+    assert choose_cpu_variant(report(0.8, 0.0), names)[0] == "optimized"  # "within": either direction
+    assert choose_cpu_variant(report(-0.6, -0.7), names)[0] == "fp32"
+    assert choose_cpu_variant(None, names)[0] == "optimized"
+    assert choose_cpu_variant(None, ["fp32"])[0] == "fp32"

@@ -1,0 +1,50 @@
+"""The HTTP benchmark runs end to end (--smoke, tiny model, synthetic data): it starts the real
+server through the CLI, the overload server and the naive baseline. No timing assertions."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from service_conftest import tiny_model_dir  # noqa: F401  (fixture)
+
+from benchmarks import http as bench_http
+
+
+def test_http_benchmark_smoke(
+    tiny_model_dir: Path,  # noqa: F811
+    tiny_checkpoint: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    out = tmp_path / "http.json"
+    rc = bench_http.main(
+        [
+            "--model",
+            str(tiny_model_dir),
+            "--smoke",
+            "--data-dir",
+            str(tmp_path),
+            "--json",
+            str(out),
+            "--naive-checkpoint",
+            str(tiny_checkpoint),
+        ],
+        prog="dialogue-safety bench http",
+    )
+    assert rc == 0
+    report = json.loads(out.read_text())
+    printed = capsys.readouterr().out
+    assert "| phase | concurrency |" in printed and "SYNTHETIC" in report["data"]
+    classify = [p for p in report["service"] if p["name"] == "classify"]
+    assert [p["concurrency"] for p in classify] == [1, 4]
+    for phase in report["service"]:
+        assert phase["ok"] > 0 and phase["errors"] == 0, phase
+        assert phase["p50_ms"] is not None
+    assert report["runtime"]["single_p50_ms"] > 0
+    overload = report["overload"]
+    assert overload["recovered"] and overload["phase"]["requests"] > 0
+    assert set(overload["phase"]["status_counts"]) <= {"200", "429"}
+    assert report["naive"]["ok"] > 0 and report["naive"]["errors"] == 0
+    assert "c4_vs_naive" in report["targets"]

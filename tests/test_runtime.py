@@ -1,0 +1,261 @@
+"""OnnxClassifier: batch = single, caller's order, threshold, scores, errors, parity, variants, no torch."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tokenizers import Tokenizer
+
+from service import variants
+from service.model_card import ModelCard
+from service.runtime import ModelLoadError, OnnxClassifier, physical_cores, token_budget_batches
+from service.schema import Example, Label
+
+REPO = Path(__file__).resolve().parents[1]
+
+DIALOGUES = [
+    Example.from_texts("you are an idiot"),
+    Example.from_texts("thanks, that was helpful", ["can you help me?", "sure, what is it?"]),
+    Example.from_texts("ok"),
+    Example.from_texts(" ".join(["blah"] * 200), ["context " * 50]),
+    Example.from_texts("people like you should not vote", ["hi", "hello", "what about the election?"]),
+    Example.from_texts("🐍 go back where you came from", ["where are you from?"]),
+    Example.from_texts("i agree", ["women are worse drivers"]),
+    Example.from_texts("nice weather today isn't it", ["good morning"]),
+    Example.from_texts("shut up", []),
+    Example.from_texts("what a lovely picture of your dog, he looks so happy", ["look at my dog"]),
+]
+
+
+@pytest.fixture(scope="module")
+def two_head_checkpoint(tiny_tokenizer: Tokenizer, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random BERT with two heads whose logits are spread out (scaled classifier)."""
+    import torch
+
+    from training.checkpoint import save_checkpoint
+    from training.modeling import build_model
+
+    torch.manual_seed(1)
+    model = build_model("random:tiny", ["offensive", "hateful"], vocab_size=tiny_tokenizer.get_vocab_size())
+    from service.encoding import DialogueEncoder, pad_batch
+
+    model.eval()
+    batch = pad_batch(DialogueEncoder(tiny_tokenizer).encode_batch(DIALOGUES))
+    with torch.no_grad():  # rescale the heads so that logits on DIALOGUES have mean 0 and std 2
+        pooled = model.bert(**{k: torch.from_numpy(v) for k, v in batch.items()}).pooler_output
+        raw = pooled @ model.classifier.weight.T
+        model.classifier.weight.mul_(2.0 / raw.std(dim=0, keepdim=True).T)
+        model.classifier.bias.copy_(-(pooled @ model.classifier.weight.T).mean(dim=0))
+    card = ModelCard(
+        name="tiny-two-heads",
+        version="0.0.2",
+        heads=["offensive", "hateful"],
+        score_heads=["offensive", "hateful"],
+        temperatures={"offensive": 2.0},
+        threshold=0.5,
+    )
+    return save_checkpoint(tmp_path_factory.mktemp("ckpt2"), model, tiny_tokenizer, card)
+
+
+@pytest.fixture(scope="module")
+def model_dir(two_head_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from export.onnx_export import export_checkpoint
+
+    out = tmp_path_factory.mktemp("runtime") / "model"
+    export_checkpoint(two_head_checkpoint, out, variant_names=["fp32"], ship=True)
+    return out
+
+
+@pytest.fixture(scope="module")
+def clf(model_dir: Path) -> OnnxClassifier:
+    return OnnxClassifier(model_dir, variant="fp32")
+
+
+def test_attributes(clf: OnnxClassifier, model_dir: Path) -> None:
+    assert clf.model_id == "tiny-two-heads@0.0.2" == clf.card.model_id
+    assert clf.variant == "fp32" and clf.provider == "CPUExecutionProvider"
+    assert clf.path == model_dir / "model.fp32.onnx"
+    assert clf.encoder.config == clf.card.encoding_config
+    assert clf.warmup() >= 0
+
+
+def test_scores_follow_the_card(clf: OnnxClassifier) -> None:
+    logits = clf.logits(DIALOGUES)
+    assert logits.shape == (len(DIALOGUES), 2) and np.ptp(logits) > 1.0, "scores should be spread out"
+    expected_probs = 1 / (1 + np.exp(-logits / np.array([2.0, 1.0])))
+    preds = clf.predict(DIALOGUES)
+    for p, probs in zip(preds, expected_probs, strict=True):
+        assert p.categories == pytest.approx({"offensive": probs[0], "hateful": probs[1]}, abs=1e-6)
+        assert p.score == pytest.approx(max(probs), abs=1e-6)
+        assert p.label == Label.from_bool(p.score >= 0.5) and p.threshold == 0.5
+    np.testing.assert_allclose(clf.predict_proba(DIALOGUES), [p.score for p in preds], atol=1e-9)
+
+
+def test_batch_equals_single(clf: OnnxClassifier) -> None:
+    batch = clf.predict(DIALOGUES)
+    for ex, p in zip(DIALOGUES, batch, strict=True):
+        (single,) = clf.predict([ex])
+        assert single.score == pytest.approx(p.score, abs=1e-5)
+        assert single.categories == pytest.approx(p.categories, abs=1e-5)
+
+
+def test_order_is_the_callers_under_any_batching(model_dir: Path, clf: OnnxClassifier) -> None:
+    many = DIALOGUES * 5
+    random.Random(0).shuffle(many)
+    expected = [clf.predict([ex])[0].score for ex in many]
+    small = OnnxClassifier(model_dir, variant="fp32", token_budget=200, max_batch_size=3)
+    for c in (clf, small):
+        got = [p.score for p in c.predict(many)]
+        np.testing.assert_allclose(got, expected, atol=1e-5)
+    encoded = small.encode(many)
+    for idx in small.batches(encoded):
+        width = max(len(encoded[i]) for i in idx)
+        assert len(idx) <= 3 and (len(idx) == 1 or len(idx) * width <= 200)
+
+
+def test_token_budget_batches_cover_everything_once() -> None:
+    lengths = [5, 128, 7, 7, 64, 1, 300, 12]
+    batches = list(token_budget_batches(lengths, token_budget=140, max_batch_size=4))
+    assert sorted(np.concatenate(batches).tolist()) == list(range(len(lengths)))
+    assert batches[0].tolist() == [6]  # longer than the budget: alone
+    for b in batches:
+        assert len(b) <= 4 and (len(b) == 1 or len(b) * max(lengths[i] for i in b) <= 140)
+
+
+def test_threshold_override(clf: OnnxClassifier) -> None:
+    scores = sorted(p.score for p in clf.predict(DIALOGUES))
+    mid = (scores[3] + scores[4]) / 2
+    preds = clf.predict(DIALOGUES, threshold=mid)
+    assert all(p.threshold == mid for p in preds)
+    assert sum(p.label is Label.OFFENSIVE for p in preds) == len(DIALOGUES) - 4
+    assert all(p.label is Label.OFFENSIVE for p in clf.predict(DIALOGUES, threshold=0.0))
+    encoded = clf.encode(DIALOGUES)
+    assert [p.label for p in clf.predict_encoded(encoded, threshold=mid)] == [p.label for p in preds]
+
+
+def test_empty_input(clf: OnnxClassifier) -> None:
+    assert clf.predict([]) == [] and clf.predict_encoded([]) == []
+    assert clf.predict_proba([]).shape == (0,)
+
+
+def test_torch_parity(two_head_checkpoint: Path, model_dir: Path) -> None:
+    import torch
+
+    from training.checkpoint import load_checkpoint
+
+    model, encoder, _ = load_checkpoint(two_head_checkpoint)
+    onnx_logits = OnnxClassifier(model_dir, variant="fp32").logits(DIALOGUES)
+    with torch.no_grad():  # the export rounded the weights to fp16 (--ship): compare with those
+        for p in model.parameters():
+            p.copy_(p.half().float())
+    from export.onnx_export import torch_logits
+
+    for ex, row in zip(DIALOGUES, onnx_logits, strict=True):
+        ref = torch_logits(model, encoder.encode_batch([ex]), encoder.pad_id)[0]
+        np.testing.assert_allclose(row, ref, atol=1e-4)
+
+
+def test_missing_and_corrupt_model_dirs(model_dir: Path, tmp_path: Path) -> None:
+    with pytest.raises(ModelLoadError, match="no model directory"):
+        OnnxClassifier(tmp_path / "absent")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ModelLoadError, match="no model card"):
+        OnnxClassifier(empty)
+    broken = tmp_path / "broken"
+    shutil.copytree(model_dir, broken)
+    (broken / "model.onnx").write_bytes(b"this is not a protobuf")
+    for f in broken.glob("model.*.onnx"):
+        f.unlink()
+    with pytest.raises(ModelLoadError, match="model.onnx"):
+        OnnxClassifier(broken, variant="fp32")
+    (broken / "tokenizer.json").write_text("{")
+    with pytest.raises(ModelLoadError, match="tokenizer"):
+        OnnxClassifier(broken)
+    (broken / "model_card.json").write_text('{"threshold": "high"}')
+    with pytest.raises(ModelLoadError, match="invalid model card"):
+        OnnxClassifier(broken)
+    with pytest.raises(ModelLoadError, match="unknown variant"):
+        OnnxClassifier(model_dir, variant="int4")
+    with pytest.raises(ModelLoadError, match="CUDA"):
+        OnnxClassifier(model_dir, variant="fp16", providers=["CPUExecutionProvider"])
+
+
+def test_variants_are_derived_once_stamped_and_refreshed(model_dir: Path, tmp_path: Path) -> None:
+    work = tmp_path / "model"
+    shutil.copytree(model_dir, work)
+    for f in work.glob("model.*.onnx"):
+        f.unlink()
+    int8 = OnnxClassifier(work, variant="int8")
+    assert int8.path == work / "model.int8.onnx" and (work / "model.fp32.onnx").is_file()
+    assert (work / "model.optimized.onnx").is_file()
+    stamp = variants.read_stamp(int8.path)
+    assert stamp["variant"] == "int8"
+    assert stamp["artifact_sha256"] == variants.file_sha256(work / "model.onnx")
+    first = int8.path.stat().st_mtime_ns
+    scores = int8.predict_proba(DIALOGUES)  # (the heads of this model amplify int8 noise: no closeness check)
+    assert scores.shape == (len(DIALOGUES),) and np.all((scores >= 0) & (scores <= 1))
+    # cached: a second load does not derive again
+    assert OnnxClassifier(work, variant="int8").path.stat().st_mtime_ns == first
+    # deterministic: deriving again gives the same bytes
+    before = variants.file_sha256(work / "model.int8.onnx")
+    variants.ensure_variant(work, "int8", force=True)
+    assert variants.file_sha256(work / "model.int8.onnx") == before
+    # a changed recipe makes the cached file stale
+    card = ModelCard.load(work)
+    card.export["recipes"]["int8"]["per_channel"] = False
+    card.save(work)
+    OnnxClassifier(work, variant="int8")
+    assert variants.read_stamp(work / "model.int8.onnx")["recipe"] != stamp["recipe"]
+    # a damaged derived file is derived again
+    (work / "model.optimized.onnx").write_bytes(b"garbage")
+    assert OnnxClassifier(work, variant="optimized").predict_proba(DIALOGUES[:2]).shape == (2,)
+
+
+def test_read_only_model_dir_derives_into_the_cache(
+    model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    work = tmp_path / "model"
+    shutil.copytree(model_dir, work)
+    for f in work.glob("model.*.onnx"):
+        f.unlink()
+    monkeypatch.setenv("DIALOGUE_SAFETY_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(variants, "_writable", lambda d: d != work)
+    clf = OnnxClassifier(work, variant="optimized")
+    assert clf.path.parent.parent == tmp_path / "cache"
+    assert not (work / "model.optimized.onnx").exists()
+
+
+def test_default_variant_is_the_cards_cpu_variant(model_dir: Path) -> None:
+    clf = OnnxClassifier(model_dir)
+    assert clf.variant == ModelCard.load(model_dir).cpu_variant
+
+
+def test_thread_settings() -> None:
+    assert 1 <= physical_cores() <= (os.cpu_count() or 1)
+
+
+def test_runtime_never_imports_torch(model_dir: Path) -> None:
+    code = (
+        "import sys\n"
+        "import service.runtime, service.variants\n"
+        "from service.runtime import OnnxClassifier\n"
+        "from service.schema import Example\n"
+        f"clf = OnnxClassifier({str(model_dir)!r}, variant='optimized')\n"
+        "clf.predict([Example.from_texts('hello', ['hi'])])\n"
+        "banned = {'torch', 'transformers', 'training', 'export', 'optimum'}\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in banned)\n"
+        "assert not bad, bad\n"
+        "print('ok')\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"

@@ -1,0 +1,81 @@
+"""The service end to end with the real runtime: the tiny checkpoint exported to ONNX, served by
+uvicorn on localhost. Checks that HTTP answers equal the in-process OnnxClassifier."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from service_conftest import LiveServer, live_server, tiny_model_dir  # noqa: F401  (fixture)
+
+from service.model_card import ModelCard
+from service.runtime import OnnxClassifier
+from service.schema import Example, Turn
+
+DIALOGUES: list[dict[str, Any]] = [
+    {
+        "history": [{"speaker": "user", "text": "what do you think of my neighbours?"}, "they are loud"],
+        "utterance": "they should all be thrown out",
+    },
+    {"utterance": "have a nice day"},
+    {"history": ["hi", "hello there", "how are you"], "utterance": "you are an idiot", "threshold": 0.2},
+    {"history": ["🐍 snakes everywhere"], "utterance": "go back where you came from 🤬"},
+]
+
+
+def as_example(d: dict[str, Any]) -> Example:
+    turns = tuple(Turn(h) if isinstance(h, str) else Turn(h["text"], h.get("speaker")) for h in d.get("history", []))
+    return Example(utterance=str(d["utterance"]), history=turns)
+
+
+@pytest.fixture(scope="module")
+def server(tiny_model_dir: Path) -> Iterator[LiveServer]:  # noqa: F811
+    with live_server(model_dir=tiny_model_dir, max_wait_ms=1.0) as live:
+        yield live
+
+
+@pytest.fixture(scope="module")
+def client(server: LiveServer) -> Iterator[httpx.Client]:
+    with server.client() as c:
+        yield c
+
+
+def test_answers_equal_the_runtime_single_and_batched(client: httpx.Client, tiny_model_dir: Path) -> None:  # noqa: F811
+    runtime = OnnxClassifier(tiny_model_dir)
+    card = ModelCard.load(tiny_model_dir)
+    expected = runtime.predict([as_example(d) for d in DIALOGUES])
+    singles = [client.post("/v1/classify", json=d) for d in DIALOGUES]
+    assert all(r.status_code == 200 for r in singles), [r.text for r in singles]
+    batch = client.post("/v1/classify/batch", json={"items": DIALOGUES})
+    assert batch.status_code == 200, batch.text
+    assert batch.json()["model"] == card.model_id == "tiny-random@0.0.1"
+    for d, single, result, want in zip(DIALOGUES, singles, batch.json()["results"], expected, strict=True):
+        body = single.json()
+        assert body["model"] == card.model_id
+        assert body["score"] == pytest.approx(want.score, abs=1e-5)
+        assert result["score"] == pytest.approx(body["score"], abs=1e-6)
+        threshold = d.get("threshold", card.threshold)
+        assert body["threshold"] == result["threshold"] == threshold
+        assert body["label"] == ("OFFENSIVE" if body["score"] >= threshold else "SAFE")
+        assert set(body["categories"]) == set(card.heads)
+
+
+def test_model_card_ready_and_metrics(client: httpx.Client, tiny_model_dir: Path) -> None:  # noqa: F811
+    card = client.get("/v1/model").json()
+    assert card["name"] == "tiny-random" and card["serving"]["provider"] == "CPUExecutionProvider"
+    assert client.get("/ready").json() == {"status": "ready", "model": "tiny-random@0.0.1"}
+    client.post("/v1/classify", json={"utterance": "hello"})
+    metrics = client.get("/metrics").text
+    assert (
+        'safety_model_info{name="tiny-random",provider="CPUExecutionProvider",variant="fp32",version="0.0.1"}'
+        in metrics
+    )
+    assert "safety_batch_tokens_count" in metrics and "safety_ready 1.0" in metrics
+
+
+def test_long_inputs_within_limits_are_truncated_not_refused(client: httpx.Client) -> None:
+    r = client.post("/v1/classify", json={"history": ["word " * 700] * 3, "utterance": "really " * 500})
+    assert r.status_code == 200, r.text
