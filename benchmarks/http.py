@@ -26,7 +26,6 @@ import asyncio
 import json
 import os
 import platform
-import random
 import socket
 import subprocess
 import sys
@@ -41,55 +40,14 @@ from typing import Any
 
 import httpx
 
+from benchmarks.runtime import load_dialogues  # one owner of the benchmark data
 from service.schema import Example
-from service.settings import default_model_dir
+from service.settings import ServiceSettings, default_model_dir
 
-DIALOGUE_SOURCES = ("diasafety", "convabuse")
 HOST = "127.0.0.1"
 
 
-# -- data -------------------------------------------------------------------------------------------
-def load_dialogues(data_dir: str | None, limit: int, seed: int = 0) -> tuple[list[Example], str]:
-    """Dialogue test examples, or synthetic dialogues (and a note saying so)."""
-    examples: list[Example] = []
-    notes: list[str] = []
-    try:
-        from training.sources.registry import load_source
-
-        for name in DIALOGUE_SOURCES:
-            try:
-                examples += [ex.as_example() for ex in load_source(name, data_dir, splits=["test"])]
-            except Exception as exc:  # a missing source is not fatal: use what is there
-                notes.append(f"{name}: {type(exc).__name__}: {exc}")
-    except ImportError as exc:
-        notes.append(f"training.sources not importable ({exc})")
-    if examples:
-        random.Random(seed).shuffle(examples)
-        names = "+".join(DIALOGUE_SOURCES)
-        return examples[:limit], f"{names} test splits ({min(limit, len(examples))} examples)" + (
-            f"; skipped: {'; '.join(notes)}" if notes else ""
-        )
-    return synthetic_dialogues(limit, seed), "SYNTHETIC dialogues (no dataset available: " + "; ".join(notes) + ")"
-
-
-_TEXT = (
-    "you are so kind thanks what do think about my new haircut it looks terrible honestly "
-    "people like that should never be allowed here I love this song the weather is nice today "
-    "why would anyone say such a stupid thing go away nobody wants you around lets talk about "
-    "football instead sure"
-)
-_WORDS = _TEXT.split()
-
-
-def synthetic_dialogues(n: int, seed: int = 0) -> list[Example]:
-    rng = random.Random(seed)
-
-    def sentence() -> str:
-        return " ".join(rng.choice(_WORDS) for _ in range(rng.randint(4, 24)))
-
-    return [Example.from_texts(sentence(), [sentence() for _ in range(rng.randint(0, 4))]) for _ in range(n)]
-
-
+# -- data ---------------------------------------------------------------------------------------------
 def request_body(ex: Example) -> dict[str, Any]:
     history = [{"speaker": t.speaker, "text": t.text} if t.speaker else t.text for t in ex.history]
     return {"history": history, "utterance": ex.utterance}
@@ -283,12 +241,19 @@ async def closed_loop(
 
 
 def runtime_reference(
-    model_dir: Path, examples: Sequence[Example], *, variant: str | None, duration_s: float, batch: int
+    model_dir: Path,
+    examples: Sequence[Example],
+    *,
+    variant: str | None,
+    duration_s: float,
+    batch: int,
+    token_budget: int,
 ) -> dict[str, Any]:
-    """In-process OnnxClassifier: p50 of one-example predict and batched items/s (encoding included)."""
+    """In-process OnnxClassifier: p50 of one-example predict and batched items/s (encoding included),
+    with the same per-call token budget as the service."""
     from service.runtime import OnnxClassifier
 
-    clf = OnnxClassifier(model_dir, variant=variant)
+    clf = OnnxClassifier(model_dir, variant=variant, token_budget=token_budget)
     clf.warmup()
     singles: list[float] = []
     deadline = time.perf_counter() + duration_s
@@ -316,6 +281,7 @@ def runtime_reference(
         "single_p99_ms": _ms(percentile(singles, 99)),
         "single_requests": len(singles),
         "batch_size": batch,
+        "token_budget": token_budget,
         "batched_items_per_s": round(items / elapsed, 2),
     }
 
@@ -570,6 +536,12 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety bench h
     p.add_argument("--naive-concurrency", type=int, default=64)
     p.add_argument("--runtime-duration", type=float, default=5.0, help="seconds per runtime reference measure")
     p.add_argument("--runtime-batch", type=int, default=64)
+    p.add_argument(
+        "--inference-token-budget",
+        type=int,
+        default=ServiceSettings.model_fields["inference_token_budget"].default,
+        help="padded tokens per onnxruntime call, for the service and the runtime reference alike",
+    )
     p.add_argument("--no-runtime", action="store_true", help="skip the in-process runtime reference")
     p.add_argument("--examples", type=int, default=2000, help="distinct dialogues to cycle through")
     p.add_argument("--start-timeout", type=float, default=180.0, help="seconds a server may take to get ready")
@@ -611,12 +583,20 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety bench h
 
     if not args.no_runtime:
         report["runtime"] = runtime_reference(
-            model_dir, examples, variant=args.variant, duration_s=plan.runtime_duration_s, batch=plan.runtime_batch
+            model_dir,
+            examples,
+            variant=args.variant,
+            duration_s=plan.runtime_duration_s,
+            batch=plan.runtime_batch,
+            token_budget=args.inference_token_budget,
         )
 
     port = free_port()
     with running_server(
-        service_cmd(model_dir, port, args.variant), service_env(), port, start_timeout_s=plan.start_timeout_s
+        service_cmd(model_dir, port, args.variant),
+        service_env(inference_token_budget=args.inference_token_budget),
+        port,
+        start_timeout_s=plan.start_timeout_s,
     ) as server:
         phases = run_async(run_service_phases(server.url, bodies, batch_bodies, plan))
         report["service"] = [asdict(ph) for ph in phases]
@@ -626,7 +606,10 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety bench h
         port = free_port()
         batch_size = max(1, plan.overload_queue)
         env = service_env(
-            queue_size=plan.overload_queue, max_batch_items=min(256, plan.overload_queue), max_batch_size=batch_size
+            queue_size=plan.overload_queue,
+            max_batch_items=min(256, plan.overload_queue),
+            max_batch_size=batch_size,
+            inference_token_budget=args.inference_token_budget,
         )
         with running_server(
             service_cmd(model_dir, port, args.variant), env, port, start_timeout_s=plan.start_timeout_s
