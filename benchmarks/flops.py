@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 AVX2_FMA_FLOP_PER_CYCLE = 32
+AVX2_KEY = "peak_gflops_avx2_fma"
+ISA_KEY = "peak_gflops_isa"
 
 
 def non_embedding_parameters(geometry: Mapping[str, int]) -> int:
@@ -88,6 +90,7 @@ def cpu_peak(cores: int) -> dict[str, Any]:
     return out
 
 
-def fraction_of_peak(flops_per_s: float, peak: Mapping[str, Any], key: str = "peak_gflops_avx2_fma") -> float | None:
+def fraction_of_peak(flops_per_s: float, peak: Mapping[str, Any], key: str = ISA_KEY) -> float | None:
+    """Achieved / peak, against the detected ISA's peak (``ISA_KEY``) or AVX2+FMA's (``AVX2_KEY``)."""
     gflops = peak.get(key)
     return round(flops_per_s / (gflops * 1e9), 4) if gflops else None

@@ -71,7 +71,7 @@ def load_onnx_classifier(settings: ServiceSettings) -> Classifier:
     kwargs: dict[str, Any] = {
         "variant": settings.variant,
         "providers": settings.provider_list,
-        "token_budget": settings.token_budget,
+        "token_budget": settings.inference_token_budget,
         "max_batch_size": settings.max_batch_size,
     }
     if settings.intra_op_threads is not None:
@@ -408,6 +408,7 @@ def _build_router(state: ServiceState) -> APIRouter:
             "threshold": state.default_threshold,
             "max_batch_size": state.settings.max_batch_size,
             "token_budget": state.settings.token_budget,
+            "inference_token_budget": state.settings.inference_token_budget,
         }
         return card
 

@@ -53,6 +53,12 @@ class ServiceSettings(BaseSettings):
     token_budget: int = Field(
         default=8192, ge=1, description="padded tokens per batch at most (batch size x longest item)"
     )
+    inference_token_budget: int = Field(
+        default=1024,
+        ge=1,
+        description="padded tokens per onnxruntime call: the runtime sorts each batch by length and splits it into "
+        "runs this big (less padding waste on CPU; raise it on GPU)",
+    )
     max_wait_ms: float = Field(
         default=2.0, ge=0.0, le=1000.0, description="how long a batch may wait for company once traffic is concurrent"
     )
