@@ -28,7 +28,7 @@ from service.schema import LabelFamily, LabelledExample, Split, Turn
 from training.sources.bbf import NOT_OK_CLASS, OK_CLASS, parlai_label
 from training.sources.errors import DatasetFormatError
 from training.sources.files import open_text
-from training.sources.layout import SourceFiles, Status, existing_dirs, find_files, split_status
+from training.sources.layout import SourceFiles, Status, existing_dirs, find_files, read_split_files, split_status
 
 SOURCE = "bad"
 DIRS = ("bot_adversarial_dialogue", "bot-adversarial-dialogue", "bad")
@@ -123,6 +123,4 @@ def find(data_dir: Path) -> SourceFiles:
 
 
 def load(found: SourceFiles, splits: frozenset[Split]) -> Iterable[LabelledExample]:
-    for name, path in found.files.items():
-        if SPLIT_FILES[name] in splits:
-            yield from read_file(path, SPLIT_FILES[name])
+    return read_split_files(found, splits, SPLIT_FILES, read_file)

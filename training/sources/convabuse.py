@@ -38,7 +38,7 @@ from pathlib import Path
 from service.schema import Label, LabelFamily, LabelledExample, Split, Turn
 from training.sources.errors import DatasetFormatError
 from training.sources.files import CsvRow, read_csv
-from training.sources.layout import SourceFiles, existing_dirs, find_files, split_status
+from training.sources.layout import SourceFiles, existing_dirs, find_files, read_split_files, split_status
 
 SOURCE = "convabuse"
 DIRS = ("convabuse", "convabuse/2_splits", "ConvAbuse")
@@ -185,6 +185,4 @@ def find(data_dir: Path) -> SourceFiles:
 
 
 def load(found: SourceFiles, splits: frozenset[Split]) -> Iterable[LabelledExample]:
-    for name, path in found.files.items():
-        if SPLIT_FILES[name] in splits:
-            yield from read_file(path, SPLIT_FILES[name])
+    return read_split_files(found, splits, SPLIT_FILES, read_file)

@@ -7,10 +7,12 @@ reports what it found; the registry turns that into :class:`~training.sources.re
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
+
+from service.schema import LabelledExample, Split
 
 
 class Status(StrEnum):
@@ -66,3 +68,15 @@ def split_status(found: Mapping[str, Path], expected: Iterable[str]) -> tuple[St
     if missing:
         return Status.PARTIAL, f"missing {', '.join(missing)}"
     return Status.COMPLETE, ""
+
+
+def read_split_files(
+    found: SourceFiles,
+    splits: frozenset[Split],
+    split_of: Mapping[str, Split],
+    read_file: Callable[[Path, Split], Iterable[LabelledExample]],
+) -> Iterator[LabelledExample]:
+    """Read each found per-split file (role → split via ``split_of``) whose split is wanted."""
+    for role, path in found.files.items():
+        if split_of[role] in splits:
+            yield from read_file(path, split_of[role])
