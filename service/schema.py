@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 
-class Label(str, Enum):
+class Label(StrEnum):
     SAFE = "SAFE"
     OFFENSIVE = "OFFENSIVE"
 
@@ -27,7 +27,7 @@ class Label(str, Enum):
         return cls.OFFENSIVE if offensive else cls.SAFE
 
 
-class LabelFamily(str, Enum):
+class LabelFamily(StrEnum):
     """What a source means by "positive": the sources do not all mean the same thing."""
 
     OFFENSIVE = "offensive"  # an offensive utterance (BBF, Wikipedia Toxic Comments, ConvAbuse, BAD)
@@ -35,7 +35,7 @@ class LabelFamily(str, Enum):
     UNSAFE_IN_CONTEXT = "unsafe_in_context"  # a reply unsafe given its context (DiaSafety)
 
 
-class Split(str, Enum):
+class Split(StrEnum):
     TRAIN = "train"
     VALID = "valid"
     TEST = "test"

@@ -152,6 +152,9 @@ def test_minilm_golden() -> None:
 
 
 def test_encoding_does_not_import_torch() -> None:
-    code = "import sys, service.encoding, service.schema, service.model_card, service.scoring; print('torch' in sys.modules)"
+    code = (
+        "import sys, service.encoding, service.schema, service.model_card, service.scoring; "
+        "print('torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
