@@ -19,6 +19,7 @@ DEFAULT_EVAL_SOURCES = ("diasafety", "convabuse")
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
     from export.onnx_export import DEFAULT_OPSET, DEFAULT_TOLERANCE, DEFAULT_VARIANTS
+    from service.variants import INT8_PRESETS
 
     p = argparse.ArgumentParser(
         prog=prog,
@@ -47,6 +48,13 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         "the weights are rounded to fp16 before the parity check, and fp32 is re-derived exactly at load",
     )
     p.add_argument("--opset", type=int, default=DEFAULT_OPSET, help="ONNX opset (default: %(default)s)")
+    p.add_argument(
+        "--int8-preset",
+        choices=sorted(INT8_PRESETS),
+        default="all",
+        help="what the int8 variant quantises: all MatMuls (fastest) or only the attention projections "
+        "(fewer changed decisions); see docs/runtime.md (default: %(default)s)",
+    )
     p.add_argument("--data-dir", type=Path, default=None, help="datasets for the variant comparison")
     p.add_argument(
         "--eval-sources",
@@ -94,6 +102,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety export"
     say = (lambda *_: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr))
 
     from export.onnx_export import ExportError, ParityError, export_checkpoint
+    from service.variants import INT8_PRESETS
 
     names = [v.strip() for v in args.variants.split(",") if v.strip()]
     test_sets: dict[str, list[LabelledExample]] = {}
@@ -114,6 +123,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety export"
             opset=args.opset,
             test_sets=test_sets or None,
             max_f1_drop=args.max_f1_drop,
+            recipes={"int8": {"from": "optimized", **INT8_PRESETS[args.int8_preset]}},
         )
     except ParityError as exc:
         print(f"{prog}: PARITY CHECK FAILED: {exc}", file=sys.stderr)

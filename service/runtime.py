@@ -221,8 +221,12 @@ class OnnxClassifier:
     ) -> tuple[Any, Path]:
         import onnxruntime as ort
 
-        from service import variants as variants_mod
-
+        try:
+            from service import variants as variants_mod
+        except ImportError as exc:  # onnx is part of the serve extra
+            raise ModelLoadError(
+                f"variants need the onnx package ({exc}): pip install 'dialogue-safety[serve]'"
+            ) from exc
         try:
             path = variants_mod.ensure_variant(self.model_dir, variant, self.card)
         except (variants_mod.VariantError, FileNotFoundError) as exc:

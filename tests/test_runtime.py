@@ -259,3 +259,31 @@ def test_runtime_never_imports_torch(model_dir: Path) -> None:
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"
+
+
+def test_int8_attention_preset_keeps_the_feed_forward_in_fp32(model_dir: Path, tmp_path: Path) -> None:
+    import onnx
+
+    work = tmp_path / "model"
+    shutil.copytree(model_dir, work)
+    optimized = onnx.load(str(variants.ensure_variant(work, "optimized")))
+    full = variants.derive(optimized, variants.INT8_PRESETS["all"])
+    partial = variants.derive(optimized, variants.INT8_PRESETS["attention"])
+
+    def fp32_matmuls(graph: onnx.ModelProto) -> list[str]:
+        return [n.name for n in graph.graph.node if n.op_type == "MatMul"]
+
+    assert fp32_matmuls(full) == []
+    kept = fp32_matmuls(partial)
+    assert len(kept) == 4 and all("dense/MatMul" in n and "attention" not in n for n in kept)
+    assert any(n.op_type == "QAttention" for n in partial.graph.node)
+
+
+def test_variants_can_be_derived_ahead_of_time(
+    model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    work = tmp_path / "model"
+    shutil.copytree(model_dir, work)
+    assert variants.main([str(work), "optimized"]) == 0
+    assert "optimized:" in capsys.readouterr().out and (work / "model.optimized.onnx").is_file()
+    assert variants.main([str(tmp_path / "absent")]) == 2
