@@ -40,7 +40,7 @@ from typing import Any
 
 import httpx
 
-from benchmarks.runtime import load_dialogues  # one owner of the benchmark data
+from benchmarks.runtime import emit_report, load_dialogues  # one owner of the benchmark data
 from service.schema import Example
 from service.settings import ServiceSettings, default_model_dir
 
@@ -637,13 +637,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety bench h
         report["naive_note"] = "skipped: pass --naive-checkpoint DIR (a torch checkpoint of the same model)"
 
     report["targets"] = targets(report, plan)
-    text = json.dumps(report, indent=2)
-    print(text)
-    print()
-    print(markdown(report))
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(text + "\n", encoding="utf-8")
+    emit_report(report, markdown(report), args.json)
     return 0
 
 

@@ -635,15 +635,20 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety bench r
             )
             return 2
         report = run(args, subject, variant_names, say)
-    text = json.dumps(report, indent=2)
-    print(text)
-    print()
-    print(markdown(report))
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(text + "\n", encoding="utf-8")
+    emit_report(report, markdown(report), args.json)
     return 0
 
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def emit_report(report: dict[str, Any], table: str, json_path: Path | None) -> None:
+    """Print a benchmark's JSON and markdown; also write the JSON to ``json_path`` if given."""
+    text = json.dumps(report, indent=2)
+    print(text)
+    print()
+    print(table)
+    if json_path:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(text + "\n", encoding="utf-8")
