@@ -70,6 +70,35 @@ def test_resume_reproduces_an_uninterrupted_run(tmp_path: Path) -> None:
         torch.testing.assert_close(a[key], b[key], rtol=0, atol=1e-6)
 
 
+def test_periodic_validation_keeps_the_best_weights(tmp_path: Path) -> None:
+    recipe = load_recipe("tiny", ["max_steps=6", "eval_every=2", "keep_best=true", "calibrate=false"])
+    out = tmp_path / "best"
+    result = train(recipe, FULL, out, progress=False)
+    records = [json.loads(line) for line in (out / METRICS_FILE).read_text().splitlines()]
+    checks = [r for r in records if r["event"] == "valid"]
+    assert [r["step"] for r in checks] == [2, 4, 6]
+    for r in checks:
+        assert set(r["offensive_f1"]) == {name for name, n in result.card.training["examples"].items() if n["valid"]}
+        assert r["macro_f1"] == pytest.approx(np.mean(list(r["offensive_f1"].values())))
+    best = max(checks, key=lambda r: r["macro_f1"])  # the first of equal maxima wins
+    assert result.card.training["selected_step"] == best["step"]
+    assert checks[-1]["best_step"] == best["step"]
+    restored = [r for r in records if r["event"] == "restored_best"]
+    assert bool(restored) == (best["step"] != 6)
+    assert not (out / "best_model.pt").exists()
+    # the saved weights are the selected step's: their valid check reproduces its macro F1
+    from training.trainer import validation_check
+
+    clf = TorchClassifier(out)
+    from training.trainer import head_names, load_task_data
+
+    tasks, _ = load_task_data(recipe, FULL)
+    again = validation_check(clf.model, clf.encoder, tasks, recipe, head_names(recipe, tasks))
+    assert again["macro_f1"] == pytest.approx(best["macro_f1"], abs=1e-6)
+    with pytest.raises(ValueError, match="keep_best needs eval_every"):
+        load_recipe("tiny", ["keep_best=true"])
+
+
 def test_overrides_and_recipe_errors() -> None:
     r = load_recipe("tiny", ["epochs=1", "encoding.max_length=48", "tasks.wtc.weight=3"])
     assert r.epochs == 1 and r.encoding.max_length == 48

@@ -63,7 +63,8 @@ class Recipe:
     bucket_size: int = 50  # batches per length-sorted bucket
     threshold_objective: str = "macro"
     calibrate: bool = True
-    eval_every: int = 0  # steps; 0 = only at the end
+    eval_every: int = 0  # steps between validation checks (logged as "valid" events); 0 = none
+    keep_best: bool = False  # restore the weights of the best validation check (macro OFFENSIVE-F1) at the end
     checkpoint_every: int = 200
     log_every: int = 10
     max_examples_per_task: int | None = None
@@ -82,6 +83,8 @@ class Recipe:
             raise ValueError(f"threshold_objective must be one of {THRESHOLD_OBJECTIVES}")
         if not self.tasks:
             raise ValueError(f"recipe {self.name!r} has no tasks")
+        if self.keep_best and self.eval_every <= 0:
+            raise ValueError("keep_best needs eval_every > 0 (steps between validation checks)")
 
     def to_dict(self) -> dict[str, Any]:
         return json.loads(json.dumps(dataclasses.asdict(self)))

@@ -40,6 +40,7 @@ from training.recipe import Recipe
 from training.sources import registry
 
 STATE_FILE = "training_state.pt"
+BEST_FILE = "best_model.pt"
 LAST_DIR = "last"
 METRICS_FILE = "metrics.jsonl"
 EVAL_ONLY_SOURCES = frozenset({"hatecheck"})
@@ -162,6 +163,34 @@ def _optimizer(model: torch.nn.Module, recipe: Recipe) -> torch.optim.Optimizer:
     return torch.optim.AdamW(groups, lr=recipe.learning_rate)
 
 
+def validation_check(
+    model: torch.nn.Module, encoder: DialogueEncoder, tasks: Sequence[TaskData], recipe: Recipe, heads: list[str]
+) -> dict[str, Any]:
+    """OFFENSIVE-F1 per source on the valid splits at the macro-best threshold (uncalibrated scores).
+
+    The periodic check behind ``eval_every`` / ``keep_best``; it never looks at a test split.
+    """
+    was_training = model.training
+    model.eval()
+    card = ModelCard(name=recipe.model_name, version=recipe.version, heads=heads, score_heads=list(heads))
+    valid_sets = {}
+    for t in tasks:
+        if t.valid:
+            z = _logits_for(model, encoder, t.valid, recipe)
+            gold = np.array([int(ex.label.is_positive) for ex in t.valid])
+            valid_sets[t.spec.name] = (gold, main_scores(head_probabilities(z, card), card))
+    if was_training:
+        model.train()
+    if not valid_sets:
+        return {"macro_f1": 0.0, "threshold": 0.5, "offensive_f1": {}}
+    threshold, per_source = choose_threshold(valid_sets, "macro")
+    return {
+        "macro_f1": float(np.mean(list(per_source.values()))),
+        "threshold": threshold,
+        "offensive_f1": per_source,
+    }
+
+
 def _log(path: Path, record: dict[str, Any]) -> None:
     with path.open("a", encoding="utf-8") as fh:
         fh.write(json.dumps(record) + "\n")
@@ -227,6 +256,7 @@ def train(
     scheduler = get_linear_schedule_with_warmup(optimizer, int(recipe.warmup_ratio * total_steps), total_steps)
 
     step, epoch, batch_in_epoch = 0, 0, 0
+    best: dict[str, Any] = {"macro_f1": -1.0, "step": None}
     last = out_dir / LAST_DIR
     if resume and (last / STATE_FILE).is_file():
         from transformers import BertForSequenceClassification
@@ -240,6 +270,7 @@ def train(
         scheduler.load_state_dict(state["scheduler"])
         torch.set_rng_state(state["torch_rng"])
         step, epoch, batch_in_epoch = state["step"], state["epoch"], state["batch_in_epoch"]
+        best = state.get("best", best)
         tqdm.write(f"resuming from step {step} (epoch {epoch}, batch {batch_in_epoch})")
     elif metrics_path.exists():
         metrics_path.unlink()
@@ -296,9 +327,27 @@ def train(
                         "elapsed_s": time.perf_counter() - t0,
                     },
                 )
+            if recipe.eval_every > 0 and (step % recipe.eval_every == 0 or step == total_steps):
+                check = validation_check(model, encoder, tasks, recipe, heads)
+                improved = check["macro_f1"] > best["macro_f1"]
+                if improved and recipe.keep_best:
+                    out_dir.mkdir(parents=True, exist_ok=True)
+                    torch.save(model.state_dict(), out_dir / BEST_FILE)
+                if improved:
+                    best = {"macro_f1": check["macro_f1"], "step": step}
+                _log(metrics_path, {"event": "valid", "step": step, "epoch": epoch, **check, "best_step": best["step"]})
+                tqdm.write(
+                    f"valid @ step {step}: macro OFFENSIVE-F1 {check['macro_f1']:.2f} "
+                    + " ".join(f"{k} {v:.1f}" for k, v in check["offensive_f1"].items())
+                )
             if stop_after_steps is not None and step >= stop_after_steps and step < total_steps:
-                _save_state(out_dir, model, optimizer, scheduler,
-                            {"step": step, "epoch": epoch, "batch_in_epoch": batch_in_epoch})
+                _save_state(
+                    out_dir,
+                    model,
+                    optimizer,
+                    scheduler,
+                    {"step": step, "epoch": epoch, "batch_in_epoch": batch_in_epoch, "best": best},
+                )
                 bar.close()
                 card = ModelCard(name=recipe.model_name, version=recipe.version, heads=heads, score_heads=heads)
                 return TrainResult(out_dir, card, step, time.perf_counter() - t0, skipped)
@@ -308,11 +357,15 @@ def train(
                     model,
                     optimizer,
                     scheduler,
-                    {"step": step, "epoch": epoch, "batch_in_epoch": batch_in_epoch},
+                    {"step": step, "epoch": epoch, "batch_in_epoch": batch_in_epoch, "best": best},
                 )
         if batch_in_epoch >= len(plan):
             epoch, batch_in_epoch = epoch + 1, 0
     bar.close()
+    if recipe.keep_best and best["step"] is not None and best["step"] != step:
+        model.load_state_dict(torch.load(out_dir / BEST_FILE, map_location=device))
+        _log(metrics_path, {"event": "restored_best", "step": best["step"], "macro_f1": best["macro_f1"]})
+        tqdm.write(f"restored the weights of step {best['step']} (valid macro OFFENSIVE-F1 {best['macro_f1']:.2f})")
 
     card = evaluate_and_calibrate(model, encoder, tasks, recipe, heads, data_dir, metrics_path, progress)
     card.training.update(
@@ -321,10 +374,12 @@ def train(
             "train_seconds": round(time.perf_counter() - t0, 1),
             "skipped_tasks": skipped,
             "device": device.type,
+            "selected_step": best["step"] if recipe.keep_best else step,
         }
     )
     save_checkpoint(out_dir, model.cpu(), tokenizer, card)
     shutil.rmtree(last, ignore_errors=True)
+    (out_dir / BEST_FILE).unlink(missing_ok=True)
     _log(metrics_path, {"event": "done", "seconds": time.perf_counter() - t0, "threshold": card.threshold})
     return TrainResult(out_dir, card, step, time.perf_counter() - t0, skipped)
 
