@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from service.model_card import ModelCard
@@ -20,25 +19,106 @@ def _size(n_bytes: Any) -> str:
     return f"{n_bytes / 1e6:.1f} MB" if isinstance(n_bytes, int | float) else "—"
 
 
-def _metrics_section(metrics: dict[str, Any]) -> list[str]:
-    if not metrics:
-        return ["No test metrics recorded in the checkpoint card."]
-    rows = {k: v for k, v in metrics.items() if isinstance(v, dict)}
-    scalars = {k: v for k, v in metrics.items() if not isinstance(v, dict)}
-    lines: list[str] = []
-    if rows:
-        columns = [
-            c
-            for c in ("offensive_f1", "precision", "recall", "weighted_f1", "pr_auc", "n")
-            if any(c in r for r in rows.values())
-        ]
-        if columns:
-            lines += ["| split | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
-            lines += [f"| {name} | " + " | ".join(_fmt(r.get(c)) for c in columns) + " |" for name, r in rows.items()]
-        else:
-            lines += ["```json", json.dumps(rows, indent=2)[:4000], "```"]
-    lines += [f"- {k}: {_fmt(v)}" for k, v in scalars.items()]
+METRIC_COLUMNS = (
+    ("offensive_f1", "OFFENSIVE-F1"),
+    ("precision", "precision"),
+    ("recall", "recall"),
+    ("weighted_f1", "weighted F1"),
+    ("pr_auc", "PR-AUC"),
+)
+
+
+def _metric_cell(row: dict[str, Any], key: str) -> str:
+    value = row.get(key)
+    if not isinstance(value, int | float):
+        return "—"
+    return f"{value:.3f}" if key == "pr_auc" else f"{value:.1f}"
+
+
+def _split_table(per_source: dict[str, Any]) -> list[str]:
+    """One row per source (its ``all`` entry) and one per adversarial round under it."""
+    head = "| set | n | positives | " + " | ".join(label for _, label in METRIC_COLUMNS) + " |"
+    lines = [head, "|---" * (len(METRIC_COLUMNS) + 3) + "|"]
+    for name, entry in per_source.items():
+        rows = [(f"**{name}**", entry.get("all", entry))]
+        rows += [(f"{name} / {r}", sub) for r, sub in (entry.get("rounds") or {}).items()]
+        for label, row in rows:
+            cells = [_metric_cell(row, key) for key, _ in METRIC_COLUMNS]
+            counts = f"{_fmt(row.get('n'))} | {_fmt(row.get('positives'))}"
+            lines.append(f"| {label} | {counts} | " + " | ".join(cells) + " |")
     return lines
+
+
+def _metrics_section(metrics: dict[str, Any], threshold: float) -> list[str]:
+    """Test (then valid) metrics at the card's threshold; HateCheck's F1 columns are its accuracy rows."""
+    if not metrics:
+        return ["No metrics recorded in the checkpoint card."]
+    lines: list[str] = []
+    for split in ("test", "valid"):
+        per_source = metrics.get(split) or {}
+        if not per_source:
+            continue
+        lines += [f"### {split} splits (threshold {threshold:.4g})", "", *_split_table(per_source), ""]
+        accuracy = {
+            name: (entry.get("all") or {}).get("accuracy")
+            for name, entry in per_source.items()
+            if name == "hatecheck" and isinstance((entry.get("all") or {}).get("accuracy"), int | float)
+        }
+        for name, acc in accuracy.items():
+            lines += [f"{name} accuracy (the suite's headline metric): {acc:.1f}", ""]
+    return lines or ["No metrics recorded in the checkpoint card."]
+
+
+def _calibration_section(calibration: dict[str, Any]) -> list[str]:
+    if not calibration:
+        return []
+    lines = ["## Calibration", ""]
+    before, after = calibration.get("ece_before") or {}, calibration.get("ece_after") or {}
+    temps = calibration.get("temperatures") or {}
+    for head in temps:
+        lines.append(
+            f"- head `{head}`: temperature {_fmt(temps[head])}; expected calibration error on valid "
+            f"{_fmt(before.get(head))} → {_fmt(after.get(head))}"
+        )
+    if "threshold" in calibration:
+        lines.append(
+            f"- decision threshold {_fmt(calibration['threshold'])}, chosen on the validation sets "
+            f"({calibration.get('threshold_objective', '?')} OFFENSIVE-F1 over sources)"
+        )
+    best = calibration.get("per_source_best_threshold") or {}
+    if best:
+        lines.append(
+            "- per-source best thresholds on valid (not used: a service does not know the source): "
+            + ", ".join(f"{k} {v:.2f}" for k, v in best.items())
+        )
+    return [*lines, ""]
+
+
+def _training_section(training: dict[str, Any], licences: dict[str, str]) -> list[str]:
+    examples = training.get("examples") or {}
+    if not examples:
+        return []
+    recipe = training.get("recipe") or {}
+    lines = ["## Training data", "", "| task | train | valid | test | licence |", "|---|---:|---:|---:|---|"]
+    for name, n in examples.items():
+        licence = licences.get(name.split("/")[0], "—")
+        lines.append(f"| {name} | {n.get('train', 0):,} | {n.get('valid', 0):,} | {n.get('test', 0):,} | {licence} |")
+    lines.append("")
+    facts = [
+        f"recipe `{recipe.get('name', '?')}`",
+        f"{_fmt(recipe.get('epochs'))} epochs",
+        f"learning rate {_fmt(recipe.get('learning_rate'))}",
+        f"{training.get('steps', '?')} steps",
+    ]
+    if training.get("selected_step") not in (None, training.get("steps")):
+        facts.append(f"weights of step {training['selected_step']} (best validation check)")
+    if training.get("train_seconds"):
+        facts.append(f"{training['train_seconds'] / 60:.1f} min on {training.get('device', '?')}")
+    lines.append("- " + ", ".join(facts))
+    skipped = training.get("skipped_tasks") or []
+    if skipped:
+        lines.append(f"- optional tasks skipped: {'; '.join(skipped)}")
+    return [*lines, ""]
 
 
 def render_model_card(card: ModelCard) -> str:
@@ -68,7 +148,9 @@ def render_model_card(card: ModelCard) -> str:
             f"- geometry: {geometry.get('num_hidden_layers')} layers, hidden {geometry.get('hidden_size')}, "
             f"{geometry.get('num_attention_heads')} heads, {geometry.get('parameters', 0) / 1e6:.1f} M parameters"
         )
-    lines += ["", "## Test metrics", *_metrics_section(card.metrics), ""]
+    lines += ["", "## Metrics", "", *_metrics_section(card.metrics, card.threshold)]
+    lines += _calibration_section(card.calibration)
+    lines += _training_section(card.training, card.licences)
     lines += [
         "## ONNX export",
         f"- artifact: `{export.get('artifact', 'model.onnx')}` ({_size(export.get('artifact_bytes'))}, "
@@ -117,3 +199,24 @@ def render_model_card(card: ModelCard) -> str:
     if card.licences:
         lines += ["", "## Data licences", *[f"- {k}: {v}" for k, v in card.licences.items()]]
     return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m export.card_markdown MODEL_DIR``: rewrite MODEL_CARD.md from model_card.json."""
+    import argparse
+    from pathlib import Path
+
+    parser = argparse.ArgumentParser(prog="python -m export.card_markdown", description=main.__doc__)
+    parser.add_argument("model_dir", type=Path)
+    args = parser.parse_args(argv)
+    card_path = args.model_dir / "model_card.json"
+    if not card_path.is_file():
+        parser.error(f"{card_path} does not exist")
+    card = ModelCard.model_validate_json(card_path.read_text(encoding="utf-8"))
+    (args.model_dir / "MODEL_CARD.md").write_text(render_model_card(card), encoding="utf-8")
+    print(f"wrote {args.model_dir / 'MODEL_CARD.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

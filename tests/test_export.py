@@ -194,3 +194,44 @@ def test_choose_cpu_variant() -> None:
     assert choose_cpu_variant(report(-0.6, -0.7), names)[0] == "fp32"
     assert choose_cpu_variant(None, names)[0] == "optimized"
     assert choose_cpu_variant(None, ["fp32"])[0] == "fp32"
+
+
+def test_model_card_markdown_renders_metric_tables() -> None:
+    from export.card_markdown import render_model_card
+    from service.model_card import ModelCard
+
+    row = {"n": 10, "positives": 4, "offensive_f1": 75.0, "precision": 60.0, "recall": 100.0, "pr_auc": 0.8125}
+    card = ModelCard(
+        name="m",
+        version="1",
+        heads=["offensive"],
+        score_heads=["offensive"],
+        threshold=0.4,
+        metrics={
+            "test": {
+                "dynahate": {"all": row, "rounds": {"R1": {**row, "n": 6, "offensive_f1": 50.0}}},
+                "hatecheck": {"all": {**row, "accuracy": 81.25}},
+            },
+            "valid": {"dynahate": {"all": row}},
+        },
+        calibration={
+            "temperatures": {"offensive": 1.5},
+            "ece_before": {"offensive": 0.1},
+            "ece_after": {"offensive": 0.05},
+            "threshold": 0.4,
+            "threshold_objective": "macro",
+        },
+        training={
+            "examples": {"dynahate": {"train": 1200, "valid": 10, "test": 10}},
+            "steps": 7,
+            "recipe": {"name": "r", "epochs": 2.0, "learning_rate": 5e-5},
+        },
+        licences={"dynahate": "MIT"},
+    )
+    md = render_model_card(card)
+    assert "| **dynahate** | 10 | 4 | 75.0 | 60.0 | 100.0 | — | 0.812 |" in md
+    assert "| dynahate / R1 | 6 | 4 | 50.0 |" in md
+    assert "hatecheck accuracy (the suite's headline metric): 81.2" in md
+    assert "### valid splits (threshold 0.4)" in md
+    assert "temperature 1.5; expected calibration error on valid 0.1 → 0.05" in md
+    assert "| dynahate | 1,200 | 10 | 10 | MIT |" in md
