@@ -25,7 +25,6 @@ Steps (all in a staging folder next to ``out_dir``; ``out_dir`` is replaced only
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import logging
 import os
@@ -136,22 +135,9 @@ def export_torch_to_onnx(model: torch.nn.Module, path: Path, opset: int = DEFAUL
     except (KeyError, ValueError) as exc:
         raise ExportError(f"optimum cannot export {type(model).__name__} for text-classification: {exc}") from exc
     onnx_config = constructor(model.config)
-    with warnings.catch_warnings(), _quiet("optimum", "torch.onnx"):
+    with warnings.catch_warnings(), variants.quiet_loggers("optimum", "torch.onnx"):
         warnings.simplefilter("ignore")
         optimum_export(model.eval(), onnx_config, path, opset=opset)
-
-
-@contextlib.contextmanager
-def _quiet(*names: str) -> Any:
-    loggers = [logging.getLogger(n) for n in names]
-    levels = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        for lg, level in zip(loggers, levels, strict=True):
-            lg.setLevel(level)
 
 
 # -- onnxruntime side ----------------------------------------------------------------------------

@@ -243,7 +243,20 @@ def derive(
 
 
 @contextlib.contextmanager
-def _quiet_onnxruntime_tools() -> Iterator[None]:
+def quiet_loggers(*names: str) -> Iterator[None]:
+    """Raise the named loggers to ERROR while the block runs, then restore their levels."""
+    loggers = [logging.getLogger(name) for name in names]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.setLevel(level)
+
+
+def _quiet_onnxruntime_tools() -> contextlib.AbstractContextManager[None]:
     """Silence the optimizer's and quantizer's chatter while they run.
 
     onnxruntime.transformers puts its folder on sys.path, so its modules log under top-level
@@ -256,15 +269,7 @@ def _quiet_onnxruntime_tools() -> Iterator[None]:
     for name, module in list(sys.modules.items()):
         if (getattr(module, "__file__", None) or "").startswith(package):
             names.add(name)
-    loggers = [logging.getLogger(name) for name in sorted(names)]
-    levels = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        for lg, level in zip(loggers, levels, strict=True):
-            lg.setLevel(level)
+    return quiet_loggers(*sorted(names))
 
 
 def _optimize(model: onnx.ModelProto, recipe: Mapping[str, Any], num_heads: int, hidden_size: int) -> onnx.ModelProto:
