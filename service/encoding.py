@@ -16,6 +16,7 @@ Truncation never fails: the utterance keeps its first ``max_utterance_tokens`` t
 ``max_length - 3`` when there is no history); the remaining budget is filled with history
 from the newest turn backwards, so the **oldest** turns are dropped first. The oldest turn
 that only partly fits keeps its last tokens (the words nearest the utterance).
+``max_history_turns`` (default: no limit) keeps only the newest N turns before any of that.
 
 Normalisation (switchable, recorded in the model card) runs identically in training and
 serving, in this order: emoji → their English names (``🐍`` → ``snake``), Unicode NFKC,
@@ -52,10 +53,13 @@ class EncodingConfig:
     normalise_unicode: bool = True
     speaker_markers: bool = False
     context_mode: str = "segments"
+    max_history_turns: int | None = None  # keep only the newest N history turns (None: as many as fit)
 
     def __post_init__(self) -> None:
         if self.context_mode not in CONTEXT_MODES:
             raise ValueError(f"context_mode must be one of {CONTEXT_MODES}, got {self.context_mode!r}")
+        if self.max_history_turns is not None and self.max_history_turns < 0:
+            raise ValueError(f"max_history_turns must be >= 0 or None, got {self.max_history_turns}")
         if self.max_length < 8:
             raise ValueError(f"max_length must be at least 8, got {self.max_length}")
         if not 1 <= self.max_utterance_tokens <= self.max_length - 3:
@@ -138,6 +142,9 @@ class DialogueEncoder:
         for ex in examples:
             start = len(texts)
             turns = ex.history if use_history else ()
+            keep = self.config.max_history_turns
+            if keep is not None:
+                turns = turns[-keep:] if keep else ()
             texts.extend(self._turn_text(t.text, t.speaker) for t in turns)
             texts.append(normalise_text(ex.utterance, self.config))
             spans.append((start, len(turns)))

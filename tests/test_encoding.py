@@ -99,6 +99,19 @@ def test_ablation_modes(tiny_tokenizer: Tokenizer) -> None:
     assert list(only.encode(ex).input_ids) == [2, 3, 114, 98, 115, 3]
 
 
+def test_max_history_turns_keeps_the_newest(tiny_tokenizer: Tokenizer) -> None:
+    ex = Example.from_texts("yes you should", ["hi", "should i hurt myself?"])
+    full = DialogueEncoder(tiny_tokenizer, EncodingConfig(max_length=32, max_utterance_tokens=8))
+    newest = Example.from_texts("yes you should", ["should i hurt myself?"])
+    for keep, expected in ((1, newest), (2, ex), (5, ex), (0, Example(utterance="yes you should"))):
+        enc = DialogueEncoder(
+            tiny_tokenizer, EncodingConfig(max_length=32, max_utterance_tokens=8, max_history_turns=keep)
+        )
+        assert list(enc.encode(ex).input_ids) == list(full.encode(expected).input_ids), keep
+    with pytest.raises(ValueError, match="max_history_turns"):
+        EncodingConfig(max_history_turns=-1)
+
+
 def test_normalisation_switches() -> None:
     on = EncodingConfig()
     assert normalise_text("  I  ❤️\u00a0you ｆｕｌｌ  ", on) == "I red heart you full"
