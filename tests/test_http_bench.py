@@ -48,3 +48,8 @@ def test_http_benchmark_smoke(
     assert set(overload["phase"]["status_counts"]) <= {"200", "429"}
     assert report["naive"]["ok"] > 0 and report["naive"]["errors"] == 0
     assert "c4_vs_naive" in report["targets"]
+    ceiling = report["targets"]["runtime_batched_vs_naive"]["value"]
+    assert ceiling == pytest.approx(
+        report["runtime"]["batched_items_per_s"] / report["naive"]["throughput_rps"], rel=0.01
+    )
+    assert "| runtime_batched_vs_naive |" in printed
