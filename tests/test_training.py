@@ -124,3 +124,22 @@ def test_shipped_recipes_parse(name: str) -> None:
     recipe = load_recipe(name)
     assert recipe.tasks
     assert all(t.source != "hatecheck" for t in recipe.tasks)
+
+
+def test_soup_averages_weights_and_calibrates(tmp_path: Path) -> None:
+    from training.soup import SoupError, average_state_dicts, main
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    train(load_recipe("tiny", ["max_steps=3", "seed=1"]), FULL, a, progress=False)
+    train(load_recipe("tiny", ["max_steps=3", "seed=2"]), FULL, b, progress=False)
+    soup = tmp_path / "soup"
+    assert main([str(a), str(b), "--out", str(soup), "--data-dir", str(FULL), "-q"]) == 0
+    wa, wb, ws = (load_file(d / "model.safetensors") for d in (a, b, soup))
+    for key in ("bert.encoder.layer.0.attention.self.query.weight", "classifier.weight"):
+        assert torch.allclose(ws[key], (wa[key] + wb[key]) / 2, atol=1e-6)
+    card = json.loads((soup / "model_card.json").read_text())
+    assert card["training"]["soup"]["members"] == [str(a), str(b)]
+    assert 0.0 < card["threshold"] < 1.0 and "offensive_f1" in card["metrics"]["test"]["bbf_multi_turn"]["all"]
+    # mismatched shapes are refused with the parameter named
+    with pytest.raises(SoupError, match="classifier.weight"):
+        average_state_dicts([{"classifier.weight": torch.zeros(1, 4)}, {"classifier.weight": torch.zeros(2, 4)}])
