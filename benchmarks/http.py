@@ -356,6 +356,18 @@ def service_cmd(model_dir: Path, port: int, variant: str | None) -> list[str]:
     return cmd + (["--variant", variant] if variant else [])
 
 
+def server_settings(items: Sequence[str]) -> dict[str, str]:
+    """``NAME=VALUE`` pairs → settings for :func:`service_env` (checked against ServiceSettings)."""
+    out: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        name = name.strip().lower().removeprefix("safety_")
+        if not sep or name not in ServiceSettings.model_fields:
+            raise SystemExit(f"--server-setting {item!r}: expected NAME=VALUE with NAME a service setting")
+        out[name] = value
+    return out
+
+
 def service_env(**settings: Any) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SAFETY_")}
     env.update({f"SAFETY_{k.upper()}": str(v) for k, v in settings.items()})
@@ -542,6 +554,13 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety bench h
         default=ServiceSettings.model_fields["inference_token_budget"].default,
         help="padded tokens per onnxruntime call, for the service and the runtime reference alike",
     )
+    p.add_argument(
+        "--server-setting",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="extra service setting for the measured server (SAFETY_<NAME>), e.g. allow_spinning=false; repeatable",
+    )
     p.add_argument("--no-runtime", action="store_true", help="skip the in-process runtime reference")
     p.add_argument("--examples", type=int, default=2000, help="distinct dialogues to cycle through")
     p.add_argument("--start-timeout", type=float, default=180.0, help="seconds a server may take to get ready")
@@ -591,10 +610,12 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety bench h
             token_budget=args.inference_token_budget,
         )
 
+    extra = server_settings(args.server_setting)
+    report["server_settings"] = extra
     port = free_port()
     with running_server(
         service_cmd(model_dir, port, args.variant),
-        service_env(inference_token_budget=args.inference_token_budget),
+        service_env(**extra, inference_token_budget=args.inference_token_budget),
         port,
         start_timeout_s=plan.start_timeout_s,
     ) as server:
@@ -606,6 +627,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety bench h
         port = free_port()
         batch_size = max(1, plan.overload_queue)
         env = service_env(
+            **extra,
             queue_size=plan.overload_queue,
             max_batch_items=min(256, plan.overload_queue),
             max_batch_size=batch_size,

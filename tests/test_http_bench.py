@@ -53,3 +53,15 @@ def test_http_benchmark_smoke(
         report["runtime"]["batched_items_per_s"] / report["naive"]["throughput_rps"], rel=0.01
     )
     assert "| runtime_batched_vs_naive |" in printed
+
+
+def test_server_settings_are_checked_against_the_service_settings() -> None:
+    assert bench_http.server_settings(["allow_spinning=false", "SAFETY_MAX_BATCH_SIZE=32"]) == {
+        "allow_spinning": "false",
+        "max_batch_size": "32",
+    }
+    env = bench_http.service_env(**bench_http.server_settings(["max_batch_size=32"]))
+    assert env["SAFETY_MAX_BATCH_SIZE"] == "32"
+    for bad in ("max_batch_size", "no_such_setting=1"):
+        with pytest.raises(SystemExit, match="--server-setting"):
+            bench_http.server_settings([bad])
