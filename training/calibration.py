@@ -56,7 +56,7 @@ def choose_threshold(
         total = np.zeros_like(grid)
         for gold, scores in per_source.values():
             total += f1_at(np.asarray(gold), np.asarray(scores), grid)
-        threshold = float(grid[int(np.argmax(total))])
+        threshold = round(float(grid[int(np.argmax(total))]), 4)  # grid points: no 0.36000000000000004
     else:
         raise ValueError(f"unknown threshold objective {objective!r}")
     at = {
