@@ -340,25 +340,15 @@ def train(
                     f"valid @ step {step}: macro OFFENSIVE-F1 {check['macro_f1']:.2f} "
                     + " ".join(f"{k} {v:.1f}" for k, v in check["offensive_f1"].items())
                 )
-            if stop_after_steps is not None and step >= stop_after_steps and step < total_steps:
-                _save_state(
-                    out_dir,
-                    model,
-                    optimizer,
-                    scheduler,
-                    {"step": step, "epoch": epoch, "batch_in_epoch": batch_in_epoch, "best": best},
-                )
+            stopping = stop_after_steps is not None and step >= stop_after_steps and step < total_steps
+            periodic = bool(recipe.checkpoint_every) and step % recipe.checkpoint_every == 0 and step < total_steps
+            if stopping or periodic:
+                state = {"step": step, "epoch": epoch, "batch_in_epoch": batch_in_epoch, "best": best}
+                _save_state(out_dir, model, optimizer, scheduler, state)
+            if stopping:
                 bar.close()
                 card = ModelCard(name=recipe.model_name, version=recipe.version, heads=heads, score_heads=heads)
                 return TrainResult(out_dir, card, step, time.perf_counter() - t0, skipped)
-            if recipe.checkpoint_every and step % recipe.checkpoint_every == 0 and step < total_steps:
-                _save_state(
-                    out_dir,
-                    model,
-                    optimizer,
-                    scheduler,
-                    {"step": step, "epoch": epoch, "batch_in_epoch": batch_in_epoch, "best": best},
-                )
         if batch_in_epoch >= len(plan):
             epoch, batch_in_epoch = epoch + 1, 0
     bar.close()
