@@ -127,7 +127,7 @@ def test_shipped_recipes_parse(name: str) -> None:
 
 
 def test_soup_averages_weights_and_calibrates(tmp_path: Path) -> None:
-    from training.soup import SoupError, average_state_dicts, main
+    from training.soup import SoupError, average_state_dicts, main, make_soup
 
     a, b = tmp_path / "a", tmp_path / "b"
     train(load_recipe("tiny", ["max_steps=3", "seed=1"]), FULL, a, progress=False)
@@ -140,6 +140,11 @@ def test_soup_averages_weights_and_calibrates(tmp_path: Path) -> None:
     card = json.loads((soup / "model_card.json").read_text())
     assert card["training"]["soup"]["members"] == [str(a), str(b)]
     assert 0.0 < card["threshold"] < 1.0 and "offensive_f1" in card["metrics"]["test"]["bbf_multi_turn"]["all"]
+    # checkpoints trained with another input encoding are refused
+    other = tmp_path / "other"
+    train(load_recipe("tiny", ["max_steps=2", "encoding.max_history_turns=1"]), FULL, other, progress=False)
+    with pytest.raises(SoupError, match="encoding"):
+        make_soup([a, other], tmp_path / "bad", FULL, progress=False)
     # mismatched shapes are refused with the parameter named
     with pytest.raises(SoupError, match="classifier.weight"):
         average_state_dicts([{"classifier.weight": torch.zeros(1, 4)}, {"classifier.weight": torch.zeros(2, 4)}])

@@ -62,6 +62,11 @@ def _check_compatible(paths: Sequence[Path]) -> None:
             raise SoupError(f"{p}: heads {card['heads']} differ from {paths[0]}: {cards[0]['heads']}")
         if tok != tokenizers[0]:
             raise SoupError(f"{p}: tokenizer differs from {paths[0]}'s")
+        if card.get("encoding") != cards[0].get("encoding"):
+            raise SoupError(
+                f"{p}: encoding {card.get('encoding')} differs from {paths[0]}'s {cards[0].get('encoding')}: "
+                "a soup is evaluated and served with one input encoding"
+            )
 
 
 def make_soup(
