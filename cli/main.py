@@ -19,25 +19,33 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def usage() -> str:
-    lines = ["usage: dialogue-safety <command> [options]", "", "commands:"]
-    lines += [f"  {name:<10} {help_}" for name, (_, help_) in COMMANDS.items()]
-    lines += ["", "run 'dialogue-safety <command> --help' for a command's options"]
+def usage(table: dict[str, tuple[str, str]] = COMMANDS, prog: str = "dialogue-safety", kind: str = "command") -> str:
+    width = max(len(name) for name in table) + 2
+    lines = [f"usage: {prog} <{kind}> [options]", "", f"{kind}s:"]
+    lines += [f"  {name:<{width}} {help_}" for name, (_, help_) in table.items()]
+    lines += ["", f"run '{prog} <{kind}> --help' for its options"]
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def dispatch(
+    table: dict[str, tuple[str, str]], argv: Sequence[str] | None, prog: str = "dialogue-safety", kind: str = "command"
+) -> int:
+    """Run ``table[name]``'s module ``main(rest, prog=...)``, imported only when it is asked for."""
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in {"-h", "--help", "help"}:
-        print(usage())
+        print(usage(table, prog, kind))
         return 0
     name, rest = args[0], args[1:]
-    if name not in COMMANDS:
-        print(f"dialogue-safety: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
+    if name not in table:
+        print(f"{prog}: unknown {kind} {name!r}\n\n{usage(table, prog, kind)}", file=sys.stderr)
         return 2
-    module = importlib.import_module(COMMANDS[name][0])
-    result: int = module.main(rest, prog=f"dialogue-safety {name}")
+    module = importlib.import_module(table[name][0])
+    result: int = module.main(rest, prog=f"{prog} {name}")
     return result
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return dispatch(COMMANDS, argv)
 
 
 if __name__ == "__main__":
