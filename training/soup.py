@@ -27,11 +27,18 @@ from transformers import BertForSequenceClassification
 from training.checkpoint import load_checkpoint, save_checkpoint
 from training.recipe import recipe_from_dict
 from training.sources.data_dir import resolve_data_dir
-from training.trainer import METRICS_FILE, _log, evaluate_and_calibrate, head_names, load_task_data, validation_check
+from training.trainer import (
+    METRICS_FILE,
+    evaluate_and_calibrate,
+    head_names,
+    load_task_data,
+    log_event,
+    validation_check,
+)
 
 
 class SoupError(ValueError):
-    """The checkpoints cannot be averaged (different geometry, heads or tokenizer)."""
+    """The checkpoints cannot be averaged (different geometry, heads, tokenizer or input encoding)."""
 
 
 def average_state_dicts(states: Sequence[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
@@ -97,10 +104,10 @@ def make_soup(
             trial = score([*members, i])
             if trial["macro_f1"] >= best["macro_f1"]:
                 members, best = [*members, i], trial
+        model.load_state_dict(average_state_dicts([states[i] for i in members]))  # the last trial may be a reject
     else:
         members = list(range(len(paths)))
-        best = score(members)
-    model.load_state_dict(average_state_dicts([states[i] for i in members]))
+        best = score(members)  # leaves the model holding the full average
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -114,7 +121,7 @@ def make_soup(
         "valid_single": {str(paths[i]): s for i, s in singles.items()},
         "valid_soup": best,
     }
-    _log(metrics_path, summary)
+    log_event(metrics_path, summary)
     card = evaluate_and_calibrate(model, encoder, tasks, recipe, heads, data_dir, metrics_path, progress)
     card.training.update(
         {
@@ -126,7 +133,7 @@ def make_soup(
         }
     )
     save_checkpoint(out_dir, model, encoder.tokenizer, card)
-    _log(metrics_path, {"event": "done", "seconds": time.perf_counter() - t0, "threshold": card.threshold})
+    log_event(metrics_path, {"event": "done", "seconds": time.perf_counter() - t0, "threshold": card.threshold})
     return summary
 
 

@@ -191,7 +191,7 @@ def validation_check(
     }
 
 
-def _log(path: Path, record: dict[str, Any]) -> None:
+def log_event(path: Path, record: dict[str, Any]) -> None:
     with path.open("a", encoding="utf-8") as fh:
         fh.write(json.dumps(record) + "\n")
 
@@ -275,7 +275,7 @@ def train(
     elif metrics_path.exists():
         metrics_path.unlink()
 
-    _log(
+    log_event(
         metrics_path,
         {
             "event": "start",
@@ -316,7 +316,7 @@ def train(
             if step % recipe.log_every == 0 or step == total_steps:
                 avg = float(np.mean(running[-recipe.log_every :]))
                 bar.set_postfix(loss=f"{avg:.4f}", lr=f"{scheduler.get_last_lr()[0]:.2e}", epoch=epoch)
-                _log(
+                log_event(
                     metrics_path,
                     {
                         "event": "train",
@@ -335,7 +335,9 @@ def train(
                     torch.save(model.state_dict(), out_dir / BEST_FILE)
                 if improved:
                     best = {"macro_f1": check["macro_f1"], "step": step}
-                _log(metrics_path, {"event": "valid", "step": step, "epoch": epoch, **check, "best_step": best["step"]})
+                log_event(
+                    metrics_path, {"event": "valid", "step": step, "epoch": epoch, **check, "best_step": best["step"]}
+                )
                 tqdm.write(
                     f"valid @ step {step}: macro OFFENSIVE-F1 {check['macro_f1']:.2f} "
                     + " ".join(f"{k} {v:.1f}" for k, v in check["offensive_f1"].items())
@@ -354,7 +356,7 @@ def train(
     bar.close()
     if recipe.keep_best and best["step"] is not None and best["step"] != step:
         model.load_state_dict(torch.load(out_dir / BEST_FILE, map_location=device))
-        _log(metrics_path, {"event": "restored_best", "step": best["step"], "macro_f1": best["macro_f1"]})
+        log_event(metrics_path, {"event": "restored_best", "step": best["step"], "macro_f1": best["macro_f1"]})
         tqdm.write(f"restored the weights of step {best['step']} (valid macro OFFENSIVE-F1 {best['macro_f1']:.2f})")
 
     card = evaluate_and_calibrate(model, encoder, tasks, recipe, heads, data_dir, metrics_path, progress)
@@ -370,7 +372,7 @@ def train(
     save_checkpoint(out_dir, model.cpu(), tokenizer, card)
     shutil.rmtree(last, ignore_errors=True)
     (out_dir / BEST_FILE).unlink(missing_ok=True)
-    _log(metrics_path, {"event": "done", "seconds": time.perf_counter() - t0, "threshold": card.threshold})
+    log_event(metrics_path, {"event": "done", "seconds": time.perf_counter() - t0, "threshold": card.threshold})
     return TrainResult(out_dir, card, step, time.perf_counter() - t0, skipped)
 
 
@@ -487,7 +489,9 @@ def evaluate_and_calibrate(
         },
     }
     card.licences = dict(card.training["licences"])
-    _log(metrics_path, {"event": "eval", "threshold": threshold, "calibration": card.calibration, "metrics": metrics})
+    log_event(
+        metrics_path, {"event": "eval", "threshold": threshold, "calibration": card.calibration, "metrics": metrics}
+    )
     return card
 
 
