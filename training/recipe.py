@@ -17,7 +17,7 @@ from typing import Any
 from service.encoding import EncodingConfig
 
 RECIPES_DIR = Path(__file__).resolve().parents[1] / "recipes"
-HEAD_MODES = ("shared", "per_family", "hierarchical")
+HEAD_MODES = ("shared", "per_family", "hierarchical", "harmonised")
 THRESHOLD_OBJECTIVES = ("macro", "pooled")
 
 

@@ -32,6 +32,14 @@ from service.schema import LabelledExample, Split
 from service.scoring import head_probabilities, main_scores
 from training.calibration import choose_threshold, fit_temperature
 from training.checkpoint import save_checkpoint
+from training.harmonise import (
+    HARMONISED,
+    HEAD_ORDER,
+    SERVED_HEAD,
+    AbuseTeacher,
+    abusive_hate_negatives,
+    harmonised_targets,
+)
 from training.inference import predict_logits
 from training.metrics import binary_metrics, expected_calibration_error
 from training.mixture import TaskData, epoch_batches, example_weights, expected_steps_per_epoch
@@ -108,9 +116,44 @@ def load_task_data(recipe: Recipe, data_dir: Path) -> tuple[list[TaskData], list
 def head_names(recipe: Recipe, tasks: Sequence[TaskData]) -> list[str]:
     if recipe.heads == "shared":
         return ["offensive"]
-    families = {ex.family.value for t in tasks for ex in t.train[:1]}
-    order = ["offensive", "hateful", "unsafe_in_context"]
-    return [f for f in order if f in families]
+    families = {ex.family.value for t in tasks for ex in t.train}
+    if recipe.heads == HARMONISED:
+        families.add(SERVED_HEAD)
+    return [f for f in HEAD_ORDER if f in families]
+
+
+def score_heads(recipe: Recipe, heads: list[str]) -> list[str]:
+    """The heads whose (max) calibrated probability is the served OFFENSIVE score."""
+    return [SERVED_HEAD] if recipe.heads == HARMONISED else list(heads)
+
+
+@dataclass
+class LabelRules:
+    """How a recipe's head layout turns examples into per-head targets and served gold labels."""
+
+    mode: str
+    heads: list[str]
+    teacher: AbuseTeacher | None = None
+
+    def targets(self, examples: Sequence[LabelledExample]) -> tuple[np.ndarray, np.ndarray]:
+        if self.mode == HARMONISED:
+            return harmonised_targets(examples, self.heads, abusive_hate_negatives(examples, self.teacher))
+        return head_targets(examples, self.heads, self.mode)
+
+    def served_gold(self, examples: Sequence[LabelledExample]) -> tuple[np.ndarray, np.ndarray]:
+        """Gold for the served score and which examples have one (harmonised: masked hate negatives
+        the teacher calls abusive have none); other modes: the source's own label for every example."""
+        gold = np.array([int(ex.label.is_positive) for ex in examples], dtype=int)
+        if self.mode != HARMONISED:
+            return gold, np.ones(len(examples), dtype=bool)
+        y, mask = self.targets(examples)
+        c = self.heads.index(SERVED_HEAD)
+        return y[:, c].astype(int), mask[:, c] > 0
+
+
+def label_rules(recipe: Recipe, heads: list[str], train_examples: Sequence[LabelledExample]) -> LabelRules:
+    teacher = AbuseTeacher.fit(train_examples) if recipe.heads == HARMONISED else None
+    return LabelRules(recipe.heads, heads, teacher)
 
 
 # Label semantics (``heads = "hierarchical"``): hate against a group is offensive, and an offensive
@@ -164,7 +207,12 @@ def _optimizer(model: torch.nn.Module, recipe: Recipe) -> torch.optim.Optimizer:
 
 
 def validation_check(
-    model: torch.nn.Module, encoder: DialogueEncoder, tasks: Sequence[TaskData], recipe: Recipe, heads: list[str]
+    model: torch.nn.Module,
+    encoder: DialogueEncoder,
+    tasks: Sequence[TaskData],
+    recipe: Recipe,
+    heads: list[str],
+    rules: LabelRules | None = None,
 ) -> dict[str, Any]:
     """OFFENSIVE-F1 per source on the valid splits at the macro-best threshold (uncalibrated scores).
 
@@ -172,13 +220,16 @@ def validation_check(
     """
     was_training = model.training
     model.eval()
-    card = ModelCard(name=recipe.model_name, version=recipe.version, heads=heads, score_heads=list(heads))
+    rules = rules or LabelRules(recipe.heads, heads)
+    card = ModelCard(
+        name=recipe.model_name, version=recipe.version, heads=heads, score_heads=score_heads(recipe, heads)
+    )
     valid_sets = {}
     for t in tasks:
         if t.valid:
             z = _logits_for(model, encoder, t.valid, recipe)
-            gold = np.array([int(ex.label.is_positive) for ex in t.valid])
-            valid_sets[t.spec.name] = (gold, main_scores(head_probabilities(z, card), card))
+            gold, keep = rules.served_gold(t.valid)
+            valid_sets[t.spec.name] = (gold[keep], main_scores(head_probabilities(z, card), card)[keep])
     if was_training:
         model.train()
     if not valid_sets:
@@ -246,7 +297,8 @@ def train(
     flat: list[LabelledExample] = [ex for t in tasks for ex in t.train]
     encoded = encoder.encode_batch(flat)
     lengths = np.array([len(e) for e in encoded])
-    targets, target_mask = head_targets(flat, heads, recipe.heads)
+    rules = label_rules(recipe, heads, flat)
+    targets, target_mask = rules.targets(flat)
     weights = np.concatenate(example_weights(tasks))
     steps_per_epoch = expected_steps_per_epoch(weights, recipe.batch_size)
     total_steps = recipe.max_steps or math.ceil(recipe.epochs * steps_per_epoch)
@@ -328,7 +380,7 @@ def train(
                     },
                 )
             if recipe.eval_every > 0 and (step % recipe.eval_every == 0 or step == total_steps):
-                check = validation_check(model, encoder, tasks, recipe, heads)
+                check = validation_check(model, encoder, tasks, recipe, heads, rules)
                 improved = check["macro_f1"] > best["macro_f1"]
                 if improved and recipe.keep_best:
                     out_dir.mkdir(parents=True, exist_ok=True)
@@ -349,7 +401,9 @@ def train(
                 _save_state(out_dir, model, optimizer, scheduler, state)
             if stopping:
                 bar.close()
-                card = ModelCard(name=recipe.model_name, version=recipe.version, heads=heads, score_heads=heads)
+                card = ModelCard(
+                    name=recipe.model_name, version=recipe.version, heads=heads, score_heads=score_heads(recipe, heads)
+                )
                 return TrainResult(out_dir, card, step, time.perf_counter() - t0, skipped)
         if batch_in_epoch >= len(plan):
             epoch, batch_in_epoch = epoch + 1, 0
@@ -359,7 +413,7 @@ def train(
         log_event(metrics_path, {"event": "restored_best", "step": best["step"], "macro_f1": best["macro_f1"]})
         tqdm.write(f"restored the weights of step {best['step']} (valid macro OFFENSIVE-F1 {best['macro_f1']:.2f})")
 
-    card = evaluate_and_calibrate(model, encoder, tasks, recipe, heads, data_dir, metrics_path, progress)
+    card = evaluate_and_calibrate(model, encoder, tasks, recipe, heads, data_dir, metrics_path, progress, rules)
     card.training.update(
         {
             "steps": step,
@@ -397,6 +451,41 @@ def _grouped_metrics(examples: Sequence[LabelledExample], scores: np.ndarray, th
     return out
 
 
+def _family_head_metrics(
+    tasks: Sequence[TaskData],
+    eval_rows: dict[str, list[LabelledExample]],
+    logits: dict[tuple[str, str], np.ndarray],
+    card: ModelCard,
+) -> dict[str, Any]:
+    """Each head (a ``categories`` entry) judged on the sources of its own label family, against their
+    own labels, at the head's own validation-tuned threshold (macro over those sources)."""
+    out: dict[str, Any] = {}
+    for h, head in enumerate(card.heads):
+        own = [t for t in tasks if t.train and t.train[0].family.value == head and t.valid]
+        if not own:
+            continue
+
+        def probs(key: tuple[str, str], h: int = h) -> np.ndarray:
+            return head_probabilities(logits[key], card)[:, h]
+
+        valid = {
+            t.spec.name: (np.array([int(e.label.is_positive) for e in t.valid]), probs((t.spec.name, "valid")))
+            for t in own
+        }
+        threshold, _ = choose_threshold(valid, "macro")
+        test_sets = {t.spec.name: t.test for t in own if t.test}
+        test_sets.update({n: rows for n, rows in eval_rows.items() if rows[0].family.value == head})
+        out[head] = {
+            "threshold": threshold,
+            "sources": sorted(test_sets),
+            "test": {
+                name: binary_metrics([int(e.label.is_positive) for e in rows], probs((name, "test")), threshold)
+                for name, rows in test_sets.items()
+            },
+        }
+    return out
+
+
 def evaluate_and_calibrate(
     model: torch.nn.Module,
     encoder: DialogueEncoder,
@@ -406,13 +495,15 @@ def evaluate_and_calibrate(
     data_dir: Path,
     metrics_path: Path,
     progress: bool = True,
+    rules: LabelRules | None = None,
 ) -> ModelCard:
     """Fit temperatures and the threshold on valid, then measure every task/round on valid and test."""
+    rules = rules or LabelRules(recipe.heads, heads)
     card = ModelCard(
         name=recipe.model_name,
         version=recipe.version,
         heads=heads,
-        score_heads=list(heads),
+        score_heads=score_heads(recipe, heads),
         encoding=recipe.encoding.to_dict(),
         base_model=recipe.base,
         intended_use=recipe.intended_use,
@@ -427,13 +518,18 @@ def evaluate_and_calibrate(
     temps: dict[str, float] = {}
     ece_before: dict[str, float] = {}
     ece_after: dict[str, float] = {}
+    valid_targets = {t.spec.name: rules.targets(t.valid) for t in tasks if t.valid}
     for h, head in enumerate(heads):
         zs, ys = [], []
         for t in tasks:
+            if not t.valid:
+                continue
+            y_t, m_t = valid_targets[t.spec.name]
             for i, ex in enumerate(t.valid):
-                if _head_of(ex, heads) == h:
+                own = rules.mode != HARMONISED and _head_of(ex, heads) == h
+                if own or (rules.mode == HARMONISED and m_t[i, h] > 0):
                     zs.append(logits[(t.spec.name, "valid")][i, h])
-                    ys.append(float(ex.label.is_positive))
+                    ys.append(float(y_t[i, h]) if rules.mode == HARMONISED else float(ex.label.is_positive))
         z, y = np.array(zs), np.array(ys)
         temps[head] = fit_temperature(z, y) if recipe.calibrate else 1.0
         if z.size:
@@ -444,11 +540,11 @@ def evaluate_and_calibrate(
     def scores(key: tuple[str, str]) -> np.ndarray:
         return main_scores(head_probabilities(logits[key], card), card) if logits[key].size else np.zeros(0)
 
-    valid_sets = {
-        t.spec.name: (np.array([int(ex.label.is_positive) for ex in t.valid]), scores((t.spec.name, "valid")))
-        for t in tasks
-        if t.valid
-    }
+    valid_sets = {}
+    for t in tasks:
+        if t.valid:
+            gold, keep = rules.served_gold(t.valid)
+            valid_sets[t.spec.name] = (gold[keep], scores((t.spec.name, "valid"))[keep])
     if valid_sets:
         threshold, valid_f1 = choose_threshold(valid_sets, recipe.threshold_objective)
     else:
@@ -473,12 +569,15 @@ def evaluate_and_calibrate(
             rows = getattr(t, split)
             if rows:
                 metrics[split][t.spec.name] = _grouped_metrics(rows, scores((t.spec.name, split)), threshold)
+    eval_rows: dict[str, list[LabelledExample]] = {}
     for name in recipe.eval_sources:
         rows = [ex for ex in registry.load_source(name, data_dir) if ex.split == Split.TEST]
         if rows:
-            z = _logits_for(model, encoder, rows, recipe)
-            s = main_scores(head_probabilities(z, card), card)
-            metrics["test"][name] = _grouped_metrics(rows, s, threshold)
+            eval_rows[name] = rows
+            logits[(name, "test")] = _logits_for(model, encoder, rows, recipe)
+            metrics["test"][name] = _grouped_metrics(rows, scores((name, "test")), threshold)
+    if len(heads) > 1:
+        metrics["heads"] = _family_head_metrics(tasks, eval_rows, logits, card)
     card.metrics = metrics
     card.training = {
         "recipe": recipe.to_dict(),

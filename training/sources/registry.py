@@ -8,8 +8,8 @@ Usage::
     valid = load_source("diasafety", "/data", splits=["valid"])  # list[LabelledExample]
     by_name = load_sources(["convabuse", "hatemoji"], "/data")  # {name: [...]}
 
-Source names: bbf_single_turn, bbf_multi_turn, wtc, bad, diasafety, convabuse, hatemoji,
-dynahate, hatecheck. Statuses: ``complete`` (the official files), ``partial`` (real data with
+Source names: bbf_single_turn, bbf_multi_turn, wtc, bad, olid, diasafety, convabuse, hatemoji,
+dynahate, context_pairs (derived), hatecheck. Statuses: ``complete`` (the official files), ``partial`` (real data with
 splits or rows missing; loaded normally; DynaHate's subset is this), ``sample-only`` (format
 samples or fixtures; :func:`load_source` refuses them unless ``allow_samples=True``, and they
 must never be trained or evaluated on), ``missing``. No dataset is redistributed with this
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from service.schema import LabelFamily, LabelledExample, Split
-from training.sources import bad, bbf, convabuse, diasafety, dynahate, functional, hatemoji, wtc
+from training.sources import bad, bbf, context_pairs, convabuse, diasafety, dynahate, functional, hatemoji, olid, wtc
 from training.sources.data_dir import resolve_data_dir
 from training.sources.errors import SourceUnavailableError
 from training.sources.layout import SourceFiles, Status
@@ -107,6 +107,15 @@ SOURCES: dict[str, Source] = {
             bad.load,
         ),
         Source(
+            "olid",
+            LabelFamily.OFFENSIVE,
+            "OLID (OffensEval 2019 sub-task A, TweetEval's splits): offensive tweets, any target",
+            "research use (OffensEval organisers); TweetEval packaging without further restrictions",
+            "https://github.com/cardiffnlp/tweeteval (datasets/offensive/)",
+            olid.find,
+            olid.load,
+        ),
+        Source(
             "diasafety",
             LabelFamily.UNSAFE_IN_CONTEXT,
             "DiaSafety: is a reply unsafe given the user turn before it",
@@ -142,6 +151,15 @@ SOURCES: dict[str, Source] = {
             "(Dynamically Generated Hate Dataset v0.2.3.csv)",
             dynahate.find,
             dynahate.load,
+        ),
+        Source(
+            "context_pairs",
+            LabelFamily.UNSAFE_IN_CONTEXT,
+            "derived: the same reply after a harmful and a harmless turn (OLID, DiaSafety, ConvAbuse + phrase lists)",
+            "as its inputs (OLID research use, DiaSafety Apache-2.0, ConvAbuse CC BY 4.0)",
+            "derived at load time from olid, diasafety and convabuse; nothing to download",
+            context_pairs.find,
+            context_pairs.load,
         ),
         Source(
             "hatecheck",

@@ -1,0 +1,312 @@
+"""Context pairs: training signal where the dialogue history decides the label.
+
+Most of our data can be judged from the utterance alone, so nothing teaches a model that
+"Yes, do it!" is harmless after "Should I learn to juggle?" and harmful after "Should I hurt
+myself?". This source *derives* such examples from real data in the data directory (OLID,
+DiaSafety, ConvAbuse) and from the phrase lists below; it has no files of its own. Kinds
+(``metadata["kind"]``):
+
+* ``encourage``: a harmful context (self-harm, violence, risk, harassment; written below, and
+  DiaSafety's *Risk Ignorance* contexts) + an encouraging reply -> OFFENSIVE; the **same reply**
+  after a harmless context -> SAFE.
+* ``agree``: a toxic context (contexts of DiaSafety's unsafe *Toxicity Agreement* replies, offensive OLID tweets) +
+  an agreeing reply -> OFFENSIVE; the same reply after a harmless context or a non-offensive tweet
+  -> SAFE.
+* ``discourage``: a harmful or toxic context + a reply that refuses or pushes back -> SAFE, so
+  a harmful context alone never decides the label.
+* ``swap``: DiaSafety's context-dependent unsafe replies (Toxicity Agreement, Risk Ignorance;
+  short, no profanity) moved after a harmless context -> SAFE.
+* ``history_added``: OLID tweets after a harmless turn, label unchanged (an insult stays an
+  insult after "hi"); ``history_dropped``: ConvAbuse utterances without their history, label
+  unchanged (the abuse there is in the utterance).
+
+Family: UNSAFE_IN_CONTEXT for the context-decided kinds, the original family for the
+history_added/dropped copies. Splits: examples built from a dataset's train split are TRAIN, from
+its validation split VALID; phrase-list combinations are split 80/20 by a stable hash of the
+context. There is no TEST split: the hand-written context-flip suite
+(``benchmarks/context_flips.py``) is the test, and none of its texts are in the lists below.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from service.schema import Label, LabelFamily, LabelledExample, Split, Turn
+from training.sources import convabuse, diasafety, olid
+from training.sources.layout import SourceFiles, Status
+from training.sources.splitting import stable_fraction
+
+SOURCE = "context_pairs"
+SALT = "context-pairs-v1"
+
+HARMFUL_CONTEXTS = (
+    "I have been saving up my pills and I think tonight I will take all of them.",
+    "Do you think I should just end it all?",
+    "I want to cut myself again, it is the only thing that helps.",
+    "Nobody would miss me if I was gone. Should I do it?",
+    "I'm standing on the bridge right now thinking about jumping.",
+    "I haven't eaten in five days and I want to keep going until I'm really thin.",
+    "Should I stop taking my insulin? I'm tired of it.",
+    "I'm going to drive home even though I've had about ten beers.",
+    "I want to try mixing alcohol with my sleeping pills tonight.",
+    "My friend dared me to climb the electricity pylon. Should I?",
+    "I'm thinking of letting my toddler play alone by the pool.",
+    "Should I leave my dog in the hot car while I shop for an hour?",
+    "I want to punch my brother in the face when he gets home.",
+    "I'm going to slash my neighbour's tyres tonight.",
+    "I think I should burn down my ex's house.",
+    "I want to hurt the kid who bullies my son. Good idea?",
+    "I'm going to bring a knife to school tomorrow to scare them.",
+    "Should I poison my coworker's coffee? She deserves it.",
+    "I'm planning to post my ex's private photos online.",
+    "I'm going to keep texting her until she replies, even though she blocked me.",
+    "I want to find out where that streamer lives and show up at her door.",
+    "Let's spam his family with threats until he apologises.",
+    "I'm going to tell everyone at school that she has a disease, to ruin her.",
+    "I think we should make the new guy's life hell until he quits.",
+    "Immigrants are ruining this country, we should chase them all out.",
+    "Women are too stupid to vote, don't you think?",
+    "Gay people are disgusting and should be locked up.",
+    "Jews control the banks and are to blame for everything.",
+    "Black people are all criminals, admit it.",
+    "Muslims are terrorists, every single one of them.",
+    "Disabled people are a burden and should not be allowed to have kids.",
+    "I want to steal my grandma's credit card to buy drugs.",
+    "Should I sell my kidney to pay off my gambling debt?",
+    "I'm going to stop my chemo and cure my cancer with juice.",
+    "I want to take twice the prescribed dose of my painkillers.",
+    "Should I try heroin just once at the party tonight?",
+    "I'm going to go swimming in the river during the flood.",
+    "I plan to hit my kids with a belt when they misbehave.",
+    "My girlfriend looked at another guy so I'm going to teach her a lesson.",
+    "I want to get revenge on my boss by breaking into his office.",
+)
+
+HARMLESS_CONTEXTS = (
+    "Should I sign up for the pottery class on Thursdays?",
+    "I'm thinking about painting my bedroom a light blue.",
+    "Do you think I should ask for a raise at work?",
+    "I want to start running in the mornings before work.",
+    "Should I adopt a cat from the shelter?",
+    "I'm planning to bake bread for the first time this weekend.",
+    "Is it a good idea to learn Spanish before my trip?",
+    "I might apply for the master's programme next year.",
+    "Should I call my grandmother tonight? We haven't talked in a while.",
+    "I want to plant tomatoes on my balcony.",
+    "I'm going to try the new ramen place downtown.",
+    "Should I switch from coffee to green tea?",
+    "I'm thinking of volunteering at the food bank.",
+    "My friends invited me to go hiking on Saturday.",
+    "I want to take my kids to the science museum.",
+    "Should I buy a second-hand bike to commute?",
+    "I'm considering writing a short story for the competition.",
+    "I'd like to reorganise my bookshelf by colour.",
+    "Should I go to bed early tonight? I'm pretty tired.",
+    "I want to surprise my partner with breakfast in bed.",
+    "Is it worth joining the chess club at school?",
+    "I'm going to give a toast at my sister's wedding.",
+    "I plan to learn how to play the ukulele.",
+    "Should I wear the green jacket or the grey one to the interview?",
+    "I want to build a birdhouse with my dad.",
+    "I'm thinking about cutting my hair short for summer.",
+    "Should I take the scenic route to the coast?",
+    "I want to donate my old clothes to charity.",
+    "My neighbour asked me to water her plants while she's away.",
+    "I'm going to start a vegetable garden with my class.",
+    "Should I text my old friend from school to catch up?",
+    "I want to try meditating for ten minutes a day.",
+    "I'm planning a picnic in the park for my birthday.",
+    "Should I read the book before I watch the film?",
+    "I'd like to go camping by the lake next month.",
+    "I'm going to teach my grandpa how to video call.",
+    "Should I get a haircut before the photos?",
+    "I want to join a choir.",
+    "I'm thinking of rearranging the furniture in the living room.",
+    "hi, how are you today?",
+    "What did you do at the weekend?",
+    "I just got back from the supermarket.",
+    "Tell me something interesting.",
+    "The weather is lovely today.",
+)
+
+ENCOURAGING_REPLIES = (
+    "Yes, go for it!",
+    "Do it, you won't regret it.",
+    "That sounds like a great plan.",
+    "Absolutely, nothing is stopping you.",
+    "Go ahead, you deserve it.",
+    "I think you should, definitely.",
+    "Why not? Tonight is the perfect time.",
+    "Sounds good to me, do it.",
+    "Yes! Don't let anyone talk you out of it.",
+    "You should totally do that.",
+    "Great idea, I'd do the same.",
+    "I fully support you, go for it.",
+    "Just do it, life is short.",
+    "Honestly, that's the best thing you could do.",
+    "Sure, it's your choice and I say yes.",
+    "I'd say do it right away.",
+    "That's brave. Go on then.",
+    "You have my blessing.",
+    "Yes, and don't tell anyone first.",
+    "Definitely, the sooner the better.",
+)
+
+AGREEING_REPLIES = (
+    "I agree with you completely.",
+    "So true, couldn't have said it better.",
+    "Yes, exactly right.",
+    "You're absolutely right about that.",
+    "lol facts",
+    "Totally agree.",
+    "That's what I've always said.",
+    "100% correct.",
+    "Right? Everyone knows it.",
+    "Finally someone says it.",
+    "Yep, that's how it is.",
+    "I think so too.",
+    "Agreed, well said.",
+    "Couldn't agree more.",
+    "Haha so true",
+)
+
+DISCOURAGING_REPLIES = (
+    "Please don't. Can we talk about what's going on?",
+    "No, that could really hurt someone. Please reconsider.",
+    "I don't think that's a good idea at all.",
+    "Please stop and talk to someone you trust first.",
+    "That's not okay. I can't agree with that.",
+    "I'm worried about you. Please reach out to a helpline.",
+    "I disagree, that's unfair to a lot of people.",
+    "No, please don't do that.",
+    "That sounds dangerous, please be safe instead.",
+    "I won't support that. Is something upsetting you?",
+    "That's a harmful thing to say about people.",
+    "Please think about the consequences first.",
+)
+
+_PROFANITY = re.compile(
+    r"\b(fuck\w*|shit\w*|bitch\w*|cunt\w*|dick\w*|asshole\w*|bastard\w*|idiot\w*|stupid|retard\w*|"
+    r"kill\w*|die|dumb\w*|whore\w*|slut\w*|nigg\w*|fag\w*|moron\w*|hate)\b",
+    re.IGNORECASE,
+)
+
+
+def _split_of_text(text: str) -> Split:
+    return Split.TRAIN if stable_fraction(text, SALT) < 0.8 else Split.VALID
+
+
+def _pick(options: tuple[str, ...], key: str) -> str:
+    return options[int(stable_fraction(key, SALT + ":pick") * len(options))]
+
+
+def _take(key: str, rate: float) -> bool:
+    return stable_fraction(key, SALT + ":take") < rate
+
+
+def _example(
+    history: str, reply: str, label: Label, split: Split, kind: str, family: LabelFamily = LabelFamily.UNSAFE_IN_CONTEXT
+) -> LabelledExample:
+    return LabelledExample(
+        utterance=reply,
+        history=(Turn(history, "user"),) if history else (),
+        label=label,
+        source=SOURCE,
+        split=split,
+        family=family,
+        metadata={"kind": kind},
+    )
+
+
+def _pairs(
+    context: str,
+    split: Split,
+    harmless: tuple[str, ...],
+    replies: tuple[str, ...],
+    kind: str,
+    n: int = 2,
+) -> Iterator[LabelledExample]:
+    """For ``n`` replies: (harmful context, reply) OFFENSIVE and (harmless context, reply) SAFE,
+    plus one discouraging reply after the harmful context, SAFE."""
+    for k in range(n):
+        reply = _pick(replies, f"{context}|{kind}|{k}")
+        yield _example(context, reply, Label.OFFENSIVE, split, kind)
+        yield _example(_pick(harmless, f"{context}|{reply}|harmless"), reply, Label.SAFE, split, kind)
+    yield _example(context, _pick(DISCOURAGING_REPLIES, f"{context}|no"), Label.SAFE, split, "discourage")
+
+
+def build(
+    olid_rows: Iterable[LabelledExample],
+    diasafety_rows: Iterable[LabelledExample],
+    convabuse_rows: Iterable[LabelledExample],
+    splits: frozenset[Split],
+) -> Iterator[LabelledExample]:
+    """Derive every context-pair example (deterministic) from the three sources' rows."""
+    olid_rows = list(olid_rows)
+    harmless = {s: tuple(c for c in HARMLESS_CONTEXTS if _split_of_text(c) is s) for s in (Split.TRAIN, Split.VALID)}
+    for context in HARMFUL_CONTEXTS:
+        split = _split_of_text(context)
+        if split in splits:
+            for _ in range(3):  # the phrase lists are small: three draws of replies per context
+                yield from _pairs(context, split, harmless[split], ENCOURAGING_REPLIES, "encourage", n=3)
+    olid_safe: dict[Split, list[str]] = {Split.TRAIN: [], Split.VALID: []}
+    for ex in olid_rows:
+        if ex.split not in splits or ex.split is Split.TEST:
+            continue
+        if ex.label is Label.SAFE:
+            olid_safe[ex.split].append(ex.utterance)
+        if _take(ex.utterance, 0.2):  # an insult stays an insult after a harmless turn
+            turn = _pick(harmless[ex.split], ex.utterance)
+            yield _example(turn, ex.utterance, ex.label, ex.split, "history_added", ex.family)
+    for ex in olid_rows:
+        offensive = ex.split in (Split.TRAIN, Split.VALID) and ex.split in splits and ex.label is Label.OFFENSIVE
+        if offensive and _take(ex.utterance + "|agree", 0.12) and olid_safe[ex.split]:
+            reply = _pick(AGREEING_REPLIES, ex.utterance)
+            yield _example(ex.utterance, reply, Label.OFFENSIVE, ex.split, "agree")
+            safe_tweet = olid_safe[ex.split][int(stable_fraction(ex.utterance, SALT) * len(olid_safe[ex.split]))]
+            yield _example(safe_tweet, reply, Label.SAFE, ex.split, "agree")
+    for ex in diasafety_rows:
+        if ex.split not in splits or ex.split is Split.TEST:
+            continue
+        category = ex.metadata.get("category")
+        context = ex.history[-1].text if ex.history else ""
+        if category == "Risk Ignorance" and ex.label is Label.OFFENSIVE and _take(context, 0.5):
+            yield from _pairs(context, ex.split, harmless[ex.split], ENCOURAGING_REPLIES, "encourage", n=1)
+        if category == "Toxicity Agreement" and ex.label is Label.OFFENSIVE and _take(context, 0.6):
+            yield from _pairs(context, ex.split, harmless[ex.split], AGREEING_REPLIES, "agree", n=1)
+        if (
+            category in ("Toxicity Agreement", "Risk Ignorance")
+            and ex.label is Label.OFFENSIVE
+            and len(ex.utterance.split()) <= 20
+            and not _PROFANITY.search(ex.utterance)
+        ):
+            turn = _pick(harmless[ex.split], ex.utterance)
+            yield _example(turn, ex.utterance, Label.SAFE, ex.split, "swap")
+    for ex in convabuse_rows:
+        if ex.split in splits and ex.split is not Split.TEST and ex.history and _take(ex.utterance, 0.3):
+            yield _example("", ex.utterance, ex.label, ex.split, "history_dropped", ex.family)
+
+
+def find(data_dir: Path) -> SourceFiles:
+    parts = {"olid": olid.find(data_dir), "diasafety": diasafety.find(data_dir), "convabuse": convabuse.find(data_dir)}
+    files = {f"{name}/{role}": path for name, found in parts.items() for role, path in found.files.items()}
+    if all(f.status is Status.COMPLETE for f in parts.values()):
+        return SourceFiles(Status.COMPLETE, files, "derived from olid, diasafety and convabuse")
+    missing = [name for name, f in parts.items() if f.status is not Status.COMPLETE]
+    if all(f.status is Status.MISSING for f in parts.values()):
+        return SourceFiles.missing("derived: needs olid, diasafety and convabuse")
+    return SourceFiles(Status.PARTIAL if files else Status.MISSING, files, f"derived; incomplete: {', '.join(missing)}")
+
+
+def load(found: SourceFiles, splits: frozenset[Split]) -> Iterable[LabelledExample]:
+    def part(prefix: str) -> SourceFiles:
+        files = {k.split("/", 1)[1]: v for k, v in found.files.items() if k.startswith(prefix + "/")}
+        return SourceFiles(Status.COMPLETE if files else Status.MISSING, files)
+
+    wanted = frozenset({Split.TRAIN, Split.VALID})
+    olid_rows = list(olid.load(part("olid"), wanted))
+    dia_rows = list(diasafety.load(part("diasafety"), wanted))
+    conv_rows = list(convabuse.load(part("convabuse"), wanted))
+    return build(olid_rows, dia_rows, conv_rows, splits)
