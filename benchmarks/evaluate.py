@@ -29,6 +29,7 @@ import numpy as np
 from benchmarks.aaa import AAAResources, evaluate_aaa
 from benchmarks.baseline import DEFAULT_TRAINING_SOURCES, TfidfBaseline
 from benchmarks.context import evaluate_context
+from benchmarks.context_flips import SUITE_FILE, evaluate_context_flips, load_pairs
 from benchmarks.functional import evaluate_functional
 from benchmarks.rounds import evaluate_rounds
 from benchmarks.scorers import CachedScorer, Scorer, card_training_sources, load_scorer, model_kind
@@ -36,9 +37,10 @@ from service.schema import LabelledExample, Split
 
 log = logging.getLogger("benchmarks.evaluate")
 
-SUITES: tuple[str, ...] = ("rounds", "functional", "aaa", "context", "baseline")
+SUITES: tuple[str, ...] = ("rounds", "functional", "aaa", "context", "context_flips", "baseline", "peer")
 #: sources evaluated by the rounds and context suites (missing ones are skipped with a note)
 EVAL_SOURCES: tuple[str, ...] = (
+    "olid",
     "diasafety",
     "convabuse",
     "hatemoji",
@@ -107,6 +109,7 @@ class EvaluationConfig:
     functional_csv: tuple[tuple[str, str], ...] = ()  # (column-mapping preset, CSV path)
     aaa_sources: tuple[str, ...] | None = None  # None: every evaluated source with train and test
     baseline_sources: tuple[str, ...] | None = None  # None: the model card's, else the default four
+    context_flips_csv: str = str(SUITE_FILE)
     seed: int = 0
     limit: int | None = None
     batch_size: int = 256
@@ -238,6 +241,17 @@ def run_evaluation(
     scorers: dict[str, Scorer] = {"model": model}
     if "baseline" in config.suites and baseline is not None and baseline is not scorer:
         scorers["baseline"] = CachedScorer(baseline, config.batch_size, config.progress)
+    if "peer" in config.suites:
+        from benchmarks.peer import ProfanityCheckScorer
+
+        try:
+            peer = ProfanityCheckScorer()
+        except ImportError as exc:
+            results["skipped"]["peer"] = str(exc)
+            log.warning("no peer row: %s", exc)
+        else:
+            scorers["peer"] = CachedScorer(peer, config.batch_size, config.progress)
+            results["peer"] = {"name": peer.name, "threshold": peer.threshold}
     results["roles"] = list(scorers)
 
     eval_examples: list[LabelledExample] = []
@@ -271,7 +285,10 @@ def run_evaluation(
         results["aaa"] = timed("aaa", lambda: _run_aaa(data, config, scorers))
     if "context" in config.suites:
         results["context"] = timed("context", lambda: evaluate_context(eval_examples, scorers))
-    results["skipped"] = dict(data.skipped)
+    if "context_flips" in config.suites:
+        pairs = load_pairs(config.context_flips_csv)
+        results["context_flips"] = timed("context_flips", lambda: evaluate_context_flips(pairs, scorers))
+    results["skipped"] = {**results["skipped"], **data.skipped}
     results = jsonable(results)
     if out_dir is not None:
         write_outputs(results, Path(out_dir))

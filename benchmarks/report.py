@@ -363,6 +363,40 @@ def context_section(results: Mapping[str, Any], plots: Mapping[str, str]) -> lis
     return [*out, table(header, body), ""]
 
 
+def context_flips_section(results: Mapping[str, Any]) -> list[str]:
+    data = results.get("context_flips")
+    out = ["## 5. Context flips (the same reply after a harmful and a harmless turn)", ""]
+    if not data:
+        return [*out, "Not run.", ""]
+    roles = [r for r in _roles(results) if r in data["scorers"]]
+    out += [
+        _roles_note(results, roles),
+        "",
+        f"{data['pairs']} hand-written pairs (`benchmarks/suites/context_flips.csv`, never trained on). "
+        "**Both right**: OFFENSIVE after the harmful turn and SAFE after the harmless one, at each "
+        "scorer's own threshold. A scorer that ignores the history gets at most one side of a pair right.",
+        "",
+    ]
+    header = ["category", "pairs", "both right %", "harmful flagged %", "harmless passed %"]
+    cats = sorted(data["scorers"][roles[0]]["categories"]) if roles else []
+    body = []
+    for cat in [*cats, "all"]:
+        per_role = {
+            r: data["scorers"][r]["overall"] if cat == "all" else data["scorers"][r]["categories"][cat] for r in roles
+        }
+        first = per_role[roles[0]] if roles else {}
+        body.append(
+            [
+                f"**{cat}**" if cat == "all" else cat,
+                first.get("pairs"),
+                _cell(per_role, roles, _at("both_right_pct")),
+                _cell(per_role, roles, _at("harmful_flagged_pct")),
+                _cell(per_role, roles, _at("harmless_passed_pct")),
+            ]
+        )
+    return [*out, table(header, body), ""]
+
+
 def anchors_section(results: Mapping[str, Any]) -> list[str]:
     ours = _our_anchor_numbers(results)
     return [
@@ -428,6 +462,8 @@ def render_report(results: Mapping[str, Any], plots: Mapping[str, str]) -> str:
         lines += aaa_section(results, plots)
     if "context" in suites:
         lines += context_section(results, plots)
+    if "context_flips" in suites:
+        lines += context_flips_section(results)
     lines += anchors_section(results)
     lines += [
         "---",

@@ -41,7 +41,13 @@ def test_end_to_end_writes_report_results_and_plots(report_dir: tuple[Path, dict
     on_disk = json.loads((out / "results.json").read_text(encoding="utf-8"), parse_constant=pytest.fail)
     assert on_disk == results  # strict JSON (no NaN), same numbers as returned
     assert (out / "results.json").stat().st_size < 300_000
-    assert results["roles"] == ["model", "baseline"]
+    assert results["roles"] == ["model", "baseline", "peer"]  # alt-profanity-check comes with the train extra
+    assert results["peer"] == {"name": "alt-profanity-check", "threshold": 0.5}
+    flips = results["context_flips"]["scorers"]
+    assert flips["model"]["overall"]["pairs"] >= 100
+    # the peer reads the utterance only: it can never get both sides of a pair right
+    assert flips["peer"]["overall"]["both_right"] == 0
+    assert "## 5. Context flips" in (out / "report.md").read_text(encoding="utf-8")
     assert set(results["skipped"]) == {"absent"}
     assert "FileNotFoundError" in results["skipped"]["absent"]
     assert results["baseline"]["sources"] == ["dialog", "hate"]

@@ -29,10 +29,12 @@ NAMES = [
     "bbf_multi_turn",
     "wtc",
     "bad",
+    "olid",
     "diasafety",
     "convabuse",
     "hatemoji",
     "dynahate",
+    "context_pairs",
     "hatecheck",
 ]
 
@@ -62,7 +64,7 @@ def test_available_sources_on_sample_layouts() -> None:
         "dynahate": Status.PARTIAL,
     }
     everything = available_sources(SAMPLES, include_missing=True)
-    assert len(everything) == 9 and describe_source("hatecheck", SAMPLES).status is Status.MISSING
+    assert len(everything) == 11 and describe_source("hatecheck", SAMPLES).status is Status.MISSING
 
 
 def test_load_source_refuses_samples_unless_asked(tmp_path: Path) -> None:
@@ -107,10 +109,12 @@ def test_real_statuses(data_dir: Path) -> None:
         "bbf_multi_turn": "sample-only",
         "wtc": "sample-only",
         "bad": "sample-only",
+        "olid": "complete",
         "diasafety": "complete",
         "convabuse": "complete",
         "hatemoji": "complete",
         "dynahate": "partial",
+        "context_pairs": "complete",
         "hatecheck": "complete",
     }
 
