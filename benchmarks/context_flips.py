@@ -96,9 +96,7 @@ def evaluate_context_flips(pairs: Sequence[FlipPair], scorers: Mapping[str, Scor
         out["scorers"][role] = {
             "threshold": t,
             "overall": _summary(harmful_right, harmless_right),
-            "categories": {
-                c: _summary(harmful_right[ix], harmless_right[ix]) for c, ix in sorted(by_category.items())
-            },
+            "categories": {c: _summary(harmful_right[ix], harmless_right[ix]) for c, ix in sorted(by_category.items())},
             "failures": [
                 {"id": p.id, "harmful_score": float(s[i, 0]), "harmless_score": float(s[i, 1])}
                 for i, p in enumerate(pairs)

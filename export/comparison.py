@@ -4,9 +4,10 @@
     report = compare_variants("models/default", {"diasafety/test": examples, "convabuse/test": more})
     variant, reason = choose_cpu_variant(report, ["fp32", "optimized", "int8"])
 
-int8 becomes the CPU default only if its OFFENSIVE-F1 is within ``max_f1_drop`` points of fp32
-on *every* split (both directions: a large change either way means the quantised model
-behaves differently); otherwise optimized (same rule), otherwise fp32.
+int8 becomes the CPU default when it is good enough *by quality*: no split loses more than
+``max_f1_drop`` OFFENSIVE-F1 points against fp32 and the mean ΔF1 over the splits is not negative
+(a gain is not a failure); otherwise optimized (same rule), otherwise fp32. The report also gives
+each split's decision agreement with fp32 (``1 - changed_decisions``).
 """
 
 from __future__ import annotations
@@ -83,13 +84,14 @@ def compare_variants(
     return report
 
 
-def within(report: Mapping[str, Any], variant: str, max_f1_drop: float) -> tuple[bool, float]:
-    """Whether ``variant``'s F1 is within ``max_f1_drop`` points of fp32 on every split; the worst |ΔF1|."""
+def within(report: Mapping[str, Any], variant: str, max_f1_drop: float) -> tuple[bool, float, float]:
+    """Whether ``variant`` passes the quality rule; its worst ΔF1 (most negative) and mean ΔF1."""
     per_split = report["variants"].get(variant)
     if not per_split:
-        return False, float("inf")
-    worst = max(abs(float(v["delta_f1"])) for v in per_split.values())
-    return worst <= max_f1_drop, worst
+        return False, float("-inf"), float("-inf")
+    deltas = [float(v["delta_f1"]) for v in per_split.values()]
+    worst, mean = min(deltas), float(np.mean(deltas))
+    return worst >= -max_f1_drop and mean >= 0.0, worst, mean
 
 
 def choose_cpu_variant(
@@ -104,11 +106,15 @@ def choose_cpu_variant(
     for variant in ("int8", "optimized"):
         if variant not in candidates:
             continue
-        ok, worst = within(report, variant, max_f1_drop)
+        ok, worst, mean = within(report, variant, max_f1_drop)
         if ok:
-            return variant, f"{variant}: worst |ΔF1| vs fp32 {worst:.2f} <= {max_f1_drop} points on every split"
+            return variant, (
+                f"{variant}: worst ΔF1 vs fp32 {worst:+.2f} (no split loses more than {max_f1_drop} points), "
+                f"mean ΔF1 {mean:+.2f} >= 0"
+            )
     reasons = []
     for variant in ("int8", "optimized"):
         if variant in candidates:
-            reasons.append(f"{variant} worst |ΔF1| {within(report, variant, max_f1_drop)[1]:.2f}")
-    return "fp32", f"fp32: {'; '.join(reasons)} > {max_f1_drop} points"
+            _, worst, mean = within(report, variant, max_f1_drop)
+            reasons.append(f"{variant} worst ΔF1 {worst:+.2f}, mean {mean:+.2f}")
+    return "fp32", f"fp32: {'; '.join(reasons)} (rule: worst >= -{max_f1_drop}, mean >= 0)"

