@@ -63,6 +63,12 @@ class PayloadTooLarge(ServiceError):
     default_code = "payload_too_large"
 
 
+class RequestTimeout(ServiceError):
+    """The request body did not arrive in time (slow, stalled, or shorter than its Content-Length)."""
+
+    default_code = "request_timeout"
+
+
 class Unauthorized(ServiceError):
     default_code = "unauthorized"
 
@@ -132,6 +138,7 @@ class ErrorRow:
 ERROR_TABLE: tuple[ErrorRow, ...] = (
     ErrorRow(MalformedJson, 400, "the body is not valid JSON"),
     ErrorRow(Unauthorized, 401, "an API key is configured and the request lacks it"),
+    ErrorRow(RequestTimeout, 408, "the body did not arrive within body_timeout_s (the connection is closed)"),
     ErrorRow(PayloadTooLarge, 413, "the body is larger than max_body_bytes (Content-Length or streamed)"),
     ErrorRow(UnsupportedMediaType, 415, "the body is not sent as application/json"),
     ErrorRow(InvalidInput, 422, "schema violation or a request limit (see service/limits.py)"),
@@ -141,6 +148,15 @@ ERROR_TABLE: tuple[ErrorRow, ...] = (
 )
 _STATUS: dict[type[ServiceError], int] = {row.exception: row.status for row in ERROR_TABLE}
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
+
+
+def openapi_responses(model: type[BaseModel]) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` for the API routes, generated from :data:`ERROR_TABLE` (one entry per
+    status; rows sharing a status are joined)."""
+    whens: dict[int, list[str]] = {}
+    for row in ERROR_TABLE:
+        whens.setdefault(row.status, []).append(row.when)
+    return {status: {"model": model, "description": "; ".join(w)} for status, w in sorted(whens.items())}
 
 
 def status_of(exc: ServiceError) -> int:
@@ -154,10 +170,26 @@ def error_body(code: str, message: str, field: str | None = None) -> dict[str, A
     return {"error": {"code": code, "message": message, "field": field}}
 
 
-def error_response(exc: ServiceError) -> JSONResponse:
+def error_response(exc: ServiceError, *, close: bool = False) -> JSONResponse:
+    """The JSON error response for ``exc``; ``close`` also ends the connection (for answers sent
+    before the body was read: what is left of it is never read)."""
+    headers = dict(exc.headers)
+    if close:
+        headers["Connection"] = "close"
     return JSONResponse(
-        error_body(exc.code, exc.message, exc.field), status_code=status_of(exc), headers=exc.headers or None
+        error_body(exc.code, exc.message, exc.field), status_code=status_of(exc), headers=headers or None
     )
+
+
+class RefusedWhileReading(StarletteHTTPException):
+    """A :class:`ServiceError` raised while the body streams in (by the ASGI guards in
+    :mod:`service.limits`); an HTTPException so that FastAPI's body reader lets it through to the
+    error table, which answers ``error`` in the JSON error shape."""
+
+    def __init__(self, error: ServiceError, *, close: bool = False) -> None:
+        super().__init__(status_code=status_of(error), detail=error.message)
+        self.error = error
+        self.close = close
 
 
 def format_loc(loc: Sequence[Any]) -> str | None:
@@ -189,6 +221,8 @@ def from_validation_error(exc: RequestValidationError) -> ServiceError:
         return MalformedJson(f"the body is not valid JSON ({detail}); send a JSON object".replace(" ()", ""))
     if loc == ("body",) and isinstance(first.get("input"), bytes | bytearray):
         return UnsupportedMediaType("send the body as JSON with 'Content-Type: application/json'")
+    if loc == ("body",) and kind == "missing":
+        return InvalidInput("the request body is empty; send a JSON object (see /docs)")
     field = format_loc(loc)
     message = str(first.get("msg", "invalid value"))
     code = "invalid_request"
@@ -213,8 +247,20 @@ async def _validation_error(request: Request, exc: Exception) -> Response:
     return error_response(from_validation_error(exc))
 
 
+# FastAPI's answer when the body bytes cannot be decoded at all (not UTF-8, nesting too deep...).
+_UNPARSABLE_BODY = "There was an error parsing the body"
+
+
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
+    if isinstance(exc, RefusedWhileReading):
+        return error_response(exc.error, close=exc.close)
+    if exc.status_code == 400 and exc.detail == _UNPARSABLE_BODY:
+        cause = exc.__cause__
+        why = "nested too deeply" if isinstance(cause, RecursionError) else "not UTF-8 JSON"
+        return error_response(
+            MalformedJson(f"the body could not be read as JSON ({why}); send a UTF-8 encoded, uncompressed JSON object")
+        )
     if exc.status_code == 413:
         return error_response(
             PayloadTooLarge(
