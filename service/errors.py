@@ -115,6 +115,20 @@ class InferenceFailed(ServiceError):
         super().__init__(message)
 
 
+class NotFound(ServiceError):
+    default_code = "not_found"
+
+
+class MethodNotAllowed(ServiceError):
+    default_code = "method_not_allowed"
+
+
+class InternalError(ServiceError):
+    """A bug: the details go to the server log, never into the response."""
+
+    default_code = "internal_error"
+
+
 class ErrorInfo(BaseModel):
     code: str = Field(description="machine-readable error code", examples=["utterance_too_long"])
     message: str = Field(description="what went wrong and what to fix")
@@ -132,22 +146,51 @@ class ErrorRow:
     exception: type[ServiceError]
     status: int
     when: str
+    codes: tuple[str, ...] = ()  # every ``code`` this exception is raised with (default: its default_code)
+
+    @property
+    def all_codes(self) -> tuple[str, ...]:
+        return self.codes or (self.exception.default_code,)
 
 
-# THE table. Order matters only for documentation; lookup follows the exception's MRO.
+# THE table: every status and code the service answers with (docs/api.md reproduces it; a test
+# holds the doc to it). Order matters only for documentation; lookup follows the exception's MRO.
 ERROR_TABLE: tuple[ErrorRow, ...] = (
-    ErrorRow(MalformedJson, 400, "the body is not valid JSON"),
-    ErrorRow(Unauthorized, 401, "an API key is configured and the request lacks it"),
+    ErrorRow(MalformedJson, 400, "the body is not valid UTF-8 JSON (or nests too deeply)"),
+    ErrorRow(Unauthorized, 401, "an API key is configured and the request lacks it or has a wrong one"),
+    ErrorRow(NotFound, 404, "no such route"),
+    ErrorRow(MethodNotAllowed, 405, "e.g. GET /v1/classify"),
     ErrorRow(RequestTimeout, 408, "the body did not arrive within body_timeout_s (the connection is closed)"),
     ErrorRow(PayloadTooLarge, 413, "the body is larger than max_body_bytes (Content-Length or streamed)"),
-    ErrorRow(UnsupportedMediaType, 415, "the body is not sent as application/json"),
-    ErrorRow(InvalidInput, 422, "schema violation or a request limit (see service/limits.py)"),
-    ErrorRow(Overloaded, 429, "the inference queue is full (Retry-After says when to retry)"),
+    ErrorRow(UnsupportedMediaType, 415, "a Content-Type other than JSON, or a Content-Encoding (gzip...)"),
+    ErrorRow(
+        InvalidInput,
+        422,
+        "schema violation or a request limit (see service/limits.py)",
+        (
+            "invalid_request",
+            "invalid_threshold",
+            "empty_utterance",
+            "invalid_text",
+            "utterance_too_long",
+            "too_many_history_turns",
+            "turn_too_long",
+            "too_many_items",
+            "empty_batch",
+        ),
+    ),
+    ErrorRow(Overloaded, 429, "the inference queue or the body buffer is full (Retry-After says when to retry)"),
     ErrorRow(InferenceFailed, 500, "the inference batch holding this request failed"),
-    ErrorRow(NotReady, 503, "model not loaded/warmed up yet, failed to load, or shutting down"),
+    ErrorRow(InternalError, 500, "a bug; details in the server log, never in the response"),
+    ErrorRow(
+        NotReady,
+        503,
+        "model not loaded/warmed up yet, failed to load, or shutting down",
+        ("not_ready", "model_failed", "shutting_down"),
+    ),
 )
 _STATUS: dict[type[ServiceError], int] = {row.exception: row.status for row in ERROR_TABLE}
-_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
+_HTTP_ERRORS: dict[int, type[ServiceError]] = {404: NotFound, 405: MethodNotAllowed}
 
 
 def openapi_responses(model: type[BaseModel]) -> dict[int | str, dict[str, Any]]:
@@ -267,16 +310,19 @@ async def _http_error(request: Request, exc: Exception) -> Response:
                 "the request body is too large (SAFETY_MAX_BODY_BYTES): send fewer or shorter items per request"
             )
         )
-    code = _HTTP_CODES.get(exc.status_code, "http_error")
+    known = _HTTP_ERRORS.get(exc.status_code)
+    if known is not None:
+        error = known(str(exc.detail), headers=exc.headers)
+        return error_response(error)
     return JSONResponse(
-        error_body(code, str(exc.detail)), status_code=exc.status_code, headers=dict(exc.headers or {}) or None
+        error_body("http_error", str(exc.detail)), status_code=exc.status_code, headers=dict(exc.headers or {}) or None
     )
 
 
 async def _unexpected(request: Request, exc: Exception) -> Response:
     # Log the traceback (code locations, no request body); answer without any detail.
     log.error("unexpected error on %s %s", request.method, request.url.path, exc_info=exc)
-    return JSONResponse(error_body("internal_error", "internal error; see the server logs"), status_code=500)
+    return error_response(InternalError("internal error; see the server logs"))
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -457,7 +457,16 @@ def ensure_variant(model_dir: str | Path, name: str, card: ModelCard | None = No
     chain = recipe_chain(name, card)
     artifact_sha = file_sha256(artifact)
     out_dir = directory if _writable(directory) else cache_root() / artifact_sha[:16]
-    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        if not _writable(out_dir):
+            raise PermissionError(f"{out_dir} is not writable")
+    except OSError as exc:
+        raise VariantError(
+            f"the {name} variant must be derived, but {directory} is read-only and the cache directory "
+            f"{out_dir} cannot be written ({exc}): set DIALOGUE_SAFETY_CACHE_DIR to a writable directory, "
+            f"make {directory} writable, or derive the variant in advance (see the Dockerfile)"
+        ) from exc
     with _lock(out_dir):
         return _ensure_chain(directory, out_dir, card, chain, artifact_sha, force=force)
 
