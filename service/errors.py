@@ -251,6 +251,12 @@ def format_loc(loc: Sequence[Any]) -> str | None:
     return out or None
 
 
+NOT_TEXT_MESSAGE = (
+    "the text holds a lone UTF-16 surrogate (a \\ud800-\\udfff escape without its pair), which is not "
+    "Unicode text; send valid UTF-8 / complete surrogate pairs"
+)
+
+
 def from_validation_error(exc: RequestValidationError) -> ServiceError:
     """Turn FastAPI's validation error into ours (its first error is reported; inputs never echoed)."""
     errors = exc.errors()
@@ -267,6 +273,8 @@ def from_validation_error(exc: RequestValidationError) -> ServiceError:
     if loc == ("body",) and kind == "missing":
         return InvalidInput("the request body is empty; send a JSON object (see /docs)")
     field = format_loc(loc)
+    if kind == "string_unicode":  # pydantic's word for a lone surrogate in a constrained string
+        return InvalidInput(NOT_TEXT_MESSAGE, code="invalid_text", field=field)
     message = str(first.get("msg", "invalid value"))
     code = "invalid_request"
     if field and field.split(".")[-1] == "threshold":

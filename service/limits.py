@@ -21,6 +21,7 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.errors import (
+    NOT_TEXT_MESSAGE,
     InvalidInput,
     Overloaded,
     PayloadTooLarge,
@@ -145,12 +146,7 @@ class Limits:
 
 
 def _not_text(field: str) -> InvalidInput:
-    return InvalidInput(
-        "the text holds a lone UTF-16 surrogate (a \\ud800-\\udfff escape without its pair), which is not "
-        "Unicode text; send valid UTF-8 / complete surrogate pairs",
-        code="invalid_text",
-        field=field,
-    )
+    return InvalidInput(NOT_TEXT_MESSAGE, code="invalid_text", field=field)
 
 
 class BodyGuardMiddleware:
