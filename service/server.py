@@ -4,8 +4,11 @@ uvicorn (0.3x) neither caps open connections nor times out a connection that nev
 request head, so idle or slow clients could hold every file descriptor. :func:`uvicorn_config`
 builds the one configuration the CLI and the tests use, with a protocol class that
 
-* closes a new connection at once while ``max_connections`` are open (capped below the
-  process's open-files limit, which it raises to the hard limit), logging it (rate-limited);
+* at ``max_connections`` open connections (capped below the process's open-files limit,
+  which it raises to the hard limit), makes room for a new connection by closing the one that
+  has waited longest without sending a request head (idle clients go first; a connection in
+  the middle of a request is never closed for this), or closes the new one when every
+  connection is busy; both are logged (rate-limited);
 * closes a connection that has not sent a complete request head ``header_timeout_s`` after it
   opened or after its previous response (idle and slowloris clients);
 
@@ -65,14 +68,20 @@ class ConnectionGuard:
         self.header_timeout_s = header_timeout_s
         self.open = 0
         self.refused = 0
+        self.evicted = 0
         self.timed_out = 0
+        self.waiting: dict[Any, None] = {}  # connections waiting for a request head, oldest first
         self._last_warning = 0.0
 
     def admit(self) -> bool:
         if self.open >= self.max_connections:
-            self.refused += 1
             self._warn()
-            return False
+            if not self.waiting:
+                self.refused += 1
+                return False
+            oldest = next(iter(self.waiting))
+            self.evicted += 1
+            oldest.evict()  # frees its slot at once
         self.open += 1
         return True
 
@@ -81,9 +90,11 @@ class ConnectionGuard:
         if now - self._last_warning >= WARN_EVERY_S:
             self._last_warning = now
             log.warning(
-                "connection limit reached: %d connections open (SAFETY_MAX_CONNECTIONS); new connections are "
-                "closed at once (%d refused so far, %d closed for not sending a request head in %g s)",
+                "connection limit reached: %d connections open (SAFETY_MAX_CONNECTIONS); so far %d idle "
+                "connections closed to make room, %d new ones refused (all busy), %d closed for not sending a "
+                "request head in %g s",
                 self.open,
+                self.evicted,
                 self.refused,
                 self.timed_out,
                 self.header_timeout_s,
@@ -107,10 +118,19 @@ def guarded_protocol(guard: ConnectionGuard) -> type[HttpToolsProtocol]:
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm_head_timer()
+            self._release_slot()
+            super().connection_lost(exc)
+
+        def _release_slot(self) -> None:
             if self._admitted:
                 self._admitted = False
                 guard.open -= 1
-            super().connection_lost(exc)
+
+        def evict(self) -> None:
+            """Closed to make room for a new connection (it was waiting for a request head)."""
+            self._disarm_head_timer()
+            self._release_slot()
+            self.transport.abort()
 
         def on_headers_complete(self) -> None:
             self._disarm_head_timer()
@@ -124,14 +144,17 @@ def guarded_protocol(guard: ConnectionGuard) -> type[HttpToolsProtocol]:
         def _arm_head_timer(self) -> None:
             self._disarm_head_timer()
             self._head_timer = self.loop.call_later(guard.header_timeout_s, self._head_timed_out)
+            guard.waiting[self] = None
 
         def _disarm_head_timer(self) -> None:
+            guard.waiting.pop(self, None)
             if self._head_timer is not None:
                 self._head_timer.cancel()
                 self._head_timer = None
 
         def _head_timed_out(self) -> None:
             self._head_timer = None
+            guard.waiting.pop(self, None)
             if not self.transport.is_closing():
                 guard.timed_out += 1
                 self.transport.close()

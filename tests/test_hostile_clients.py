@@ -83,21 +83,49 @@ def test_idle_connections_are_capped_and_timed_out_while_others_are_served(
     tight: LiveServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     guard = tight.extra["guard"]
-    with tight.client() as well_behaved:  # connected before the attack (keep-alive)
-        assert well_behaved.get("/health").status_code == 200
-        idle = [connect(tight) for _ in range(TIGHT["max_connections"] + 20)]
-        try:
-            # beyond the cap, connections are closed at once; the others after header_timeout_s
-            closed = sum(1 for sock in idle if read_until_closed(sock) == b"")
-            assert closed == len(idle)
-            assert guard.refused >= 20 and guard.timed_out >= 1
-            assert well_behaved.get("/health").status_code == 200  # still served
-        finally:
-            for sock in idle:
-                sock.close()
+    evicted_before = guard.evicted
+    idle = [connect(tight) for _ in range(TIGHT["max_connections"] + 20)]
+    try:
+        # at the cap, the idle connection that waited longest makes room: a new client is served
+        with tight.client() as newcomer:
+            assert newcomer.post(CLASSIFY, json={"utterance": "hello"}).status_code == 200
+        # every idle connection is closed: to make room, or after header_timeout_s
+        closed = sum(1 for sock in idle if read_until_closed(sock) == b"")
+        assert closed == len(idle)
+        assert guard.evicted - evicted_before >= 20 and guard.timed_out >= 1
+        assert guard.open <= TIGHT["max_connections"]
+    finally:
+        for sock in idle:
+            sock.close()
     assert "connection limit reached" in caplog.text
-    with tight.client() as later:  # and new clients are served again
+    with tight.client() as later:  # and clients are served as before
         assert later.post(CLASSIFY, json={"utterance": "hello"}).status_code == 200
+
+
+def test_a_busy_server_at_its_connection_cap_refuses_new_connections() -> None:
+    fake = FakeClassifier()
+    fake.gate.clear()  # every request stays in flight: no connection is idle
+    with live_server(classifier=fake, max_connections=3, header_timeout_s=5.0) as live:
+        guard = live.extra["guard"]
+        busy = [connect(live) for _ in range(3)]
+        try:
+            body = json.dumps({"utterance": "hold"}).encode()
+            for sock in busy:
+                sock.sendall(head(CLASSIFY, len(body)) + body)
+            deadline = time.monotonic() + GUARD_S
+            while guard.waiting:
+                assert time.monotonic() < deadline, "the requests never started"
+                time.sleep(0.01)
+            extra = connect(live)
+            try:
+                assert read_until_closed(extra) == b""  # closed at once: nothing idle to close instead
+            finally:
+                extra.close()
+            assert guard.refused >= 1
+        finally:
+            fake.gate.set()
+            for sock in busy:
+                sock.close()
 
 
 def test_a_slowloris_head_is_cut_off(tight: LiveServer) -> None:
