@@ -73,6 +73,7 @@ def load_onnx_classifier(settings: ServiceSettings) -> Classifier:
         "providers": settings.provider_list,
         "token_budget": settings.inference_token_budget,
         "max_batch_size": settings.max_batch_size,
+        "derive_in_subprocess": True,  # a derived variant's peak memory stays in a child process
     }
     if settings.intra_op_threads is not None:
         kwargs["intra_op_threads"] = settings.intra_op_threads
