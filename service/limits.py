@@ -43,6 +43,7 @@ INVISIBLE_CLASS = (
 VISIBLE_PATTERN = f"[^{INVISIBLE_CLASS}]"
 _VISIBLE = re.compile(VISIBLE_PATTERN)
 _SURROGATE = re.compile("[\\ud800-\\udfff]")
+SMALL_BODY_BYTES = 64 * 1024  # = uvicorn's per-connection read buffer high-water mark
 
 
 @dataclass(frozen=True)
@@ -157,7 +158,10 @@ class BodyGuardMiddleware:
     * not complete within ``body_timeout_s`` of the request's start (a slow or unfinished body,
       or a body shorter than its Content-Length): 408, and the connection is closed;
     * when the unfinished bodies of all requests would hold more than ``max_inflight_body_bytes``
-      (Content-Length counts at once): 429, so that many slow uploads cannot fill the memory;
+      (Content-Length counts at once): 429, so that many slow uploads cannot fill the memory.
+      Bodies up to ``SMALL_BODY_BYTES`` are not counted: uvicorn buffers at most that much per
+      connection anyway (its read high-water mark), so their memory is bounded by the connection
+      cap, and ordinary requests are never refused because large uploads hold the budget;
     * a ``Content-Encoding`` (gzip, deflate...): 415 (send plain JSON).
 
     (FastAPI's own ``max_body_size`` answers a plain-text 413 that replaces any JSON error; this
@@ -192,7 +196,7 @@ class BodyGuardMiddleware:
         if declared is not None and declared > self.max_body_bytes:
             await error_response(_too_large(declared, self.max_body_bytes), close=True)(scope, receive, send)
             return
-        reserved = declared or 0
+        reserved = declared if declared is not None and declared > SMALL_BODY_BYTES else 0
         if not self._reserve(reserved):
             await error_response(self._busy(), close=True)(scope, receive, send)
             return
@@ -222,7 +226,7 @@ class BodyGuardMiddleware:
             received += len(message.get("body", b""))
             if received > self.max_body_bytes:
                 raise RefusedWhileReading(_too_large(received, self.max_body_bytes), close=True)
-            if received > reserved:
+            if received > reserved and received > SMALL_BODY_BYTES:
                 if not self._reserve(received - reserved):
                     raise RefusedWhileReading(self._busy(), close=True)
                 reserved = received

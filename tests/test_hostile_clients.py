@@ -167,26 +167,30 @@ def test_a_trickled_body_gets_408(tight: LiveServer) -> None:
     assert status_and_body(answer)[0] == 408
 
 
-def test_unfinished_bodies_together_are_capped_429_at_once(tight: LiveServer) -> None:
-    holders = [connect(tight) for _ in range(2)]
-    try:
-        for sock in holders:  # 2 x 1900 declared bytes: within max_inflight_body_bytes (4000)
-            sock.sendall(head(CLASSIFY, 1900) + b'{"utterance": "')
-        time.sleep(0.2)
-        extra = connect(tight)
+def test_unfinished_bodies_together_are_capped_429_at_once_small_ones_still_served() -> None:
+    budget = dict(max_body_bytes=400_000, max_inflight_body_bytes=300_000, body_timeout_s=1.0)
+    with live_server(classifier=FakeClassifier(), **budget) as live:
+        holders = [connect(live) for _ in range(2)]
         try:
-            extra.sendall(head(CLASSIFY, 1900) + b'{"utterance": "')
-            status, body = status_and_body(read_until_closed(extra))
+            for sock in holders:  # 2 x 120,000 declared bytes: within max_inflight_body_bytes
+                sock.sendall(head(CLASSIFY, 120_000) + b'{"utterance": "')
+            time.sleep(0.2)
+            extra = connect(live)
+            try:
+                extra.sendall(head(CLASSIFY, 120_000) + b'{"utterance": "')
+                status, body = status_and_body(read_until_closed(extra))
+            finally:
+                extra.close()
+            assert status == 429 and "SAFETY_MAX_INFLIGHT_BODY_BYTES" in body["error"]["message"]
+            with live.client() as c:  # an ordinary (small) request is not refused for the big ones
+                assert c.post(CLASSIFY, json={"utterance": "x" * 1000}).status_code == 200
+            for sock in holders:  # and the holders are timed out (408), releasing their bytes
+                assert status_and_body(read_until_closed(sock))[0] == 408
         finally:
-            extra.close()
-        assert status == 429 and "SAFETY_MAX_INFLIGHT_BODY_BYTES" in body["error"]["message"]
-        for sock in holders:  # and the holders are timed out (408), releasing their bytes
-            assert status_and_body(read_until_closed(sock))[0] == 408
-    finally:
-        for sock in holders:
-            sock.close()
-    with tight.client() as c:
-        assert c.post(CLASSIFY, json={"utterance": "x" * 1000}).status_code == 200
+            for sock in holders:
+                sock.close()
+        with live.client() as c:
+            assert c.post(CLASSIFY, json={"utterance": "y" * 3000, "history": ["z" * 3000] * 30}).status_code == 200
 
 
 def test_the_api_key_is_checked_before_the_body_is_read() -> None:
