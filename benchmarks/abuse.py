@@ -9,7 +9,10 @@ keep-alive connections) while idle, then during each attack, and samples the ser
   (``--slow-bodies``);
 * ``largest``: concurrent requests of the largest allowed size (32 history turns and an
   utterance of 4,000 emoji each) (``--largest``);
-* ``overload``: many clients sending single requests back to back (``--overload``);
+* ``overload``: many clients sending single requests back to back (``--overload``, the closed
+  loop of the issue: latency there is clients / throughput, whatever the server does);
+* ``overload 4x``: an open loop offering ``--overload-factor`` times the throughput measured
+  just before (requests are timed from when they were due, so client-side waits count);
 * ``hang-ups``: batch requests whose client hangs up before the answer (``--hangups``);
 * ``bad-inputs``: hand-made bad requests (lone surrogates, invisible texts, loose types,
   unreadable, compressed, short and empty bodies).
@@ -45,7 +48,7 @@ from benchmarks.http import (
     service_cmd,
     service_env,
 )
-from service.settings import default_model_dir
+from service.settings import ServiceSettings, default_model_dir
 
 SMALL = json.dumps({"history": ["hi there"], "utterance": "have a nice day"}).encode()
 LARGEST = json.dumps({"history": ["🤬" * 4000] * 32, "utterance": "🤬" * 4000}).encode()
@@ -311,6 +314,90 @@ async def attack_overload(url: str, clients: int, duration_s: float) -> tuple[st
     return did, details
 
 
+async def measure_capacity(url: str, clients: int, duration_s: float) -> float:
+    """Successful /v1/classify requests per second with ``clients`` closed-loop clients."""
+    done = 0
+    deadline = time.monotonic() + duration_s
+
+    async def worker() -> None:
+        nonlocal done
+        client = RawHttpClient(url, 60.0)
+        try:
+            while time.monotonic() < deadline:
+                with suppress(OSError, TimeoutError, asyncio.IncompleteReadError):
+                    status, _ = await client.post("/v1/classify", SMALL)
+                    done += status == 200
+        finally:
+            await client.close()
+
+    await asyncio.gather(*(worker() for _ in range(clients)))
+    return done / duration_s
+
+
+async def attack_open_loop(
+    url: str, factor: float, duration_s: float, max_wait_ms: float
+) -> tuple[str, dict[str, Any]]:
+    capacity = await measure_capacity(url, 32, min(5.0, duration_s))
+    await asyncio.sleep(1.0)
+    rate = max(1.0, factor * capacity)
+    pool: asyncio.Queue[RawHttpClient] = asyncio.Queue()
+    clients = [RawHttpClient(url, 60.0) for _ in range(256)]
+    for c in clients:
+        pool.put_nowait(c)
+    ok: list[float] = []
+    refused: list[float] = []
+    other: Counter[str] = Counter()
+
+    async def one(due: float) -> None:
+        client = await pool.get()
+        try:
+            status, _ = await client.post("/v1/classify", SMALL)
+        except (OSError, TimeoutError, asyncio.IncompleteReadError):
+            other["error"] += 1
+            return
+        finally:
+            pool.put_nowait(client)
+        elapsed = time.perf_counter() - due
+        if status == 200:
+            ok.append(elapsed)
+        elif status == 429:
+            refused.append(elapsed)
+        else:
+            other[str(status)] += 1
+
+    tasks = []
+    start = time.perf_counter()
+    n = int(rate * duration_s)
+    for i in range(n):
+        due = start + i / rate
+        delay = due - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(one(due)))
+    await asyncio.gather(*tasks)
+    for c in clients:
+        await c.close()
+    details = {
+        "capacity_per_s": round(capacity, 1),
+        "offered_per_s": round(rate, 1),
+        "ok": len(ok),
+        "429": len(refused),
+        "other": dict(other),
+        "ok_p50_ms": _ms(percentile(ok, 50)),
+        "ok_p99_ms": _ms(percentile(ok, 99)),
+        "ok_max_ms": _ms(max(ok) if ok else None),
+        "429_p50_ms": _ms(percentile(refused, 50)),
+        "429_p99_ms": _ms(percentile(refused, 99)),
+        "max_queue_wait_ms": max_wait_ms,
+    }
+    did = (
+        f"{rate:.0f} req/s offered ({factor:g} x {capacity:.0f}/s): {len(ok)} x 200 (p99 {details['ok_p99_ms']} ms, "
+        f"max {details['ok_max_ms']} ms), {len(refused)} x 429 (p50 {details['429_p50_ms']}, "
+        f"p99 {details['429_p99_ms']} ms)" + (f", other {dict(other)}" if other else "")
+    )
+    return did, details
+
+
 async def attack_hangups(url: str, n: int) -> tuple[str, dict[str, Any]]:
     port = int(url.rsplit(":", 1)[1])
     body = json.dumps({"items": ["you are all idiots"] * 64}).encode()
@@ -404,13 +491,17 @@ async def run_all(server: Server, args: argparse.Namespace) -> list[Outcome]:
         ("slow bodies", lambda: attack_slow_bodies(server.url, args.slow_bodies, 2 * 1024 * 1024, args.hold_s)),
         ("largest requests", lambda: attack_largest(server.url, args.largest, args.duration_s)),
         ("overload", lambda: attack_overload(server.url, args.overload, args.duration_s)),
+        (
+            "overload 4x",
+            lambda: attack_open_loop(server.url, args.overload_factor, args.duration_s, args.max_queue_wait_ms),
+        ),
         ("hang-ups", lambda: attack_hangups(server.url, args.hangups)),
         ("bad inputs", lambda: attack_bad_inputs(server.url)),
     ]
     selected = set(args.attacks.split(",")) if args.attacks else None
     outcomes = []
     for name, attack in attacks:
-        if selected is None or name.split()[0] in selected:
+        if selected is None or name in selected or name.split()[0] in selected:
             outcomes.append(await measure(server, name, attack, idle))
     return outcomes
 
@@ -439,6 +530,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--slow-bodies", type=int, default=1000, help="requests that never finish their 2 MB body")
     p.add_argument("--largest", type=int, default=4, help="concurrent clients sending the largest allowed request")
     p.add_argument("--overload", type=int, default=512, help="clients sending single requests back to back")
+    p.add_argument("--overload-factor", type=float, default=4.0, help="open-loop offered load / measured capacity")
     p.add_argument("--hangups", type=int, default=50, help="batch requests whose client hangs up")
     p.add_argument("--duration-s", type=float, default=10.0, help="seconds of the largest and overload attacks")
     p.add_argument("--hold-s", type=float, default=12.0, help="how long idle/slow clients wait for the server")
@@ -463,6 +555,9 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety bench a
         args.idle, args.slow_bodies, args.largest, args.overload, args.hangups = 60, 20, 2, 32, 5
         args.duration_s, args.hold_s, args.idle_probe_s = 1.5, 3.0, 1.0
     settings = server_settings(args.server_setting)
+    args.max_queue_wait_ms = float(
+        settings.get("max_queue_wait_ms", ServiceSettings.model_fields["max_queue_wait_ms"].default)
+    )
     if args.smoke:
         settings = {"header_timeout_s": "1", "body_timeout_s": "1", "max_connections": "40", **settings}
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

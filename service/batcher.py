@@ -88,7 +88,7 @@ class NullObserver:
 class _Pending:
     encoded: EncodedExample
     future: asyncio.Future[Prediction]
-    enqueued: float  # loop.time()
+    enqueued: float  # loop.time() when the submission arrived (before encoding)
 
 
 @dataclass(slots=True)
@@ -154,6 +154,8 @@ class MicroBatcher:
         self.max_queue_wait_s = max_queue_wait_s
         self._seconds_per_token: float | None = None  # EWMA over the batches run so far
         self._queued_tokens = 0  # tokens of the items in the queue (and the carried one)
+        self._encoding = 0  # items admitted and being (or waiting to be) encoded
+        self._item_tokens = 64.0  # running mean of tokens per item (to estimate items not encoded yet)
         self._observer: BatchObserver = observer or NullObserver()
         self._queue: asyncio.Queue[_Pending] | None = None
         self._carry: _Pending | None = None  # taken from the queue, did not fit the last batch
@@ -210,10 +212,11 @@ class MicroBatcher:
 
     @property
     def expected_wait_s(self) -> float | None:
-        """How long the queued work would take to clear at the measured throughput (None: not measured yet)."""
+        """How long the queued work (and the admitted items still being encoded) would take to clear
+        at the measured throughput (None: not measured yet)."""
         if self._seconds_per_token is None:
             return None
-        return self._queued_tokens * self._seconds_per_token
+        return (self._queued_tokens + self._encoding * self._item_tokens) * self._seconds_per_token
 
     def live_depth(self) -> int:
         """Items waiting whose caller still waits (cancelled ones are dropped when reached)."""
@@ -243,17 +246,22 @@ class MicroBatcher:
         n = len(examples)
         if n == 0:
             return []
+        loop = asyncio.get_running_loop()
+        arrived = loop.time()  # the wait bound counts from here: waiting to be encoded is waiting too
         self._check_room(n)  # before encoding: refusing must stay cheap under overload
         start = time.perf_counter()
-        if n <= self.inline_encode_items:
-            encoded = self._encode(examples)
-        else:
-            loop = asyncio.get_running_loop()
-            encoded = await loop.run_in_executor(self._encode_pool, self._encode, examples)
+        self._encoding += n
+        try:
+            if n <= self.inline_encode_items:
+                encoded = self._encode(examples)
+            else:
+                encoded = await loop.run_in_executor(self._encode_pool, self._encode, examples)
+        finally:
+            self._encoding -= n
         self._observer.observe_tokenization(time.perf_counter() - start)
         if len(encoded) != n:
             raise RuntimeError(f"encode returned {len(encoded)} items for {n} examples")
-        return self._enqueue(encoded)
+        return self._enqueue(encoded, arrived)
 
     def release(self, futures: Sequence[asyncio.Future[Prediction]]) -> None:
         """Cancel the futures still pending (they are dropped before inference) and mark the
@@ -271,7 +279,7 @@ class MicroBatcher:
     def _check_room(self, n: int) -> None:
         if not self._accepting or self._queue is None:
             raise _shutting_down(self.retry_after_s) if self._stopped else NotReady("the batcher is not running")
-        if self.queue_size - self.depth < n:
+        if self.queue_size - self.depth - self._encoding < n:
             raise Overloaded(
                 f"the inference queue is full ({self.depth}/{self.queue_size} items waiting); retry later",
                 retry_after_s=self.retry_after_s,
@@ -284,16 +292,16 @@ class MicroBatcher:
                 retry_after_s=self.retry_after_s,
             )
 
-    def _enqueue(self, encoded: list[EncodedExample]) -> list[asyncio.Future[Prediction]]:
+    def _enqueue(self, encoded: list[EncodedExample], arrived: float) -> list[asyncio.Future[Prediction]]:
         self._check_room(len(encoded))  # again: encoding may have awaited
         assert self._queue is not None
         loop = asyncio.get_running_loop()
-        now = loop.time()
         futures: list[asyncio.Future[Prediction]] = []
         for enc in encoded:  # no await in between: one submission's items stay together
             fut: asyncio.Future[Prediction] = loop.create_future()
-            self._queue.put_nowait(_Pending(enc, fut, now))
+            self._queue.put_nowait(_Pending(enc, fut, arrived))
             self._queued_tokens += len(enc)
+            self._item_tokens = 0.9 * self._item_tokens + 0.1 * len(enc)
             futures.append(fut)
         if self._running_batch:
             self._arrived_while_running += len(encoded)

@@ -22,7 +22,15 @@ def test_abuse_benchmark_smoke(
     assert abuse.main(argv, prog="dialogue-safety bench abuse") == 0
     report = json.loads(out.read_text())
     attacks = {o["attack"]: o for o in report["outcomes"]}
-    assert set(attacks) == {"idle connections", "slow bodies", "largest requests", "overload", "hang-ups", "bad inputs"}
+    assert set(attacks) == {
+        "idle connections",
+        "slow bodies",
+        "largest requests",
+        "overload",
+        "overload 4x",
+        "hang-ups",
+        "bad inputs",
+    }
     assert "| attack | what the service did |" in capsys.readouterr().out
     bad = attacks["bad inputs"]["details"]["statuses"]
     assert all(400 <= status < 500 for status in bad.values()), bad  # a 4xx for each, never a 5xx
