@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -156,6 +157,10 @@ class MicroBatcher:
         self._queued_tokens = 0  # tokens of the items in the queue (and the carried one)
         self._encoding = 0  # items admitted and being (or waiting to be) encoded
         self._item_tokens = 64.0  # running mean of tokens per item (to estimate items not encoded yet)
+        self._encode_seconds_per_item = 0.0  # running mean of encoding time per item
+        self._to_encode: list[tuple[Sequence[Example], asyncio.Future[list[EncodedExample]]]] = []
+        self._encoder_busy = False
+        self._encoder_task: asyncio.Task[None] | None = None
         self._observer: BatchObserver = observer or NullObserver()
         self._queue: asyncio.Queue[_Pending] | None = None
         self._carry: _Pending | None = None  # taken from the queue, did not fit the last batch
@@ -216,7 +221,8 @@ class MicroBatcher:
         at the measured throughput (None: not measured yet)."""
         if self._seconds_per_token is None:
             return None
-        return (self._queued_tokens + self._encoding * self._item_tokens) * self._seconds_per_token
+        encoding = self._encoding * self._encode_seconds_per_item  # one encoding thread: they wait in turn
+        return encoding + (self._queued_tokens + self._encoding * self._item_tokens) * self._seconds_per_token
 
     def live_depth(self) -> int:
         """Items waiting whose caller still waits (cancelled ones are dropped when reached)."""
@@ -253,15 +259,68 @@ class MicroBatcher:
         self._encoding += n
         try:
             if n <= self.inline_encode_items:
-                encoded = self._encode(examples)
+                encoded = self._timed_encode(examples)
             else:
-                encoded = await loop.run_in_executor(self._encode_pool, self._encode, examples)
+                encoded = await self._encode_off_loop(examples)
         finally:
             self._encoding -= n
         self._observer.observe_tokenization(time.perf_counter() - start)
         if len(encoded) != n:
             raise RuntimeError(f"encode returned {len(encoded)} items for {n} examples")
         return self._enqueue(encoded, arrived)
+
+    def _timed_encode(self, examples: Sequence[Example]) -> list[EncodedExample]:
+        """``encode``, keeping a running mean of its time per item (for the wait estimate)."""
+        start = time.perf_counter()
+        encoded = self._encode(examples)
+        if examples:
+            per_item = (time.perf_counter() - start) / len(examples)
+            self._encode_seconds_per_item = 0.9 * self._encode_seconds_per_item + 0.1 * per_item
+        return encoded
+
+    async def _encode_off_loop(self, examples: Sequence[Example]) -> list[EncodedExample]:
+        """Encode in the encoding thread, together with whatever other submissions are waiting:
+        one call per round instead of one per request (under load, each thread hand-off costs a
+        GIL switch interval while the event loop is busy)."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[list[EncodedExample]] = loop.create_future()
+        self._to_encode.append((examples, future))
+        if not self._encoder_busy:
+            self._encoder_busy = True
+            self._encoder_task = loop.create_task(self._encode_rounds())
+        return await future
+
+    async def _encode_rounds(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while self._to_encode:
+                jobs, self._to_encode = self._to_encode, []
+                jobs = [(examples, future) for examples, future in jobs if not future.done()]  # callers gone
+                if not jobs:
+                    continue
+                flat = [example for examples, _ in jobs for example in examples]
+                try:
+                    encoded = await loop.run_in_executor(self._encode_pool, self._timed_encode, flat)
+                except Exception:
+                    if len(jobs) == 1:
+                        _fail_encoding(jobs[0][1], sys.exc_info()[1])
+                        continue
+                    for examples, future in jobs:  # isolate the submission that fails
+                        try:
+                            one = await loop.run_in_executor(self._encode_pool, self._timed_encode, examples)
+                        except Exception as exc:
+                            _fail_encoding(future, exc)
+                        else:
+                            if not future.done():
+                                future.set_result(one)
+                    continue
+                start = 0
+                for examples, future in jobs:
+                    if not future.done():
+                        future.set_result(encoded[start : start + len(examples)])
+                    start += len(examples)
+        finally:
+            self._encoder_busy = False
 
     def release(self, futures: Sequence[asyncio.Future[Prediction]]) -> None:
         """Cancel the futures still pending (they are dropped before inference) and mark the
@@ -444,6 +503,11 @@ def _shutting_down(retry_after_s: int) -> NotReady:
     return NotReady(
         "the service is shutting down; retry on another instance", code="shutting_down", retry_after_s=retry_after_s
     )
+
+
+def _fail_encoding(future: asyncio.Future[list[EncodedExample]], exc: BaseException | None) -> None:
+    if not future.done():
+        future.set_exception(exc if exc is not None else RuntimeError("encoding failed"))
 
 
 def _fail(future: asyncio.Future[Prediction], exc: Exception) -> None:

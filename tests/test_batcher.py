@@ -414,3 +414,30 @@ def test_queue_depth_gauge_drops_when_waiting_callers_leave() -> None:
         await running
 
     run(body, model)
+
+
+def test_concurrent_submissions_are_encoded_together_and_a_failing_one_is_isolated() -> None:
+    model = FakeModel()
+    calls: list[int] = []
+    encode = model.encode
+
+    def counting_encode(examples: Any) -> Any:
+        calls.append(len(examples))
+        if any(ex.utterance == "poison" for ex in examples):
+            raise ValueError("cannot encode this one")
+        return encode(examples)
+
+    async def main() -> list[object]:
+        b = MicroBatcher(counting_encode, model.predict)
+        await b.start()
+        try:
+            subs = [b.submit([item(i)]) for i in range(1, 9)]
+            subs.append(b.submit([Example(utterance="poison")]))
+            return list(await asyncio.gather(*subs, return_exceptions=True))
+        finally:
+            await b.stop()
+
+    results = asyncio.run(main())
+    assert [p[0].score for p in results[:8]] == [i / 1000 for i in range(1, 9)]  # type: ignore[index]
+    assert isinstance(results[8], ValueError)
+    assert max(calls) > 1  # at least one round encoded several submissions in one call
