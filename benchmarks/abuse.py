@@ -268,7 +268,9 @@ async def attack_largest(url: str, clients: int, duration_s: float) -> tuple[str
     return did, {"statuses": dict(statuses), "p50_ms": _ms(percentile(latencies, 50))}
 
 
-async def attack_overload(url: str, clients: int, duration_s: float) -> tuple[str, dict[str, Any]]:
+async def attack_overload(
+    url: str, clients: int, duration_s: float, retry_after_s: float = 1.0
+) -> tuple[str, dict[str, Any]]:
     ok: list[float] = []
     refused: list[float] = []
     other: Counter[str] = Counter()
@@ -289,7 +291,7 @@ async def attack_overload(url: str, clients: int, duration_s: float) -> tuple[st
                     ok.append(elapsed)
                 elif status == 429:
                     refused.append(elapsed)
-                    await asyncio.sleep(0.05)  # a polite client backs off a little
+                    await asyncio.sleep(retry_after_s)  # a polite client backs off as told (Retry-After)
                 else:
                     other[str(status)] += 1
         finally:

@@ -335,7 +335,7 @@ class MicroBatcher:
         if cancelled:
             self._observer.observe_queue_depth(self.live_depth())
 
-    def _check_room(self, n: int) -> None:
+    def _check_room(self, n: int, *, wait: bool = True) -> None:
         if not self._accepting or self._queue is None:
             raise _shutting_down(self.retry_after_s) if self._stopped else NotReady("the batcher is not running")
         if self.queue_size - self.depth - self._encoding < n:
@@ -343,16 +343,18 @@ class MicroBatcher:
                 f"the inference queue is full ({self.depth}/{self.queue_size} items waiting); retry later",
                 retry_after_s=self.retry_after_s,
             )
-        wait = self.expected_wait_s
-        if self.max_queue_wait_s is not None and wait is not None and wait > self.max_queue_wait_s:
+        expected = self.expected_wait_s if wait else None
+        if self.max_queue_wait_s is not None and expected is not None and expected > self.max_queue_wait_s:
             raise Overloaded(
-                f"the inference queue holds {wait * 1000:.0f} ms of work, more than the "
+                f"the inference queue holds {expected * 1000:.0f} ms of work, more than the "
                 f"{self.max_queue_wait_s * 1000:.0f} ms a request may wait (SAFETY_MAX_QUEUE_WAIT_MS); retry later",
                 retry_after_s=self.retry_after_s,
             )
 
     def _enqueue(self, encoded: list[EncodedExample], arrived: float) -> list[asyncio.Future[Prediction]]:
-        self._check_room(len(encoded))  # again: encoding may have awaited
+        # Again (encoding may have awaited), for the hard cap only: the work of encoding is done,
+        # and an item that then waits too long is refused when its batch forms.
+        self._check_room(len(encoded), wait=False)
         assert self._queue is not None
         loop = asyncio.get_running_loop()
         futures: list[asyncio.Future[Prediction]] = []
