@@ -50,6 +50,8 @@ from benchmarks.http import (
 )
 from service.settings import ServiceSettings, default_model_dir
 
+# what a client sees when the server closes its connection (a cap, a timeout) mid-request
+CLOSED = (OSError, TimeoutError, asyncio.IncompleteReadError, IndexError, ValueError)
 SMALL = json.dumps({"history": ["hi there"], "utterance": "have a nice day"}).encode()
 LARGEST = json.dumps({"history": ["🤬" * 4000] * 32, "utterance": "🤬" * 4000}).encode()
 BAD_INPUTS: list[tuple[str, bytes, bytes]] = [  # (name, extra headers, body)
@@ -107,7 +109,7 @@ class Prober:
                             status = await _get(health, path)
                         else:
                             status, _ = await client.post(path, body)
-                    except (OSError, TimeoutError, asyncio.IncompleteReadError, ValueError, IndexError):
+                    except CLOSED:
                         self.errors += 1
                         continue
                     if status != 200:
@@ -253,7 +255,7 @@ async def attack_largest(url: str, clients: int, duration_s: float) -> tuple[str
                 start = time.perf_counter()
                 try:
                     status, _ = await client.post("/v1/classify", LARGEST)
-                except (OSError, TimeoutError, asyncio.IncompleteReadError):
+                except CLOSED:
                     statuses["error"] += 1
                     continue
                 statuses[str(status)] += 1
@@ -283,7 +285,7 @@ async def attack_overload(
                 start = time.perf_counter()
                 try:
                     status, _ = await client.post("/v1/classify", SMALL)
-                except (OSError, TimeoutError, asyncio.IncompleteReadError):
+                except CLOSED:
                     other["error"] += 1
                     continue
                 elapsed = time.perf_counter() - start
@@ -326,7 +328,7 @@ async def measure_capacity(url: str, clients: int, duration_s: float) -> float:
         client = RawHttpClient(url, 60.0)
         try:
             while time.monotonic() < deadline:
-                with suppress(OSError, TimeoutError, asyncio.IncompleteReadError):
+                with suppress(*CLOSED):
                     status, _ = await client.post("/v1/classify", SMALL)
                     done += status == 200
         finally:
@@ -354,7 +356,7 @@ async def attack_open_loop(
         client = await pool.get()
         try:
             status, _ = await client.post("/v1/classify", SMALL)
-        except (OSError, TimeoutError, asyncio.IncompleteReadError):
+        except CLOSED:
             other["error"] += 1
             return
         finally:
@@ -429,7 +431,7 @@ async def attack_bad_inputs(url: str) -> tuple[str, dict[str, Any]]:
         client = RawHttpClient(url, 30.0)
         try:
             status, _ = await client.post("/v1/classify", body, headers)
-        except (OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
+        except CLOSED as exc:
             status = -1
             results[name + f" ({type(exc).__name__})"] = status
             continue
@@ -452,9 +454,13 @@ async def _metrics(url: str) -> str:
 
 # -- the run ---------------------------------------------------------------------------------------
 async def measure(
-    server: Server, name: str, attack: Callable[[], Awaitable[tuple[str, dict[str, Any]]]], idle_p99: float | None
+    server: Server,
+    name: str,
+    attack: Callable[[], Awaitable[tuple[str, dict[str, Any]]]],
+    idle_p99: float | None,
+    settle_s: float = 2.0,
 ) -> Outcome:
-    await asyncio.sleep(1.0)  # let the previous attack's connections drain
+    await asyncio.sleep(settle_s / 2)  # let the previous attack's connections drain
     before = server.rss()
     sampler = RssSampler(server)
     sampler.start()
@@ -464,7 +470,7 @@ async def measure(
     did, details = await attack()
     prober.stop()
     await probe
-    await asyncio.sleep(2.0)
+    await asyncio.sleep(settle_s)  # then 'after' is measured
     peak = await sampler.stop()
     return Outcome(
         attack=name,
@@ -504,7 +510,7 @@ async def run_all(server: Server, args: argparse.Namespace) -> list[Outcome]:
     outcomes = []
     for name, attack in attacks:
         if selected is None or name in selected or name.split()[0] in selected:
-            outcomes.append(await measure(server, name, attack, idle))
+            outcomes.append(await measure(server, name, attack, idle, args.settle_s))
     return outcomes
 
 
@@ -536,6 +542,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--hangups", type=int, default=50, help="batch requests whose client hangs up")
     p.add_argument("--duration-s", type=float, default=10.0, help="seconds of the largest and overload attacks")
     p.add_argument("--hold-s", type=float, default=12.0, help="how long idle/slow clients wait for the server")
+    p.add_argument("--settle-s", type=float, default=2.0, help="pause after each attack before RSS 'after'")
     p.add_argument("--idle-probe-s", type=float, default=5.0, help="seconds the healthy client is measured idle")
     p.add_argument("--attacks", default="", help="comma-separated subset: idle,slow,largest,overload,hang-ups,bad")
     p.add_argument(
@@ -555,7 +562,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety bench a
     args = build_parser(prog).parse_args(argv)
     if args.smoke:
         args.idle, args.slow_bodies, args.largest, args.overload, args.hangups = 60, 20, 2, 32, 5
-        args.duration_s, args.hold_s, args.idle_probe_s = 1.5, 3.0, 1.0
+        args.duration_s, args.hold_s, args.idle_probe_s, args.settle_s = 1.5, 3.0, 1.0, 0.5
     settings = server_settings(args.server_setting)
     args.max_queue_wait_ms = float(
         settings.get("max_queue_wait_ms", ServiceSettings.model_fields["max_queue_wait_ms"].default)
