@@ -12,13 +12,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import schemathesis  # a dev dependency (pip install -e ".[dev]")
 from hypothesis import HealthCheck, given, settings
+from schemathesis.generation import GenerationMode
 from service_conftest import FakeClassifier, live_server
 
 from service.errors import ERROR_TABLE
-
-schemathesis = pytest.importorskip("schemathesis", reason="schemathesis is a dev dependency: pip install -e '.[dev]'")
-from schemathesis.generation import GenerationMode  # noqa: E402
 
 MAX_EXAMPLES = 250
 REJECTIONS = sorted({row.status for row in ERROR_TABLE if 400 <= row.status < 500})
