@@ -19,7 +19,7 @@ from service_conftest import FakeClassifier, live_server
 
 from service.errors import ERROR_TABLE
 
-MAX_EXAMPLES = 250
+MAX_EXAMPLES = 150
 REJECTIONS = sorted({row.status for row in ERROR_TABLE if 400 <= row.status < 500})
 
 
