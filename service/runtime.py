@@ -35,6 +35,36 @@ log = logging.getLogger("service.runtime")
 
 CPU = "CPUExecutionProvider"
 CUDA = "CUDAExecutionProvider"
+VNNI_FLAGS = frozenset({"avx512_vnni", "avx_vnni"})
+
+
+def cpu_has_vnni(cpuinfo: str | None = None) -> bool | None:
+    """Whether an x86 CPU reports VNNI (None when /proc/cpuinfo cannot be read or is not x86)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return None
+    flags = next((line.split(":", 1)[1].split() for line in cpuinfo.splitlines() if line.startswith("flags")), None)
+    if flags is None:
+        return None  # not x86 (ARM lists "Features"): its int8 kernels do not saturate
+    return bool(VNNI_FLAGS & set(flags))
+
+
+def int8_supported(card: ModelCard, cpuinfo: str | None = None) -> tuple[bool, str]:
+    """Whether the card's int8 variant computes what its export validated on this CPU.
+
+    A recipe with 8-bit weights (``reduce_range`` false) is exact only with VNNI; on an x86 CPU
+    without it the u8*s8 products can saturate, so the validated F1 would not hold.
+    """
+    recipe = (card.export.get("recipes") or {}).get("int8") or {}
+    if recipe.get("reduce_range", True):
+        return True, "7-bit weights run the same on every CPU"
+    if cpu_has_vnni(cpuinfo) is False:
+        return False, "its 8-bit weights need VNNI (AVX512-VNNI or AVX-VNNI), which this CPU lacks"
+    return True, "8-bit weights on a CPU with VNNI (or not x86)"
+
+
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 OUTPUT_NAME = "logits"
 
@@ -211,6 +241,11 @@ class OnnxClassifier:
         if CPU not in requested:
             raise ModelLoadError(f"could not start a session on {requested}")
         cpu_variant = variant or self.card.cpu_variant
+        if variant is None and cpu_variant == "int8":
+            ok, why = int8_supported(self.card)
+            if not ok:
+                log.warning("the card's CPU default int8 is not used: %s; running the optimized variant", why)
+                cpu_variant = "optimized"
         if cpu_variant == "fp16":
             raise ModelLoadError(
                 "the fp16 variant is for CUDA; no CUDA device is usable here (pick fp32, optimized or int8)"

@@ -287,3 +287,18 @@ def test_variants_can_be_derived_ahead_of_time(
     assert variants.main([str(work), "optimized"]) == 0
     assert "optimized:" in capsys.readouterr().out and (work / "model.optimized.onnx").is_file()
     assert variants.main([str(tmp_path / "absent")]) == 2
+
+
+def test_int8_with_8bit_weights_needs_vnni() -> None:
+    from service.model_card import ModelCard
+    from service.runtime import cpu_has_vnni, int8_supported
+
+    zen3 = "processor : 0\nflags : fpu sse avx2 fma\n"
+    zen4 = "processor : 0\nflags : fpu avx2 avx512f avx512_vnni\n"
+    arm = "processor : 0\nFeatures : fp asimd asimddp\n"
+    assert (cpu_has_vnni(zen3), cpu_has_vnni(zen4), cpu_has_vnni(arm)) == (False, True, None)
+    eight_bit = ModelCard(export={"recipes": {"int8": {"reduce_range": False}}})
+    seven_bit = ModelCard(export={"recipes": {"int8": {"reduce_range": True}}})
+    assert int8_supported(eight_bit, zen3)[0] is False
+    assert int8_supported(eight_bit, zen4)[0] is True and int8_supported(eight_bit, arm)[0] is True
+    assert int8_supported(seven_bit, zen3)[0] is True
