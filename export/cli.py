@@ -96,6 +96,12 @@ def load_test_sets(
 
 def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety export") -> int:
     args = build_parser(prog).parse_args(argv)
+    from training.checkpoint_layout import checkpoint_problem
+
+    problem = checkpoint_problem(args.checkpoint)  # before any data is read or torch is loaded
+    if problem:
+        print(f"{prog}: {problem}", file=sys.stderr)
+        return 2
     logging.basicConfig(
         level=logging.ERROR if args.quiet else logging.INFO, format="%(levelname)s %(name)s: %(message)s"
     )
