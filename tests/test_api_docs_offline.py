@@ -9,7 +9,6 @@ from collections.abc import Iterator
 from importlib.metadata import version
 from pathlib import Path
 
-import httpx
 import pytest
 from service_conftest import FakeClassifier, LiveServer, live_server
 
