@@ -287,3 +287,26 @@ def test_variants_can_be_derived_ahead_of_time(
     assert variants.main([str(work), "optimized"]) == 0
     assert "optimized:" in capsys.readouterr().out and (work / "model.optimized.onnx").is_file()
     assert variants.main([str(tmp_path / "absent")]) == 2
+
+
+def test_an_image_keeps_one_variant_and_never_derives_at_start(
+    model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    work = tmp_path / "model"
+    shutil.copytree(model_dir, work)
+    for f in work.glob("model.*.onnx"):
+        f.unlink()
+    assert variants.main([str(work), "cpu", "--prune"]) == 0  # what the Dockerfile runs
+    card = ModelCard.load(work)
+    kept = work / variants.variant_file(card.cpu_variant, card, work / "model.onnx")
+    derived = sorted(p.name for p in work.glob("model.*.onnx"))
+    assert derived == [kept.name], "only the variant the service runs is left, no intermediate fp32 graph"
+    assert not (work / ".variants.lock").exists()
+    before = kept.stat().st_mtime_ns
+    # as in the image: the service user cannot write the model directory
+    monkeypatch.setenv("DIALOGUE_SAFETY_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(variants, "_writable", lambda d: d != work)
+    clf = OnnxClassifier(work)
+    assert clf.path == kept and kept.stat().st_mtime_ns == before
+    assert sorted(p.name for p in work.glob("model.*.onnx")) == [kept.name]
+    assert not list((tmp_path / "cache").rglob("*.onnx")), "nothing was derived at start"
