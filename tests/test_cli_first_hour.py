@@ -196,3 +196,22 @@ def test_the_package_installs_exactly_the_committed_model_files() -> None:
     assert all((bundled / name).is_file() for name in listed)
     derived = {p.name for p in bundled.iterdir() if p.name.startswith("model.") and p.name.count(".") > 1}
     assert listed == {p.name for p in bundled.iterdir() if p.is_file() and not p.name.startswith(".")} - derived
+
+
+def test_the_ablation_explains_its_options_and_checks_them_first(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from training import ablation
+
+    with pytest.raises(SystemExit) as exit_:
+        ablation.main(["--help"])
+    assert exit_.value.code == 0
+    help_text = capsys.readouterr().out
+    for flag in ("--data-dir", "--out", "--recipe", "--seeds", "--modes", "--set"):
+        line = next(line for line in help_text.splitlines() if line.strip().startswith(flag))
+        assert len(line.split()) > 2, f"{flag} has no help: {line!r}"
+    assert ablation.main(["--modes", "segments,sideways", "--out", str(tmp_path / "out")]) == 2
+    assert "unknown mode(s) sideways" in one_line(capsys.readouterr().err)
+    assert ablation.main(["--data-dir", str(tmp_path / "nope"), "--out", str(tmp_path / "out")]) == 2
+    assert "does not exist" in one_line(capsys.readouterr().err)
+    assert not (tmp_path / "out").exists()
