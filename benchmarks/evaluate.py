@@ -338,15 +338,10 @@ def argument_problem(args: argparse.Namespace) -> str | None:
     if args.model == BASELINE_MODEL:
         return None
     model = Path(args.model)
-    if not model.is_dir():
-        return (
-            f"no model at {model}: pass an exported model directory (e.g. models/default), a training checkpoint "
-            f"or {BASELINE_MODEL!r}"
-        )
     try:
         kind = model_kind(model)
-    except ValueError as exc:
-        return str(exc)
+    except (FileNotFoundError, ValueError) as exc:
+        return f"{exc} (pass an exported model directory such as models/default, a checkpoint or {BASELINE_MODEL!r})"
     if kind == "checkpoint" and importlib.util.find_spec("torch") is None:
         return f"{model} is a training checkpoint: evaluating it needs torch ({install_hint('train')})"
     return None

@@ -119,7 +119,7 @@ def test_evaluate_checks_files_and_model_before_any_work(
     assert code == 2
     assert f"--functional-csv: no file at {missing_csv}" in one_line(capsys.readouterr().err)
     assert evaluate.main([str(tmp_path / "nope")], prog="evaluate") == 2
-    assert f"no model at {tmp_path / 'nope'}" in one_line(capsys.readouterr().err)
+    assert f"{tmp_path / 'nope'}: model directory does not exist" in one_line(capsys.readouterr().err)
     (tmp_path / "empty").mkdir()
     assert evaluate.main([str(tmp_path / "empty")], prog="evaluate") == 2
     assert "neither an exported model directory" in one_line(capsys.readouterr().err)
