@@ -18,7 +18,7 @@ DEFAULT_EVAL_SOURCES = ("diasafety", "convabuse")
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
-    from export.onnx_export import DEFAULT_OPSET, DEFAULT_TOLERANCE, DEFAULT_VARIANTS
+    from export.settings import DEFAULT_OPSET, DEFAULT_TOLERANCE, DEFAULT_VARIANTS
     from service.variants import INT8_PRESETS
 
     p = argparse.ArgumentParser(
