@@ -1,9 +1,12 @@
 # syntax=docker/dockerfile:1
-# The service image: python:3.11-slim, the serving extra only (no torch), the bundled model.
-#   docker build -t dialogue-safety .                      # CPU (onnxruntime)
+# The service image: python:3.11-slim, the serving extra only (no torch), the bundled (committed) model
+# and the one ONNX variant the service runs, derived at build time.
+#   docker build -t dialogue-safety .                                # CPU (onnxruntime)
 #   docker build -t dialogue-safety:gpu --build-arg RUNTIME=gpu .   # GPU (onnxruntime-gpu + CUDA wheels)
-#   docker run -p 8000:8000 dialogue-safety                # GPU: add --gpus all
-# models/default must exist (train + export it first); settings come from SAFETY_* variables.
+#   git archive HEAD | docker build -t dialogue-safety -             # the committed tree only, nothing uncommitted
+#   docker run -p 8000:8000 dialogue-safety                          # GPU: add --gpus all
+# Settings come from SAFETY_* variables (docs/api.md). .dockerignore lets in only the serving code,
+# the package metadata and the four committed files of models/default (no derived variants).
 
 ARG PYTHON_IMAGE=python:3.11-slim
 
@@ -16,6 +19,9 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY service ./service
 COPY cli ./cli
+COPY models/default ./models/default
+# The package installs the model as data files: /opt/venv/share/dialogue-safety/models/default,
+# where `dialogue-safety serve` finds it (service.settings.default_model_dir).
 # hadolint ignore=DL3013
 RUN pip install --no-cache-dir ".[serve]" \
  && if [ "$RUNTIME" = "gpu" ]; then \
@@ -23,26 +29,21 @@ RUN pip install --no-cache-dir ".[serve]" \
     elif [ "$RUNTIME" != "cpu" ]; then \
       echo "RUNTIME must be cpu or gpu, got $RUNTIME" >&2; exit 1; \
     fi
+# Derive the variant the service will run (the card's CPU or GPU default) and remove every other
+# derived file (the intermediate fp32 graph, the lock file): the container starts without deriving.
+RUN python -m service.variants /opt/venv/share/dialogue-safety/models/default "$RUNTIME" --prune
 
 FROM ${PYTHON_IMAGE}
-ARG RUNTIME=cpu
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     SAFETY_HOST=0.0.0.0 \
     SAFETY_PORT=8000 \
-    SAFETY_MODEL_DIR=/app/models/default
+    SAFETY_MODEL_DIR=/opt/venv/share/dialogue-safety/models/default
 RUN groupadd --gid 10001 safety \
  && useradd --create-home --uid 10001 --gid 10001 --shell /usr/sbin/nologin safety
 COPY --from=build /opt/venv /opt/venv
-COPY models/default /app/models/default
-# Derive the ONNX variant the service will run (the card's cpu_variant or gpu_variant) now, as
-# root, into the model directory: the container starts without deriving anything.
-RUN python -c "import sys; from service.model_card import ModelCard; from service.variants import ensure_variant; \
-card = ModelCard.load('/app/models/default'); \
-print(ensure_variant('/app/models/default', card.gpu_variant if sys.argv[1] == 'gpu' else card.cpu_variant, card))" \
-    "$RUNTIME"
-WORKDIR /app
+WORKDIR /home/safety
 USER 10001:10001
 EXPOSE 8000
 HEALTHCHECK --interval=15s --timeout=3s --start-period=60s --retries=3 \

@@ -11,10 +11,12 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "http": ("benchmarks.http", "the HTTP service under load (micro-batching, overload, naive baseline)"),
     "abuse": ("benchmarks.abuse", "hostile clients against a local server: idle, slow, largest, overload..."),
 }
+#: both benchmarks run an exported model: the evaluate extra (torch rows need the train extra too)
+EXTRAS: dict[str, str] = {"runtime": "evaluate", "http": "evaluate"}
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety bench") -> int:
-    return dispatch(BENCHMARKS, argv, prog, kind="benchmark")
+    return dispatch(BENCHMARKS, argv, prog, kind="benchmark", extras=EXTRAS)
 
 
 if __name__ == "__main__":

@@ -53,6 +53,8 @@ EVAL_SOURCES: tuple[str, ...] = (
 FUNCTIONAL_SUITES: tuple[str, ...] = ("hatecheck",)
 EVAL_SPLITS: tuple[Split, ...] = (Split.VALID, Split.TEST)
 BASELINE_MODEL = "tfidf-baseline"
+#: where reports go unless --out says otherwise: runs/ is ignored by git (reports/default is committed)
+DEFAULT_OUT_ROOT = Path("runs") / "evaluate"
 
 SourceLoader = Callable[[str, Path], list[LabelledExample]]
 
@@ -337,6 +339,31 @@ def _preset_path(value: str) -> tuple[str, str]:
     return name.strip(), path.strip()
 
 
+def argument_problem(args: argparse.Namespace) -> str | None:
+    """What is wrong with the paths on the command line (checked before any work), or None."""
+    import importlib.util
+
+    from cli.extras import install_hint
+
+    for value in args.functional_csv:
+        try:
+            _, path = _preset_path(value)
+        except ValueError as exc:
+            return str(exc)
+        if not Path(path).is_file():
+            return f"--functional-csv: no file at {path}"
+    if args.model == BASELINE_MODEL:
+        return None
+    model = Path(args.model)
+    try:
+        kind = model_kind(model)
+    except (FileNotFoundError, ValueError) as exc:
+        return f"{exc} (pass an exported model directory such as models/default, a checkpoint or {BASELINE_MODEL!r})"
+    if kind == "checkpoint" and importlib.util.find_spec("torch") is None:
+        return f"{model} is a training checkpoint: evaluating it needs torch ({install_hint('train')})"
+    return None
+
+
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -349,7 +376,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument(
         "--suite", default=",".join(SUITES), help=f"comma-separated suites (default: {','.join(SUITES)})"
     )
-    parser.add_argument("--out", default=None, help="output directory (default: reports/<model name>)")
+    parser.add_argument("--out", default=None, help=f"output directory (default: {DEFAULT_OUT_ROOT}/<model name>)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the AAA attacks and of --limit's subsampling")
     parser.add_argument("--limit", type=int, default=None, help="at most N examples per source split / suite")
     parser.add_argument("--sources", default=None, help=f"evaluated sources (default: {','.join(EVAL_SOURCES)})")
@@ -379,6 +406,10 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     from training.sources.data_dir import resolve_data_dir
 
+    problem = argument_problem(args)
+    if problem:
+        print(f"{prog or 'evaluate'}: error: {problem}", file=sys.stderr)
+        return 2
     try:
         data_dir = resolve_data_dir(args.data_dir)
         config = EvaluationConfig(
@@ -402,7 +433,7 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
             training_sources = card_training_sources(args.model)
             info = {"path": str(args.model), "kind": model_kind(args.model), "training_sources": training_sources}
             name = Path(args.model).resolve().name
-        out = Path(args.out) if args.out else Path("reports") / name
+        out = Path(args.out) if args.out else DEFAULT_OUT_ROOT / name
         results = run_evaluation(scorer, data_dir, out, config, training_sources=training_sources, model_info=info)
     except (FileNotFoundError, ValueError) as exc:
         print(f"{prog or 'evaluate'}: error: {exc}", file=sys.stderr)

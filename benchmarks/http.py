@@ -580,6 +580,19 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety bench h
             f"{prog}: no model directory at {model_dir}; pass --model DIR (see dialogue-safety export)", file=sys.stderr
         )
         return 2
+    if args.naive_checkpoint is not None:  # checked now, not after every load phase has run
+        from training.checkpoint_layout import checkpoint_problem
+
+        problem = checkpoint_problem(args.naive_checkpoint)
+        if problem:
+            print(f"{prog}: --naive-checkpoint: {problem}", file=sys.stderr)
+            return 2
+        from cli.extras import missing_distributions, missing_extra_message
+
+        missing = missing_distributions("train")  # the naive baseline runs transformers on torch
+        if missing:
+            print(missing_extra_message(f"{prog} --naive-checkpoint", "train", missing), file=sys.stderr)
+            return 2
 
     examples, data_note = load_dialogues(args.data_dir, 200 if args.smoke else args.examples)
     bodies = [json.dumps(request_body(ex)).encode() for ex in examples]

@@ -610,6 +610,13 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety bench runtime") -> int:
     args = build_parser(prog).parse_args(argv)
+    if args.geometry or args.checkpoint is not None or args.smoke:
+        from cli.extras import missing_distributions, missing_extra_message
+
+        missing = missing_distributions("train")  # random weights and checkpoints are torch models
+        if missing:
+            print(missing_extra_message(f"{prog} --geometry/--checkpoint/--smoke", "train", missing), file=sys.stderr)
+            return 2
     if args.geometry:
         from training.modeling import GEOMETRIES
 
@@ -621,9 +628,15 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety bench r
     if not variant_names or set(variant_names) - allowed:
         print(f"{prog}: --variants must name some of {sorted(allowed)}", file=sys.stderr)
         return 2
-    for path, what in ((args.model, "model directory"), (args.checkpoint, "checkpoint")):
-        if path is not None and not path.is_dir():
-            print(f"{prog}: no {what} at {path}", file=sys.stderr)
+    if args.model is not None and not args.model.is_dir():
+        print(f"{prog}: no model directory at {args.model} (dialogue-safety export writes one)", file=sys.stderr)
+        return 2
+    if args.checkpoint is not None:
+        from training.checkpoint_layout import checkpoint_problem
+
+        problem = checkpoint_problem(args.checkpoint)
+        if problem:
+            print(f"{prog}: {problem}", file=sys.stderr)
             return 2
     say: Callable[[str], None] = (lambda _: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr))
     with subject_for(args, variant_names) as subject:

@@ -17,6 +17,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from service.schema import Example, Turn
+from training.checkpoint_layout import CHECKPOINT_FILES
 
 
 @runtime_checkable
@@ -33,7 +34,6 @@ class Scorer(Protocol):
 
 
 ONNX_FILE = "model.onnx"
-CHECKPOINT_FILES = ("config.json", "model.safetensors")
 
 
 class ClassifierScorer:

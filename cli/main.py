@@ -9,6 +9,8 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from cli.extras import extra_providing, install_hint, missing_distributions, missing_extra_message
+
 COMMANDS: dict[str, tuple[str, str]] = {
     "data": ("training.sources.cli", "inspect the datasets in a data directory"),
     "train": ("training.cli", "train a model from a recipe"),
@@ -17,6 +19,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "evaluate": ("benchmarks.evaluate", "robustness evaluation report for a model"),
     "bench": ("benchmarks.cli", "speed benchmarks (runtime, http)"),
 }
+#: the pyproject.toml extra each command needs (checked before its module is imported)
+EXTRAS: dict[str, str] = {"train": "train", "export": "train", "serve": "serve", "evaluate": "evaluate"}
+#: our own top-level packages: a missing module inside them is a bug, not a missing extra
+OWN_PACKAGES = frozenset({"cli", "service", "training", "export", "benchmarks"})
 
 
 def usage(table: dict[str, tuple[str, str]] = COMMANDS, prog: str = "dialogue-safety", kind: str = "command") -> str:
@@ -28,9 +34,17 @@ def usage(table: dict[str, tuple[str, str]] = COMMANDS, prog: str = "dialogue-sa
 
 
 def dispatch(
-    table: dict[str, tuple[str, str]], argv: Sequence[str] | None, prog: str = "dialogue-safety", kind: str = "command"
+    table: dict[str, tuple[str, str]],
+    argv: Sequence[str] | None,
+    prog: str = "dialogue-safety",
+    kind: str = "command",
+    extras: dict[str, str] | None = None,
 ) -> int:
-    """Run ``table[name]``'s module ``main(rest, prog=...)``, imported only when it is asked for."""
+    """Run ``table[name]``'s module ``main(rest, prog=...)``, imported only when it is asked for.
+
+    A command whose extra (``extras[name]``) is not installed fails with one line naming it, and so
+    does any other missing third-party module: a missing install is not a traceback.
+    """
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in {"-h", "--help", "help"}:
         print(usage(table, prog, kind))
@@ -39,13 +53,28 @@ def dispatch(
     if name not in table:
         print(f"{prog}: unknown {kind} {name!r}\n\n{usage(table, prog, kind)}", file=sys.stderr)
         return 2
-    module = importlib.import_module(table[name][0])
-    result: int = module.main(rest, prog=f"{prog} {name}")
+    command = f"{prog} {name}"
+    extra = (extras or {}).get(name)
+    missing = missing_distributions(extra) if extra else []
+    if extra and missing:
+        print(missing_extra_message(command, extra, missing), file=sys.stderr)
+        return 2
+    try:
+        module = importlib.import_module(table[name][0])
+        result: int = module.main(rest, prog=command)
+    except ModuleNotFoundError as exc:
+        top = (exc.name or "").split(".")[0]
+        if not top or top in OWN_PACKAGES:
+            raise
+        provider = extra_providing(top) or extra
+        hint = f"the '{provider}' extra: {install_hint(provider)}" if provider else "reinstall the package"
+        print(f"{command}: the Python module {top!r} is not installed; it comes with {hint}", file=sys.stderr)
+        return 2
     return result
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return dispatch(COMMANDS, argv)
+    return dispatch(COMMANDS, argv, extras=EXTRAS)
 
 
 if __name__ == "__main__":

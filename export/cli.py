@@ -18,7 +18,7 @@ DEFAULT_EVAL_SOURCES = ("olid", "diasafety", "convabuse", "hatemoji", "dynahate"
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
-    from export.onnx_export import DEFAULT_OPSET, DEFAULT_TOLERANCE, DEFAULT_VARIANTS
+    from export.settings import DEFAULT_OPSET, DEFAULT_TOLERANCE, DEFAULT_VARIANTS
     from service.variants import INT8_PRESETS
 
     p = argparse.ArgumentParser(
@@ -101,6 +101,12 @@ def load_test_sets(
 
 def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety export") -> int:
     args = build_parser(prog).parse_args(argv)
+    from training.checkpoint_layout import checkpoint_problem
+
+    problem = checkpoint_problem(args.checkpoint)  # before any data is read or torch is loaded
+    if problem:
+        print(f"{prog}: {problem}", file=sys.stderr)
+        return 2
     logging.basicConfig(
         level=logging.ERROR if args.quiet else logging.INFO, format="%(levelname)s %(name)s: %(message)s"
     )

@@ -40,6 +40,7 @@ import numpy as np
 import onnx
 import torch
 
+from export.settings import DEFAULT_OPSET, DEFAULT_TOLERANCE, DEFAULT_VARIANTS
 from service import variants
 from service.encoding import DialogueEncoder, EncodedExample, pad_batch
 from service.model_card import TOKENIZER_FILE, ModelCard
@@ -47,10 +48,7 @@ from service.schema import Example, LabelledExample
 
 log = logging.getLogger("export")
 
-DEFAULT_OPSET = 17  # LayerNormalization is native from 17; every onnxruntime >= 1.15 runs it
-DEFAULT_TOLERANCE = 1e-4
 OPTIMIZED_TOLERANCE = 1e-3  # fused attention/GELU/LayerNorm kernels accumulate in another order
-DEFAULT_VARIANTS: tuple[str, ...] = ("fp32", "optimized", "int8", "fp16")
 MODEL_CARD_MD = "MODEL_CARD.md"
 
 

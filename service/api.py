@@ -20,6 +20,7 @@ from typing import Annotated, Any, Literal, Protocol
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
+from fastapi_offline import FastAPIOffline
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 from starlette.responses import JSONResponse, Response
 from starlette.types import Receive
@@ -467,7 +468,9 @@ def create_app(
             await asyncio.gather(loader, return_exceptions=True)
             await state.stop()
 
-    app = FastAPI(
+    # FastAPIOffline: /docs and /redoc load Swagger UI and ReDoc from the app itself
+    # (/static-offline-docs), never from a CDN, so they render on air-gapped deployments.
+    app = FastAPIOffline(
         title="Dialogue safety classifier",
         summary="Is the last message of this conversation offensive, given what was said before it?",
         version=_package_version(),

@@ -16,14 +16,16 @@ from typing import Any, Literal, get_args, get_origin
 from pydantic import ValidationError
 
 from service.model_card import CARD_FILE
-from service.settings import ENV_PREFIX, ServiceSettings, default_model_dir
+from service.settings import ENV_PREFIX, ServiceSettings, default_model_dir, model_dir_candidates
 
-BUILD_HINT = (
-    "build the bundled model first (train a checkpoint, then export it):\n"
-    "  dialogue-safety train --help\n"
-    "  dialogue-safety export --help   # writes an ONNX model directory, e.g. models/default\n"
-    "or point the service at an exported model directory with --model DIR or SAFETY_MODEL_DIR=DIR"
-)
+
+def model_hint() -> str:
+    """What to do when no model directory is found: where the bundled model was looked for."""
+    searched = ", ".join(str(c) for c in model_dir_candidates())
+    return (
+        f"the bundled model is looked for in: {searched}; point the service at an exported model directory with "
+        "--model DIR or SAFETY_MODEL_DIR=DIR (dialogue-safety export writes one)"
+    )
 
 
 MODEL_FAILED = 3  # exit status when the model cannot be loaded (a supervisor restarts or alerts)
@@ -87,7 +89,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety serve")
         return 2
     problem = check_model_dir(settings.model_dir)
     if problem:
-        print(f"{prog}: {problem}\n{BUILD_HINT}", file=sys.stderr)
+        hint = model_hint() if args.model_dir is None else "dialogue-safety export writes a model directory"
+        print(f"{prog}: {problem}; {hint}", file=sys.stderr)
         return 2
 
     import uvicorn

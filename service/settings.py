@@ -7,6 +7,9 @@ Built by :func:`service.api.create_app` (or the CLI), never at import time::
 
 from __future__ import annotations
 
+import os
+import sysconfig
+from contextlib import suppress
 from pathlib import Path
 from typing import Literal
 
@@ -19,9 +22,32 @@ ENV_PREFIX = "SAFETY_"
 LogLevel = Literal["critical", "error", "warning", "info", "debug", "trace"]
 
 
+#: where the bundled model lives, relative to a source checkout and to an installation's data prefix
+BUNDLED_MODEL = Path("models") / "default"
+INSTALLED_MODEL = Path("share") / "dialogue-safety" / BUNDLED_MODEL  # pyproject.toml [tool.setuptools.data-files]
+
+
+def model_dir_candidates() -> list[Path]:
+    """Where the bundled model is looked for, in order (``SAFETY_MODEL_DIR`` / ``--model`` come first).
+
+    1. ``<source checkout>/models/default``: the repository this code runs from (editable installs);
+    2. ``<prefix>/share/dialogue-safety/models/default``: installed with the package by ``pip install .``
+       (the environment's data prefix, then the user scheme's for ``pip install --user``).
+    """
+    candidates = [Path(service.__file__).resolve().parents[1] / BUNDLED_MODEL]
+    for scheme in (None, f"{os.name}_user"):
+        with suppress(KeyError):
+            data = sysconfig.get_path("data", scheme) if scheme else sysconfig.get_path("data")
+            candidate = Path(data) / INSTALLED_MODEL
+            if candidate not in candidates:
+                candidates.append(candidate)
+    return candidates
+
+
 def default_model_dir() -> Path:
-    """The bundled model: ``<repo>/models/default`` (also where the Docker image puts it)."""
-    return Path(service.__file__).resolve().parents[1] / "models" / "default"
+    """The first of :func:`model_dir_candidates` that exists (else the first, for the error message)."""
+    candidates = model_dir_candidates()
+    return next((c for c in candidates if c.is_dir()), candidates[0])
 
 
 class ServiceSettings(BaseSettings):

@@ -510,6 +510,11 @@ def _ensure_chain(
 ) -> Path:
     num_heads, hidden_size = geometry_of(card)
     artifact = model_dir / ARTIFACT_FILE
+    if not force:  # the variant itself is there and valid: its intermediates are not needed (pruned images)
+        final = variant_file(chain[-1][0], card, artifact)
+        found = _valid_existing([out_dir / final, model_dir / final], artifact_sha, _recipe_key(chain))
+        if found is not None:
+            return found
     source: onnx.ModelProto | None = None  # the previous step's graph when it was derived here
     source_path = artifact
     for depth, (name, recipe) in enumerate(chain):
@@ -574,18 +579,51 @@ def derive_all(
     return {name: ensure_variant(directory, name, card) for name in names}
 
 
+def prune(model_dir: str | Path, keep: dict[str, Path], card: ModelCard | None = None) -> list[Path]:
+    """Remove the derived files (and the lock file) of ``model_dir`` that are not in ``keep``; returns them."""
+    directory = Path(model_dir)
+    card = card if card is not None else ModelCard.load(directory)
+    kept = {p.resolve() for p in keep.values()}
+    artifact = directory / ARTIFACT_FILE
+    derived = {variant_file(name, card, artifact) for name in VARIANT_NAMES} - {ARTIFACT_FILE}
+    removed = [
+        directory / f for f in sorted(derived) if (directory / f).is_file() and (directory / f).resolve() not in kept
+    ]
+    removed += [p for p in [directory / ".variants.lock"] if p.is_file()]
+    for path in removed:
+        path.unlink()
+    return removed
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m service.variants MODEL_DIR [VARIANT ...]``: derive variants ahead of time (Docker build)."""
     import argparse
 
     p = argparse.ArgumentParser(prog="python -m service.variants", description=main.__doc__)
     p.add_argument("model_dir", type=Path)
-    p.add_argument("variants", nargs="*", default=["fp32", "optimized", "int8"], help="default: the CPU variants")
+    p.add_argument(
+        "variants",
+        nargs="*",
+        default=["fp32", "optimized", "int8"],
+        help="variant names, or cpu / gpu for the model card's default on that device (default: the CPU variants)",
+    )
+    p.add_argument(
+        "--prune",
+        action="store_true",
+        help="then remove every other derived file (intermediates too): an image ships one",
+    )
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
-        for name, path in derive_all(args.model_dir, args.variants).items():
+        card = ModelCard.load(args.model_dir)
+        defaults = {"cpu": card.cpu_variant, "gpu": card.gpu_variant}
+        names = [defaults.get(name, name) for name in args.variants]
+        derived = derive_all(args.model_dir, names, card)
+        for name, path in derived.items():
             print(f"{name}: {path} ({path.stat().st_size / 1e6:.1f} MB)")
+        if args.prune:
+            for path in prune(args.model_dir, derived, card):
+                print(f"removed {path}")
     except (VariantError, FileNotFoundError, ValueError) as exc:
         print(f"python -m service.variants: {exc}", file=sys.stderr)
         return 2

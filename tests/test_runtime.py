@@ -302,3 +302,26 @@ def test_int8_with_8bit_weights_needs_vnni() -> None:
     assert int8_supported(eight_bit, zen3)[0] is False
     assert int8_supported(eight_bit, zen4)[0] is True and int8_supported(eight_bit, arm)[0] is True
     assert int8_supported(seven_bit, zen3)[0] is True
+
+
+def test_an_image_keeps_one_variant_and_never_derives_at_start(
+    model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    work = tmp_path / "model"
+    shutil.copytree(model_dir, work)
+    for f in work.glob("model.*.onnx"):
+        f.unlink()
+    assert variants.main([str(work), "cpu", "--prune"]) == 0  # what the Dockerfile runs
+    card = ModelCard.load(work)
+    kept = work / variants.variant_file(card.cpu_variant, card, work / "model.onnx")
+    derived = sorted(p.name for p in work.glob("model.*.onnx"))
+    assert derived == [kept.name], "only the variant the service runs is left, no intermediate fp32 graph"
+    assert not (work / ".variants.lock").exists()
+    before = kept.stat().st_mtime_ns
+    # as in the image: the service user cannot write the model directory
+    monkeypatch.setenv("DIALOGUE_SAFETY_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(variants, "_writable", lambda d: d != work)
+    clf = OnnxClassifier(work)
+    assert clf.path == kept and kept.stat().st_mtime_ns == before
+    assert sorted(p.name for p in work.glob("model.*.onnx")) == [kept.name]
+    assert not list((tmp_path / "cache").rglob("*.onnx")), "nothing was derived at start"

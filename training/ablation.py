@@ -11,12 +11,12 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from training.recipe import load_recipe
 from training.sources.data_dir import resolve_data_dir
-from training.trainer import train
 
 MODES = {
     "utterance_only": "(a) utterance only",
@@ -42,18 +42,52 @@ def render_table(results: dict[str, dict[str, list[float]]], tasks: Sequence[str
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m training.ablation", description=__doc__.split("\n\n")[0])
-    p.add_argument("--data-dir")
-    p.add_argument("--out", default="runs/ablation")
-    p.add_argument("--recipe", default="ablation")
-    p.add_argument("--seeds", default="0,1,2")
-    p.add_argument("--modes", default=",".join(MODES))
-    p.add_argument("--set", dest="overrides", action="append", default=[])
+    prog = "python -m training.ablation"
+    p = argparse.ArgumentParser(prog=prog, description=(__doc__ or "").split("\n\n")[0])
+    p.add_argument("--data-dir", help="dataset directory (default: $DIALOGUE_SAFETY_DATA_DIR or ../shared/data)")
+    p.add_argument(
+        "--out",
+        default="runs/ablation",
+        help="output directory: one checkpoint per mode and seed, results.json, table.md (default: %(default)s); "
+        "an interrupted ablation resumes from its results.json",
+    )
+    p.add_argument("--recipe", default="ablation", help="recipe name in recipes/ or a TOML path (default: %(default)s)")
+    p.add_argument(
+        "--seeds", default="0,1,2", help="comma-separated seeds, one run per mode each (default: %(default)s)"
+    )
+    p.add_argument(
+        "--modes",
+        default=",".join(MODES),
+        help=f"comma-separated input modes (encoding.context_mode), from {', '.join(MODES)} (default: all)",
+    )
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a recipe value for every run, e.g. --set epochs=2 (repeatable)",
+    )
     args = p.parse_args(argv)
-    data_dir = resolve_data_dir(args.data_dir)
+    unknown = [m for m in args.modes.split(",") if m not in MODES]
+    if unknown:
+        print(f"{prog}: unknown mode(s) {', '.join(unknown)}; choose from {', '.join(MODES)}", file=sys.stderr)
+        return 2
+    try:
+        data_dir = resolve_data_dir(args.data_dir)
+        seeds = [int(s) for s in args.seeds.split(",")]
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        from training.trainer import train  # torch is imported only now
+    except ModuleNotFoundError as exc:
+        from cli.extras import install_hint
+
+        print(f"{prog}: the Python module {exc.name!r} is not installed; {install_hint('train')}", file=sys.stderr)
+        return 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    seeds = [int(s) for s in args.seeds.split(",")]
     results_path = out / "results.json"
     runs: dict[str, dict] = json.loads(results_path.read_text()) if results_path.exists() else {}
     for mode in args.modes.split(","):

@@ -1,0 +1,335 @@
+"""The shell examples of README.md and docs/*.md, run against a real server so they cannot drift.
+
+In the fenced ``sh``/``bash`` blocks of the documentation:
+
+- every ``curl ... localhost:8000 ...`` command is run (with ``bash``) against a real
+  ``dialogue-safety serve`` of the bundled model and must exit 0;
+- a curl command followed by lines starting with ``# => `` documents its output: those lines are
+  the server's JSON answer (floats rounded to 2 decimals), *generated* by this script, never typed;
+- every ``dialogue-safety ...`` command line must name an existing (sub)command and only options
+  that its ``--help`` lists.
+
+::
+
+    python scripts/docs_examples.py           # rewrite the "# => " outputs from the server (after a model change)
+    python scripts/docs_examples.py --check   # exit 1 and show what differs (tests/test_docs_examples.py runs this)
+
+Needs the serving extra and curl; ``--model DIR`` serves another model directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import re
+import shlex
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+DOC_FILES: tuple[str, ...] = ("README.md", "docs/*.md")
+DOCUMENTED_SERVER = "localhost:8000"
+OUTPUT_PREFIX = "# => "
+SHELL_LANGUAGES = frozenset({"sh", "bash", "shell"})
+FENCE = re.compile(r"^(\s*)```(\S*)\s*$")
+FLOAT_DIGITS = 2
+LINE_WIDTH = 110
+
+
+@dataclass
+class Example:
+    """One curl command in a code block, and the documented output lines after it (maybe none)."""
+
+    path: Path
+    line: int  # 1-based line of the command's first line
+    command: str
+    indent: str
+    output_start: int  # 0-based index of the first output line (== end of command)
+    output_end: int  # 0-based index after the last output line
+
+    @property
+    def documents_output(self) -> bool:
+        return self.output_end > self.output_start
+
+    def where(self) -> str:
+        return f"{_shown(self.path)}:{self.line}"
+
+
+@dataclass
+class CliLine:
+    """One ``dialogue-safety ...`` command line in a code block."""
+
+    path: Path
+    line: int
+    argv: list[str]
+
+    def where(self) -> str:
+        return f"{_shown(self.path)}:{self.line}"
+
+
+def _shown(path: Path) -> str:
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
+
+
+def doc_paths(root: Path = REPO) -> list[Path]:
+    paths: list[Path] = []
+    for pattern in DOC_FILES:
+        paths += sorted(root.glob(pattern))
+    return paths
+
+
+def shell_blocks(lines: list[str]) -> Iterator[tuple[int, int]]:
+    """(first, end) line indices of the contents of each sh/bash fenced block."""
+    i = 0
+    while i < len(lines):
+        opening = FENCE.match(lines[i])
+        if opening is None:
+            i += 1
+            continue
+        j = i + 1
+        while j < len(lines) and not lines[j].strip().startswith("```"):
+            j += 1
+        if opening.group(2).lower() in SHELL_LANGUAGES:
+            yield i + 1, j
+        i = j + 1
+
+
+def _command_end(lines: list[str], start: int, end: int) -> int:
+    """Index after the last line of the shell command starting at ``start`` (quotes and ``\\`` joined)."""
+    text = ""
+    k = start
+    while k < end:
+        text += lines[k] + "\n"
+        k += 1
+        if text.rstrip("\n").endswith("\\"):
+            continue
+        try:
+            shlex.split(text, comments=True)
+        except ValueError:  # an open quote: the command goes on
+            continue
+        return k
+    return k
+
+
+def find_examples(path: Path) -> tuple[list[Example], list[CliLine]]:
+    lines = path.read_text(encoding="utf-8").splitlines()
+    examples: list[Example] = []
+    cli_lines: list[CliLine] = []
+    for first, end in shell_blocks(lines):
+        i = first
+        while i < end:
+            stripped = lines[i].lstrip()
+            indent = lines[i][: len(lines[i]) - len(stripped)]
+            stop = _command_end(lines, i, end)
+            if stripped.startswith("curl ") and DOCUMENTED_SERVER in "\n".join(lines[i:stop]):
+                out_end = stop
+                while out_end < end and lines[out_end].lstrip().startswith(OUTPUT_PREFIX.rstrip()):
+                    out_end += 1
+                command = "\n".join(line[len(indent) :] for line in lines[i:stop])
+                examples.append(Example(path, i + 1, command, indent, stop, out_end))
+                i = out_end
+            elif stripped.startswith("dialogue-safety "):
+                text = "\n".join(lines[i:stop]).replace("\\\n", " ")
+                cli_lines.append(CliLine(path, i + 1, shlex.split(text, comments=True)[1:]))
+                i = stop
+            else:
+                i += 1
+    return examples, cli_lines
+
+
+# --- outputs -------------------------------------------------------------------------------------
+
+
+def _rounded(value: Any) -> Any:
+    if isinstance(value, float):
+        return round(value, FLOAT_DIGITS)
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rounded(v) for v in value]
+    return value
+
+
+def _layout(value: Any, indent: int = 0) -> list[str]:
+    """Compact JSON; an object or list too wide for one line gets one member per line (2-space steps)."""
+    one_line = json.dumps(value, ensure_ascii=False)
+    if len(one_line) + indent <= LINE_WIDTH or not isinstance(value, dict | list) or not value:
+        return [one_line]
+    if isinstance(value, dict):
+        items = [(json.dumps(k, ensure_ascii=False) + ": ", v) for k, v in value.items()]
+        out = ["{"]
+    else:
+        items = [("", v) for v in value]
+        out = ["["]
+    for n, (key, member) in enumerate(items):
+        nested = _layout(member, indent + 2)
+        nested[0] = " " * (indent + 2) + key + nested[0]
+        if n < len(items) - 1:
+            nested[-1] += ","
+        out += nested
+    out.append(" " * indent + ("}" if isinstance(value, dict) else "]"))
+    return out
+
+
+def format_output(stdout: str) -> list[str]:
+    """The documented form of a command's output: rounded, laid-out JSON, or the text itself."""
+    text = stdout.strip()
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        return text.splitlines() or [""]
+    return _layout(_rounded(value))
+
+
+# --- running -------------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def running_server(model_dir: Path | None = None, timeout_s: float = 300.0) -> Iterator[str]:
+    """``dialogue-safety serve`` with default settings on a free port; yields ``host:port`` once ready."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "cli.main", "serve", "--port", str(port), "--no-access-log", "--log-level", "warning"]
+    if model_dir is not None:
+        cmd += ["--model", str(model_dir)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SAFETY_")}  # the documented defaults
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env)
+    address = f"127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"the server exited with status {proc.returncode} before it was ready")
+            with contextlib.suppress(OSError), urllib.request.urlopen(f"http://{address}/ready", timeout=2) as r:
+                if r.status == 200:
+                    break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the server was not ready within {timeout_s:.0f} s")
+            time.sleep(0.2)
+        yield address
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def run_example(example: Example, address: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # `python` in pipelines
+    script = "set -o pipefail\n" + example.command.replace(DOCUMENTED_SERVER, address)
+    return subprocess.run(
+        ["bash", "-c", script], cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def check_cli_line(cli: CliLine) -> str | None:
+    """What is wrong with a documented ``dialogue-safety`` command line, or None."""
+    from cli.main import main as cli_main
+
+    words: list[str] = []
+    for token in cli.argv:
+        if token.startswith("-") or "/" in token or "=" in token or "." in token or len(words) == 2:
+            break
+        words.append(token)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = cli_main([*words, "--help"])
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+    if code != 0:
+        return f"`dialogue-safety {' '.join(words)} --help` failed: {(err.getvalue() or out.getvalue()).strip()}"
+    help_text = out.getvalue()
+    flags = [t.split("=")[0] for t in cli.argv if t.startswith("--")]
+    unknown = [f for f in flags if not re.search(rf"{re.escape(f)}\b", help_text)]
+    if unknown:
+        return f"`dialogue-safety {' '.join(words)}` has no option {', '.join(unknown)}"
+    return None
+
+
+@dataclass
+class Finding:
+    where: str
+    problem: str
+
+
+def process(paths: Sequence[Path], address: str, *, write: bool) -> list[Finding]:
+    """Run every example; rewrite the documented outputs (write) or report differences (check)."""
+    findings: list[Finding] = []
+    for path in paths:
+        examples, cli_lines = find_examples(path)
+        for cli in cli_lines:
+            problem = check_cli_line(cli)
+            if problem:
+                findings.append(Finding(cli.where(), problem))
+        lines = path.read_text(encoding="utf-8").splitlines()
+        changed = False
+        for example in reversed(examples):  # bottom-up: replacing outputs keeps earlier indices valid
+            result = run_example(example, address)
+            if result.returncode != 0:
+                findings.append(
+                    Finding(example.where(), f"exit status {result.returncode}: {result.stderr.strip()[:300]}")
+                )
+                continue
+            if not example.documents_output:
+                continue
+            wanted = [f"{example.indent}{OUTPUT_PREFIX}{line}".rstrip() for line in format_output(result.stdout)]
+            current = lines[example.output_start : example.output_end]
+            if current != wanted:
+                if write:
+                    lines[example.output_start : example.output_end] = wanted
+                    changed = True
+                else:
+                    findings.append(
+                        Finding(
+                            example.where(),
+                            "documented output differs from the server's:\n  documented: "
+                            + "\n              ".join(current)
+                            + "\n  server:     "
+                            + "\n              ".join(wanted),
+                        )
+                    )
+        if changed:
+            path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+            print(f"rewrote outputs in {_shown(path)}", file=sys.stderr)
+    return findings
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    p.add_argument("--check", action="store_true", help="change nothing; exit 1 if an output or command is wrong")
+    p.add_argument("--model", type=Path, default=None, help="model directory to serve (default: the bundled one)")
+    args = p.parse_args(argv)
+    paths = doc_paths()
+    with running_server(args.model) as address:
+        findings = process(paths, address, write=not args.check)
+    for f in findings:
+        print(f"{f.where}: {f.problem}", file=sys.stderr)
+    if findings:
+        if args.check:
+            print("regenerate the outputs with: python scripts/docs_examples.py", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(REPO))
+    raise SystemExit(main())

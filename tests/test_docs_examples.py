@@ -1,0 +1,87 @@
+"""Docs are tested: the curl examples of README.md and docs/*.md run against a real server of the
+bundled model, their ``# => `` outputs are what it answers, and every documented
+``dialogue-safety`` command line names real (sub)commands and options (scripts/docs_examples.py).
+
+When the model changes, regenerate the outputs: ``python scripts/docs_examples.py``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from service_conftest import FakeClassifier, live_server
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def load_docs_examples() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("docs_examples", REPO / "scripts" / "docs_examples.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["docs_examples"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+docs_examples = load_docs_examples()
+
+
+@pytest.fixture(scope="module")
+def curl() -> str:
+    path = shutil.which("curl")
+    assert path, "the documented examples are curl commands: install curl"
+    return path
+
+
+def test_examples_are_found_in_the_docs() -> None:
+    found = {p.name: docs_examples.find_examples(p) for p in docs_examples.doc_paths()}
+    readme_examples, readme_cli = found["README.md"]
+    assert sum(e.documents_output for e in readme_examples) >= 3
+    assert any(cli.argv[:1] == ["evaluate"] for cli in readme_cli)
+    api_examples, _ = found["api.md"]
+    assert any("/health" in e.command and e.documents_output for e in api_examples)
+
+
+def test_outputs_are_generated_and_drift_is_caught(tmp_path: Path, curl: str) -> None:
+    doc = tmp_path / "example.md"
+    doc.write_text(
+        "```sh\n"
+        "curl -s localhost:8000/v1/classify -H 'content-type: application/json' -d '{\n"
+        '  "utterance": "hello"}\'\n'
+        "# => typed by hand\n"
+        "curl -s localhost:8000/health   # no documented output: only has to succeed\n"
+        "```\n",
+        encoding="utf-8",
+    )
+    with live_server(classifier=FakeClassifier()) as server:
+        address = f"127.0.0.1:{server.port}"
+        drift = docs_examples.process([doc], address, write=False)
+        assert len(drift) == 1 and "documented output differs" in drift[0].problem
+        assert "typed by hand" in doc.read_text(encoding="utf-8"), "check mode changes nothing"
+        assert docs_examples.process([doc], address, write=True) == []
+        written = doc.read_text(encoding="utf-8")
+        assert "typed by hand" not in written and '# =>   "label": ' in written and '"model": "fake@1.2.3"' in written
+        assert docs_examples.process([doc], address, write=False) == []
+    failing = tmp_path / "failing.md"
+    failing.write_text("```bash\ncurl -sf localhost:8000/nope\ndialogue-safety evaluate x --no-such-flag\n```\n")
+    with live_server(classifier=FakeClassifier()) as server:
+        problems = docs_examples.process([failing], f"127.0.0.1:{server.port}", write=False)
+    assert [p.problem.split(":")[0] for p in problems] == [
+        "`dialogue-safety evaluate x` has no option --no-such-flag",
+        "exit status 22",
+    ]
+
+
+@pytest.mark.slow
+def test_the_docs_match_the_bundled_model_served_for_real(curl: str) -> None:
+    with docs_examples.running_server() as address:
+        findings = docs_examples.process(docs_examples.doc_paths(), address, write=False)
+    assert not findings, (
+        "\n".join(f"{f.where}: {f.problem}" for f in findings)
+        + "\nregenerate the outputs with: python scripts/docs_examples.py"
+    )
