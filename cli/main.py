@@ -15,7 +15,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("export.cli", "export a checkpoint to an ONNX model directory"),
     "serve": ("service.cli", "run the HTTP service"),
     "evaluate": ("benchmarks.evaluate", "robustness evaluation report for a model"),
-    "bench": ("benchmarks.cli", "speed benchmarks (runtime, http)"),
+    "score": ("corpus.cli", "score a JSONL/CSV/Parquet corpus file, locally or on Ray"),
+    "bench": ("benchmarks.cli", "speed benchmarks (runtime, http, score)"),
 }
 
 
