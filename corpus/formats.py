@@ -25,7 +25,13 @@ from typing import Any
 from corpus.records import Columns, Row, flatten, parse_row, unflatten, unreadable_row
 from service.limits import Limits
 
-FORMATS: dict[str, str] = {".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
+FORMATS: dict[str, str] = {
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".csv": "csv",
+    ".parquet": "parquet",
+    ".pq": "parquet",
+}
 
 
 class CorpusFileError(ValueError):
