@@ -132,8 +132,11 @@ def _csv_rows(path: str | Path, name: str, columns: Columns, limits: Limits, ski
                 continue
             where = f"{name}:{reader.line_num}"
             if None in raw:  # more cells than header names
-                yield unreadable_row(where, f"{len(raw[None]) + len(reader.fieldnames)} cells for "  # type: ignore[index]
-                                     f"{len(reader.fieldnames)} columns")
+                yield unreadable_row(
+                    where,
+                    f"{len(raw[None]) + len(reader.fieldnames)} cells for "  # type: ignore[index]
+                    f"{len(reader.fieldnames)} columns",
+                )
                 continue
             yield parse_row(raw, columns, limits, where)
 

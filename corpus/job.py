@@ -64,7 +64,7 @@ class ScoreJob:
 
     def manifest(self, model_id: str) -> dict[str, Any]:
         stat = Path(self.input).stat()
-        return {
+        manifest = {
             "input": str(Path(self.input).resolve()),
             "input_bytes": stat.st_size,
             "input_mtime_ns": stat.st_mtime_ns,
@@ -76,6 +76,7 @@ class ScoreJob:
             "explain": self.explain,
             "explain_history": self.explain_history,
         }
+        return dict(json.loads(json.dumps(manifest)))  # as it reads back from the file (tuples → lists)
 
 
 @dataclass

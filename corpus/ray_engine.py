@@ -250,4 +250,3 @@ def _write_ordered(scored: Any, job: ScoreJob) -> Summary:
         shutil.rmtree(parts_dir, ignore_errors=True)
     summary.scored = summary.rows - summary.errors
     return summary
-

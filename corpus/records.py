@@ -109,11 +109,18 @@ def _history(value: Any, name: str) -> tuple[Turn, ...]:
     return tuple(turns)
 
 
+def _utterance_field(raw: Mapping[str, Any]) -> str:
+    """The first of ``UTTERANCE_FIELDS`` with a value (a CSV with both columns fills one per row)."""
+    present = [f for f in UTTERANCE_FIELDS if f in raw]
+    filled = [f for f in present if not _is_missing(raw[f]) and raw[f] != ""]
+    return (filled or present or [UTTERANCE_FIELDS[0]])[0]
+
+
 def parse_row(raw: Mapping[str, Any], columns: Columns, limits: Limits, where: str = "") -> Row:
     """The example in ``raw``, or a :class:`RowError` saying why it cannot be scored."""
     row = Row(where, raw)
     try:
-        name = columns.utterance or next((f for f in UTTERANCE_FIELDS if f in raw), UTTERANCE_FIELDS[0])
+        name = columns.utterance or _utterance_field(raw)
         if name not in raw:
             fields = f"{name!r}" if columns.utterance else " or ".join(repr(f) for f in UTTERANCE_FIELDS)
             raise RowError("missing_utterance", f"the row has no {fields} field (choose one with --text-field)", name)
@@ -180,9 +187,7 @@ def flatten(record: Mapping[str, Any]) -> dict[str, Any]:
 
 def unflatten(record: Mapping[str, Any]) -> dict[str, Any]:
     """The inverse of :func:`flatten`."""
-    return {
-        k: (json.loads(v) if k in NESTED_FIELDS and isinstance(v, str) and v else v) for k, v in record.items()
-    }
+    return {k: (json.loads(v) if k in NESTED_FIELDS and isinstance(v, str) and v else v) for k, v in record.items()}
 
 
 def score_rows(
