@@ -1,6 +1,7 @@
 """``dialogue-safety score``: formats, columns, error rows, resuming, explanations, and the same
 scores as the API, on the tiny exported model with a real ONNX Runtime session and a real server."""
 
+# ruff: noqa: F811  (pytest fixtures imported from service_conftest are parameters here)
 from __future__ import annotations
 
 import csv
@@ -49,7 +50,7 @@ class CountingClassifier:
 
 
 @pytest.fixture(scope="module")
-def clf(tiny_model_dir: Path) -> OnnxClassifier:  # noqa: F811
+def clf(tiny_model_dir: Path) -> OnnxClassifier:
     return OnnxClassifier(tiny_model_dir, variant="fp32")
 
 
@@ -121,7 +122,7 @@ def test_every_format_in_and_out(
     clf: OnnxClassifier,
     tiny_model_dir: Path,
     in_ext: str,
-    out_ext: str,  # noqa: F811
+    out_ext: str,
 ) -> None:
     inp = write_input(tmp_path / f"in{in_ext}", ROWS)
     summary = run_local(job(tmp_path, inp, f"out{out_ext}", tiny_model_dir, chunk_size=3), progress=False)
@@ -130,7 +131,7 @@ def test_every_format_in_and_out(
     assert not (tmp_path / f"out{out_ext}.parts").exists()
 
 
-def test_unreadable_lines_are_error_rows_naming_file_and_line(tmp_path: Path, tiny_model_dir: Path) -> None:  # noqa: F811
+def test_unreadable_lines_are_error_rows_naming_file_and_line(tmp_path: Path, tiny_model_dir: Path) -> None:
     inp = write_jsonl(tmp_path / "in.jsonl", ROWS[:2], bad_lines=["", "{oops", "[1, 2]"])
     summary = run_local(job(tmp_path, inp, "out.jsonl", tiny_model_dir), progress=False)
     records = read_records(tmp_path / "out.jsonl")
@@ -142,7 +143,7 @@ def test_unreadable_lines_are_error_rows_naming_file_and_line(tmp_path: Path, ti
     assert "in.jsonl:5: expected a JSON object" in records[3]["error"]["message"]
 
 
-def test_columns_are_configurable_and_carried(tmp_path: Path, tiny_model_dir: Path) -> None:  # noqa: F811
+def test_columns_are_configurable_and_carried(tmp_path: Path, tiny_model_dir: Path) -> None:
     rows = [{"msg_id": "a7", "body": "hello", "ctx": ["hi"], "lang": "en"}, {"msg_id": "b8", "body": "", "lang": "de"}]
     inp = write_jsonl(tmp_path / "in.jsonl", rows)
     columns = Columns(utterance="body", history="ctx", id="msg_id", carry=("lang",))
@@ -155,7 +156,7 @@ def test_columns_are_configurable_and_carried(tmp_path: Path, tiny_model_dir: Pa
     assert records[1]["error"]["code"] == "empty_utterance"
 
 
-def test_same_scores_as_the_api(tmp_path: Path, tiny_model_dir: Path) -> None:  # noqa: F811
+def test_same_scores_as_the_api(tmp_path: Path, tiny_model_dir: Path) -> None:
     inp = write_jsonl(tmp_path / "in.jsonl", ROWS)
     run_local(job(tmp_path, inp, "out.jsonl", tiny_model_dir, chunk_size=2), progress=False)
     records = read_records(tmp_path / "out.jsonl")
@@ -185,7 +186,7 @@ def test_same_scores_as_the_api(tmp_path: Path, tiny_model_dir: Path) -> None:  
 def test_an_interrupted_job_resumes_without_scoring_a_row_twice(
     tmp_path: Path,
     clf: OnnxClassifier,
-    tiny_model_dir: Path,  # noqa: F811
+    tiny_model_dir: Path,
 ) -> None:
     rows = [{"id": i, "utterance": f"message number {i} " + "word " * (i % 7)} for i in range(23)]
     inp = write_jsonl(tmp_path / "in.jsonl", rows)
@@ -213,7 +214,7 @@ def test_an_interrupted_job_resumes_without_scoring_a_row_twice(
 def test_a_different_job_does_not_resume_silently(
     tmp_path: Path,
     clf: OnnxClassifier,
-    tiny_model_dir: Path,  # noqa: F811
+    tiny_model_dir: Path,
 ) -> None:
     inp = write_jsonl(tmp_path / "in.jsonl", [{"utterance": f"row {i}"} for i in range(6)])
     first = job(tmp_path, inp, "out.jsonl", tiny_model_dir, chunk_size=2)
@@ -230,7 +231,7 @@ def test_a_different_job_does_not_resume_silently(
     assert summary.resumed_rows == 0 and summary.rows == 6
 
 
-def test_explanations_in_the_output(tmp_path: Path, clf: OnnxClassifier, tiny_model_dir: Path) -> None:  # noqa: F811
+def test_explanations_in_the_output(tmp_path: Path, clf: OnnxClassifier, tiny_model_dir: Path) -> None:
     inp = write_jsonl(tmp_path / "in.jsonl", ROWS[:3])
     run_local(job(tmp_path, inp, "out.parquet", tiny_model_dir, explain=True, explain_history=True), progress=False)
     records = read_records(tmp_path / "out.parquet")
@@ -246,7 +247,7 @@ def test_explanations_in_the_output(tmp_path: Path, clf: OnnxClassifier, tiny_mo
 def test_cli_prints_a_summary_and_names_bad_files(
     tmp_path: Path,
     tiny_model_dir: Path,
-    capsys: pytest.CaptureFixture[str],  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     inp = write_jsonl(tmp_path / "in.jsonl", ROWS)
     out = tmp_path / "out.csv"
