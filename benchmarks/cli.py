@@ -9,6 +9,7 @@ from cli.main import dispatch
 BENCHMARKS: dict[str, tuple[str, str]] = {
     "runtime": ("benchmarks.runtime", "OnnxClassifier/torch speed: latency, throughput, batch x length sweep"),
     "http": ("benchmarks.http", "the HTTP service under load (micro-batching, overload, naive baseline)"),
+    "score": ("benchmarks.score", "corpus scoring: local engine and Ray vs the runtime, peak RSS by file size"),
 }
 
 
