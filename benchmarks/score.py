@@ -145,6 +145,9 @@ def run(args: argparse.Namespace, say: Any) -> dict[str, Any]:
                 f"{args.explain_rows / plain_s:.1f} rows/s",
             }
         )
+    if args.explain_singles:
+        say(f"explain latency on {args.explain_singles} single requests")
+        report["explain_latency"] = explain_latency(clf, rows[: args.explain_singles])
     if not args.no_ray:
         say(f"ray engine ({args.ray_cpus} CPUs)")
         engines.append(bench_ray(corpus, work, model, args, best_runtime))
@@ -170,6 +173,34 @@ def run(args: argparse.Namespace, say: Any) -> dict[str, Any]:
 
         shutil.rmtree(work, ignore_errors=True)
     return report
+
+
+def explain_latency(clf: Any, examples: Sequence[Example]) -> dict[str, Any]:
+    """p50/p90 latency of one request with and without ``explain``, in-process, by utterance words."""
+    from service.explain import explain
+
+    plain, explained = [], []
+    for e in examples:
+        started = time.perf_counter()
+        clf.predict([e])
+        plain.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        explain(clf, [e])
+        explained.append(time.perf_counter() - started)
+
+    def pct(values: list[float], q: float) -> float:
+        ordered = sorted(values)
+        return 1000 * ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+    words = sorted(len(e.utterance.split()) for e in examples)
+    return {
+        "requests": len(examples),
+        "words_p50": words[len(words) // 2],
+        "plain_p50_ms": pct(plain, 0.5),
+        "plain_p90_ms": pct(plain, 0.9),
+        "explain_p50_ms": pct(explained, 0.5),
+        "explain_p90_ms": pct(explained, 0.9),
+    }
 
 
 def bench_ray(corpus: Path, work: Path, model: Path, args: argparse.Namespace, reference: float) -> dict[str, Any]:
@@ -252,6 +283,15 @@ def markdown(report: dict[str, Any]) -> str:
             extra = f" (startup {e['startup_s']:.1f} s; after the first result {e['rows_per_s_after_first_result']:.0f}"
             extra += f" rows/s = {e['efficiency_after_first_result']:.2f})"
         lines.append(f"| {e['engine']} | {e['rows_per_s']:.0f} | {e['efficiency']:.2f}{extra} | {secs} |")
+    lat = report.get("explain_latency")
+    if lat:
+        lines += [
+            "",
+            f"| one request ({lat['requests']} requests, median {lat['words_p50']} words) | p50 ms | p90 ms |",
+            "|---|---:|---:|",
+            f"| without explain | {lat['plain_p50_ms']:.1f} | {lat['plain_p90_ms']:.1f} |",
+            f"| with explain | {lat['explain_p50_ms']:.1f} | {lat['explain_p90_ms']:.1f} |",
+        ]
     if report.get("peak_rss"):
         lines += ["", "| synthetic rows | file MiB | peak RSS MiB | seconds |", "|---:|---:|---:|---:|"]
         for r in report["peak_rss"]:
@@ -273,6 +313,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE, help="rows per chunk")
     p.add_argument("--repeats", type=int, default=2, help="alternating runtime/local passes (best reported)")
     p.add_argument("--explain-rows", type=int, default=200, help="rows scored with --explain (0: skip)")
+    p.add_argument("--explain-singles", type=int, default=50, help="single requests timed with/without explain")
     p.add_argument("--no-ray", action="store_true", help="skip the Ray engine")
     p.add_argument("--ray-cpus", type=int, default=2, help="CPUs of the local Ray")
     p.add_argument("--ray-actors", type=int, default=None, help="Ray actors (default: CPUs / threads)")

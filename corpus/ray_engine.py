@@ -16,8 +16,8 @@
   JSONL is read as text lines and parsed in the actors (a bad line is an error record).
 * **Write**: results stream back to the driver in input order (``preserve_order``) and are
   written with the local engine's writer into one output file, so both engines produce the same
-  file. The input must be readable by every worker (a shared or cloud path: ``s3://``, ``gs://``,
-  NFS) when the cluster has more than one node.
+  file. The input path must be readable by every worker (a shared filesystem) when the cluster
+  has more than one node.
 
 Not resumable (a failed Ray job is run again); the local engine is.
 """
@@ -151,7 +151,7 @@ READ_ARGS: dict[str, Any] = {"num_cpus": 0}
 
 
 def _read(ray: Any, path: Path, fmt: str) -> Any:
-    source = str(path) if "://" in str(path) else str(path.resolve())
+    source = str(path.resolve())  # a local path, the same on every node (a shared filesystem)
     if fmt == "jsonl":
         return ray.data.read_text(source, drop_empty_lines=True, **READ_ARGS)
     if fmt == "csv":
