@@ -20,6 +20,7 @@ from pathlib import Path
 from corpus.formats import CorpusFileError
 from corpus.job import DEFAULT_CHUNK_SIZE, ScoreJob, run_local
 from corpus.records import Columns
+from service.runtime import ModelLoadError
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
@@ -89,7 +90,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety score")
             summary = run_ray(job, options, progress=not args.no_progress)
         else:
             summary = run_local(job, restart=args.restart, progress=not args.no_progress)
-    except (CorpusFileError, ValueError) as exc:
+    except (CorpusFileError, ModelLoadError, ValueError) as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

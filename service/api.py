@@ -451,6 +451,8 @@ def _build_router(state: ServiceState) -> APIRouter:
                 if body.item_errors == "fail":
                     raise
                 results[i] = error_body(exc.code, exc.message, exc.field)
+        if not examples:
+            state.require_ready()  # no item to classify: still only a ready service answers 200
         predictions = await _predict(state, request, list(examples.values())) if examples else []
         if predictions is None:
             return Response(status_code=CLIENT_CLOSED)

@@ -259,6 +259,8 @@ def test_cli_prints_a_summary_and_names_bad_files(
     assert "out.txt: unknown format '.txt'" in capsys.readouterr().err
     assert score_main([str(tmp_path / "missing.csv"), str(out), "--no-progress"]) == 2
     assert "missing.csv: no such file" in capsys.readouterr().err
+    assert score_main([str(inp), str(out), "--model", str(tmp_path / "nomodel"), "--no-progress"]) == 2
+    assert "nomodel: no model directory" in capsys.readouterr().err
 
 
 def test_rows_are_read_lazily(tmp_path: Path) -> None:
