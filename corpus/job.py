@@ -86,7 +86,6 @@ class Summary:
     errors: int = 0
     resumed_rows: int = 0
     seconds: float = 0.0
-    startup_seconds: float = 0.0  # until the first results were written (Ray: cluster and actors started)
     output: str = ""
     engine: str = "local"
 
@@ -195,8 +194,6 @@ def run_local(
             _stats(parts_dir, index).write_text(json.dumps({"rows": len(records), "errors": errors}), encoding="utf-8")
             summary.rows += len(records)
             summary.errors += errors
-            if not summary.startup_seconds:
-                summary.startup_seconds = time.perf_counter() - started
             bar.update(len(records))
             bar.set_postfix(errors=summary.errors, refresh=False)
             index += 1

@@ -214,7 +214,7 @@ def run_ray(job: ScoreJob, options: RayOptions, *, progress: bool = True) -> Sum
             num_cpus=threads,
             compute=ray.data.ActorPoolStrategy(size=actors),
         )
-        summary = _write_ordered(scored, job, started)
+        summary = _write_ordered(scored, job)
     finally:
         if own_ray:
             ray.shutdown()
@@ -223,7 +223,7 @@ def run_ray(job: ScoreJob, options: RayOptions, *, progress: bool = True) -> Sum
     return summary
 
 
-def _write_ordered(scored: Any, job: ScoreJob, started: float) -> Summary:
+def _write_ordered(scored: Any, job: ScoreJob) -> Summary:
     """Stream the results (in input order) into ``job.output`` through parts of the local writer."""
     parts_dir = Path(tempfile.mkdtemp(prefix=job.output.name + ".ray-", dir=job.output.parent))
     summary = Summary(output=str(job.output))
@@ -240,8 +240,6 @@ def _write_ordered(scored: Any, job: ScoreJob, started: float) -> Summary:
 
     try:
         for batch in scored.iter_batches(batch_size=None, batch_format="pyarrow"):
-            if not summary.startup_seconds:
-                summary.startup_seconds = time.perf_counter() - started
             pending.extend(unflatten({k: r.get(k) for k in job.fields}) for r in batch.to_pylist())
             if len(pending) >= RESULTS_PER_PART:
                 flush()
