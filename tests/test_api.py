@@ -195,7 +195,14 @@ BAD_INPUTS: list[tuple[str, str, Any, int, str, str | None]] = [
     ("too many items", BATCH, {"items": ["a", "b", "c", "d"]}, 422, "too_many_items", "items"),
     ("no items", BATCH, {"items": []}, 422, "empty_batch", "items"),
     ("items missing", BATCH, {}, 422, "invalid_request", "items"),
-    ("empty item string", BATCH, {"items": ["a", ""], "item_errors": "fail"}, 422, "empty_utterance", "items[1].utterance"),
+    (
+        "empty item string",
+        BATCH,
+        {"items": ["a", ""], "item_errors": "fail"},
+        422,
+        "empty_utterance",
+        "items[1].utterance",
+    ),
     (
         "item utterance too long",
         BATCH,
