@@ -147,13 +147,19 @@ class RowScorer:
 
 # Reading is light next to inference: read tasks reserve no CPU, so that actors holding every CPU
 # of a small cluster (2 actors on 2 CPUs) do not starve the reads that feed them.
-READ_ARGS: dict[str, Any] = {"num_cpus": 0}
+def _no_cpu(reader: Any) -> dict[str, Any]:
+    """``num_cpus=0`` for a Ray Data reader (a named parameter in recent Ray, ``ray_remote_args`` before)."""
+    import inspect
+
+    if "num_cpus" in inspect.signature(reader).parameters:
+        return {"num_cpus": 0}
+    return {"ray_remote_args": {"num_cpus": 0}}
 
 
 def _read(ray: Any, path: Path, fmt: str) -> Any:
     source = str(path.resolve())  # a local path, the same on every node (a shared filesystem)
     if fmt == "jsonl":
-        return ray.data.read_text(source, drop_empty_lines=True, **READ_ARGS)
+        return ray.data.read_text(source, drop_empty_lines=True, **_no_cpu(ray.data.read_text))
     if fmt == "csv":
         import csv
 
@@ -165,9 +171,12 @@ def _read(ray: Any, path: Path, fmt: str) -> Any:
         # every cell a string, as the local engine reads CSV (an id 007 stays "007", an empty cell "")
         convert = pacsv.ConvertOptions(column_types={name: pa.string() for name in header}, strings_can_be_null=False)
         return ray.data.read_csv(
-            source, convert_options=convert, parse_options=pacsv.ParseOptions(newlines_in_values=True), **READ_ARGS
+            source,
+            convert_options=convert,
+            parse_options=pacsv.ParseOptions(newlines_in_values=True),
+            **_no_cpu(ray.data.read_csv),
         )
-    return ray.data.read_parquet(source, **READ_ARGS)
+    return ray.data.read_parquet(source, **_no_cpu(ray.data.read_parquet))
 
 
 def run_ray(job: ScoreJob, options: RayOptions, *, progress: bool = True) -> Summary:
