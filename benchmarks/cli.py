@@ -10,9 +10,10 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "runtime": ("benchmarks.runtime", "OnnxClassifier/torch speed: latency, throughput, batch x length sweep"),
     "http": ("benchmarks.http", "the HTTP service under load (micro-batching, overload, naive baseline)"),
     "abuse": ("benchmarks.abuse", "hostile clients against a local server: idle, slow, largest, overload..."),
+    "score": ("benchmarks.score", "corpus scoring: local engine and Ray vs the runtime, peak RSS by file size"),
 }
 #: both benchmarks run an exported model: the evaluate extra (torch rows need the train extra too)
-EXTRAS: dict[str, str] = {"runtime": "evaluate", "http": "evaluate"}
+EXTRAS: dict[str, str] = {"runtime": "evaluate", "http": "evaluate", "abuse": "evaluate", "score": "scale"}
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety bench") -> int:

@@ -17,12 +17,19 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("export.cli", "export a checkpoint to an ONNX model directory"),
     "serve": ("service.cli", "run the HTTP service"),
     "evaluate": ("benchmarks.evaluate", "robustness evaluation report for a model"),
-    "bench": ("benchmarks.cli", "speed benchmarks (runtime, http)"),
+    "score": ("corpus.cli", "score a JSONL/CSV/Parquet corpus file, locally or on Ray"),
+    "bench": ("benchmarks.cli", "speed benchmarks (runtime, http, score)"),
 }
 #: the pyproject.toml extra each command needs (checked before its module is imported)
-EXTRAS: dict[str, str] = {"train": "train", "export": "train", "serve": "serve", "evaluate": "evaluate"}
+EXTRAS: dict[str, str] = {
+    "train": "train",
+    "export": "train",
+    "serve": "serve",
+    "evaluate": "evaluate",
+    "score": "serve",
+}
 #: our own top-level packages: a missing module inside them is a bug, not a missing extra
-OWN_PACKAGES = frozenset({"cli", "service", "training", "export", "benchmarks"})
+OWN_PACKAGES = frozenset({"cli", "service", "training", "export", "benchmarks", "corpus"})
 
 
 def usage(table: dict[str, tuple[str, str]] = COMMANDS, prog: str = "dialogue-safety", kind: str = "command") -> str:

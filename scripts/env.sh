@@ -2,6 +2,7 @@
 # One environment per job (README, "Install"); prints the environment's directory on stdout.
 #   scripts/env.sh serve      .venv        the serving extra: onnxruntime, FastAPI, uvicorn; no torch (scripts/serve.sh)
 #   scripts/env.sh evaluate   .venv-eval   serve + evaluation and benchmark extras, for exported models; no torch
+#   scripts/env.sh score      .venv-score  serve + the scale extra (Parquet, Ray Data) for dialogue-safety score
 #   scripts/env.sh train      .venv-train  CPU torch, the train + evaluate extras, the base encoder (train, export)
 #   scripts/env.sh dev        .venv-dev    everything above + pytest, ruff, mypy (scripts/test.sh)
 # Settings (environment):
@@ -18,8 +19,9 @@ case "$job" in
   serve)    default_venv=.venv;       extras="serve" ;;
   evaluate) default_venv=.venv-eval;  extras="evaluate" ;;
   train)    default_venv=.venv-train; extras="train,evaluate" ;;
-  dev)      default_venv=.venv-dev;   extras="serve,train,evaluate,dev" ;;
-  *) echo "usage: scripts/env.sh serve|evaluate|train|dev (see the README, \"Install\")" >&2; exit 2 ;;
+  score)    default_venv=.venv-score; extras="serve,scale" ;;
+  dev)      default_venv=.venv-dev;   extras="serve,train,evaluate,scale,dev" ;;
+  *) echo "usage: scripts/env.sh serve|evaluate|score|train|dev (see the README, \"Install\")" >&2; exit 2 ;;
 esac
 venv="${DIALOGUE_SAFETY_VENV:-$REPO/$default_venv}"
 case "$venv" in /*) ;; *) venv="$PWD/$venv" ;; esac

@@ -25,10 +25,19 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 from starlette.responses import JSONResponse, Response
 from starlette.types import Receive
 
+from service import explain
 from service.auth import ApiKeyMiddleware, api_key_of, log_auth_state
 from service.batcher import MicroBatcher
 from service.encoding import EncodedExample
-from service.errors import ErrorResponse, NotReady, install_error_handlers, openapi_responses
+from service.errors import (
+    ErrorInfo,
+    ErrorResponse,
+    InvalidInput,
+    NotReady,
+    error_body,
+    install_error_handlers,
+    openapi_responses,
+)
 from service.limits import BodyGuardMiddleware, Limits, apply_to_openapi
 from service.metrics import RequestMetricsMiddleware, ServiceMetrics
 from service.model_card import ModelCard
@@ -111,8 +120,19 @@ Threshold = Annotated[
 ]
 
 
-class ClassifyRequest(BaseModel):
+class DialogueItem(BaseModel):
     """The utterance to judge and the dialogue before it (oldest turn first)."""
+
+    model_config = ConfigDict(extra="forbid")
+    history: list[HistoryEntry] = Field(
+        default_factory=list, description="earlier turns, oldest first: objects {speaker, text} or strings"
+    )
+    utterance: str = Field(strict=True, description="the message to classify, judged in the context of the history")
+    threshold: Threshold = None
+
+
+class ClassifyRequest(DialogueItem):
+    """One dialogue item, optionally with a word-level explanation of its score."""
 
     model_config = ConfigDict(
         extra="forbid",
@@ -126,18 +146,18 @@ class ClassifyRequest(BaseModel):
                     "utterance": "they should all be thrown out of the country",
                 },
                 {"history": ["hi!", "hello, how are you?"], "utterance": "great, thanks", "threshold": 0.7},
+                {"utterance": "you are a clown", "explain": True},
             ]
         },
     )
-    history: list[HistoryEntry] = Field(
-        default_factory=list, description="earlier turns, oldest first: objects {speaker, text} or strings"
+    explain: bool = Field(
+        False, description="add per-word contributions to the score (occlusion; costs one extra sequence per word)"
     )
-    utterance: str = Field(strict=True, description="the message to classify, judged in the context of the history")
-    threshold: Threshold = None
+    explain_history: bool = Field(False, description="with explain: explain the history turns' words too")
 
 
 BatchEntry = Annotated[
-    Annotated[ClassifyRequest, Tag("object")] | Annotated[str, Tag("string")], Discriminator(_object_or_string)
+    Annotated[DialogueItem, Tag("object")] | Annotated[str, Tag("string")], Discriminator(_object_or_string)
 ]
 
 
@@ -161,6 +181,11 @@ class BatchRequest(BaseModel):
     )
     items: list[BatchEntry] = Field(description="items to classify; results come back in this order")
     threshold: Threshold = None
+    item_errors: Literal["report", "fail"] = Field(
+        "report",
+        description="report: an item that breaks a limit gets {'error': ...} in its own slot and the others are "
+        "classified; fail: the whole request is refused (422) on the first such item",
+    )
 
 
 class Classification(BaseModel):
@@ -168,6 +193,23 @@ class Classification(BaseModel):
     score: float = Field(ge=0.0, le=1.0, description="calibrated probability that the utterance is offensive")
     threshold: float = Field(description="the threshold the label was decided at")
     categories: dict[str, float] = Field(description="calibrated probability per model head (label family)")
+
+
+class WordContribution(BaseModel):
+    word: str = Field(description="the word, text[start:end] of the text it comes from")
+    start: int = Field(description="character offset of the word in that text")
+    end: int
+    contribution: float | None = Field(
+        description="score - score without this word (> 0: pushes towards OFFENSIVE); null: not explained"
+    )
+
+
+class Explanation(BaseModel):
+    method: Literal["occlusion"] = Field(description="leave one word out, all occlusions batched in one run")
+    score: float = Field(description="the score being explained (the response's score)")
+    utterance: list[WordContribution]
+    history: list[list[WordContribution]] | None = Field(None, description="per turn, when explain_history")
+    unexplained_words: int = Field(description="words past the per-request cap, with contribution null")
 
 
 class ClassifyResponse(Classification):
@@ -185,6 +227,13 @@ class ClassifyResponse(Classification):
         }
     )
     model: str = Field(description="<name>@<version> of the model that answered")
+    explanation: Explanation | None = Field(None, description="only when the request set explain")
+
+
+class ItemError(BaseModel):
+    """The slot of a batch item that could not be classified (no label, no score)."""
+
+    error: ErrorInfo
 
 
 class BatchResponse(BaseModel):
@@ -195,13 +244,25 @@ class BatchResponse(BaseModel):
                     "results": [
                         {"label": "OFFENSIVE", "score": 0.97, "threshold": 0.5, "categories": {"offensive": 0.97}},
                         {"label": "SAFE", "score": 0.04, "threshold": 0.5, "categories": {"offensive": 0.04}},
+                        {
+                            "error": {
+                                "code": "empty_utterance",
+                                "message": "the utterance is empty; send the text to classify",
+                                "field": "items[2].utterance",
+                            }
+                        },
                     ],
+                    "errors": 1,
                     "model": "dialogue-safety@1.0.0",
                 }
             ]
         }
     )
-    results: list[Classification] = Field(description="one result per item, in the order of the items")
+    results: list[Classification | ItemError] = Field(
+        description="one result per item, in the order of the items: a classification, or {'error': ...} for an "
+        "item that could not be classified"
+    )
+    errors: int = Field(description="how many slots of results hold an error instead of a classification")
     model: str
 
 
@@ -305,7 +366,7 @@ class ServiceState:
         }
 
 
-def _to_example(item: ClassifyRequest | str, limits: Limits, prefix: str) -> Example:
+def _to_example(item: DialogueItem | str, limits: Limits, prefix: str) -> Example:
     """The request item as an :class:`Example`, checked by the one set of item rules."""
     if isinstance(item, str):
         example = Example(utterance=item)
@@ -359,11 +420,17 @@ def _build_router(state: ServiceState) -> APIRouter:
     @v1.post("/classify", response_model=ClassifyResponse, summary="Classify the last utterance of a dialogue")
     async def classify(body: ClassifyRequest, request: Request) -> Response:
         example = _to_example(body, state.limits, "")
-        predictions = await _predict(state, request, [example])
+        occlusions = None
+        if body.explain:
+            max_words = min(explain.MAX_EXPLAINED_WORDS, state.settings.queue_size - 1)
+            occlusions = explain.plan(example, history=body.explain_history, max_words=max_words)
+        predictions = await _predict(state, request, occlusions.examples() if occlusions else [example])
         if predictions is None:
             return Response(status_code=CLIENT_CLOSED)
         result = state.decide(predictions[0], body.threshold)
         result["model"] = state.model_id
+        if occlusions is not None:
+            result["explanation"] = occlusions.explanation([p.score for p in predictions])
         state.metrics.count_labels([result["label"]])
         if log_texts:
             log.info(
@@ -378,17 +445,28 @@ def _build_router(state: ServiceState) -> APIRouter:
     @v1.post("/classify/batch", response_model=BatchResponse, summary="Classify many items in one request")
     async def classify_batch(body: BatchRequest, request: Request) -> Response:
         state.limits.check_batch(len(body.items))
-        examples = [_to_example(item, state.limits, f"items[{i}].") for i, item in enumerate(body.items)]
-        predictions = await _predict(state, request, examples)
+        examples: dict[int, Example] = {}
+        results: list[dict[str, Any]] = [{} for _ in body.items]
+        for i, item in enumerate(body.items):
+            try:
+                examples[i] = _to_example(item, state.limits, f"items[{i}].")
+            except InvalidInput as exc:
+                if body.item_errors == "fail":
+                    raise
+                results[i] = error_body(exc.code, exc.message, exc.field)
+        if not examples:
+            state.require_ready()  # no item to classify: still only a ready service answers 200
+        predictions = await _predict(state, request, list(examples.values())) if examples else []
         if predictions is None:
             return Response(status_code=CLIENT_CLOSED)
-        results = []
-        for item, prediction in zip(body.items, predictions, strict=True):
+        for i, prediction in zip(examples, predictions, strict=True):
+            item = body.items[i]
             own = None if isinstance(item, str) else item.threshold
-            results.append(state.decide(prediction, own if own is not None else body.threshold))
-        state.metrics.count_labels([r["label"] for r in results])
+            results[i] = state.decide(prediction, own if own is not None else body.threshold)
+        classified = [results[i] for i in examples]
+        state.metrics.count_labels([r["label"] for r in classified])
         if log_texts:
-            for example, r in zip(examples, results, strict=True):
+            for example, r in zip(examples.values(), classified, strict=True):
                 log.info(
                     "classify history=%r utterance=%r -> %s %.4f",
                     [t.text for t in example.history],
@@ -396,7 +474,8 @@ def _build_router(state: ServiceState) -> APIRouter:
                     r["label"],
                     r["score"],
                 )
-        return JSONResponse({"results": results, "model": state.model_id})
+        errors = len(results) - len(examples)
+        return JSONResponse({"results": results, "errors": errors, "model": state.model_id})
 
     @v1.get("/model", summary="The model card of the model being served")
     async def model_card() -> dict[str, Any]:

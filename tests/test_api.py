@@ -98,7 +98,8 @@ def test_batch_keeps_order_equals_single_and_applies_thresholds(client: httpx.Cl
     r = client.post("/v1/classify/batch", json={"items": items})
     assert r.status_code == 200, r.text
     batch = r.json()
-    assert set(batch) == {"results", "model"} and batch["model"] == "fake@1.2.3"
+    assert set(batch) == {"results", "errors", "model"} and batch["model"] == "fake@1.2.3"
+    assert batch["errors"] == 0
     singles = []
     for it in items:
         body = {"utterance": it} if isinstance(it, str) else it
@@ -194,11 +195,18 @@ BAD_INPUTS: list[tuple[str, str, Any, int, str, str | None]] = [
     ("too many items", BATCH, {"items": ["a", "b", "c", "d"]}, 422, "too_many_items", "items"),
     ("no items", BATCH, {"items": []}, 422, "empty_batch", "items"),
     ("items missing", BATCH, {}, 422, "invalid_request", "items"),
-    ("empty item string", BATCH, {"items": ["a", ""]}, 422, "empty_utterance", "items[1].utterance"),
+    (
+        "empty item string",
+        BATCH,
+        {"items": ["a", ""], "item_errors": "fail"},
+        422,
+        "empty_utterance",
+        "items[1].utterance",
+    ),
     (
         "item utterance too long",
         BATCH,
-        {"items": ["a", {"utterance": "z" * 31}]},
+        {"items": ["a", {"utterance": "z" * 31}], "item_errors": "fail"},
         422,
         "utterance_too_long",
         "items[1].utterance",
@@ -206,7 +214,7 @@ BAD_INPUTS: list[tuple[str, str, Any, int, str, str | None]] = [
     (
         "item turn too long",
         BATCH,
-        {"items": [{"history": ["w" * 21], "utterance": "a"}]},
+        {"items": [{"history": ["w" * 21], "utterance": "a"}], "item_errors": "fail"},
         422,
         "turn_too_long",
         "items[0].history[0]",

@@ -1,0 +1,137 @@
+"""Per-item results in /v1/classify/batch and ``"explain": true`` on /v1/classify, against a real
+uvicorn server (fake classifier: a word is bad or not, so contributions are known exactly)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from service_conftest import FakeClassifier, LiveServer, live_server
+
+LIMITS: dict[str, Any] = dict(max_history_turns=2, max_turn_chars=20, max_utterance_chars=30, max_batch_items=8)
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[LiveServer]:
+    with live_server(classifier=FakeClassifier(), **LIMITS) as live:
+        yield live
+
+
+@pytest.fixture(scope="module")
+def client(server: LiveServer) -> Iterator[httpx.Client]:
+    with server.client() as c:
+        yield c
+
+
+def test_a_bad_item_gets_an_error_in_its_slot_and_the_others_are_classified(
+    server: LiveServer, client: httpx.Client
+) -> None:
+    items: list[Any] = [
+        "you idiot",
+        "",
+        {"history": ["w" * 21], "utterance": "fine"},
+        {"utterance": "z" * 31},
+        {"history": ["a", "b", "c"], "utterance": "x"},
+        {"history": ["hate"], "utterance": "nice soup"},
+    ]
+    predicted_before = sum(len(b) for b in server.classifier.batches)  # type: ignore[union-attr]
+    r = client.post("/v1/classify/batch", json={"items": items})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["errors"] == 4 and len(body["results"]) == len(items)
+    ok, empty, turn, long, turns, ctx = body["results"]
+    assert ok["label"] == "OFFENSIVE" and ok["score"] == pytest.approx(0.9)
+    assert ctx["label"] == "SAFE" and ctx["score"] == pytest.approx(0.15)
+    assert empty == {
+        "error": {"code": "empty_utterance", "message": empty["error"]["message"], "field": "items[1].utterance"}
+    }
+    assert turn["error"]["code"] == "turn_too_long" and turn["error"]["field"] == "items[2].history[0]"
+    assert long["error"]["code"] == "utterance_too_long" and long["error"]["field"] == "items[3].utterance"
+    assert turns["error"]["code"] == "too_many_history_turns" and turns["error"]["field"] == "items[4].history"
+    for slot in (empty, turn, long, turns):
+        assert set(slot) == {"error"}  # no label or score a client could mistake for a result
+        assert slot["error"]["message"]
+    assert "z" * 31 not in r.text and "w" * 21 not in r.text  # texts never echoed
+    # only the two valid items reached the model
+    assert sum(len(b) for b in server.classifier.batches) - predicted_before == 2  # type: ignore[union-attr]
+    # the classified slots equal the same items sent alone
+    alone = client.post("/v1/classify/batch", json={"items": [items[0], items[5]]}).json()
+    assert alone["errors"] == 0 and alone["results"] == [ok, ctx]
+
+
+def test_all_items_bad_is_still_a_per_item_answer(client: httpx.Client) -> None:
+    body = client.post("/v1/classify/batch", json={"items": ["", " "]}).json()
+    assert body["errors"] == 2 and [s["error"]["code"] for s in body["results"]] == ["empty_utterance"] * 2
+
+
+def test_item_errors_fail_keeps_the_all_or_nothing_behaviour(client: httpx.Client) -> None:
+    r = client.post("/v1/classify/batch", json={"items": ["fine", ""], "item_errors": "fail"})
+    assert r.status_code == 422
+    assert r.json()["error"] == {
+        "code": "empty_utterance",
+        "message": r.json()["error"]["message"],
+        "field": "items[1].utterance",
+    }
+    bad_mode = client.post("/v1/classify/batch", json={"items": ["fine"], "item_errors": "skip"})
+    assert bad_mode.status_code == 422 and bad_mode.json()["error"]["field"] == "item_errors"
+
+
+def test_whole_request_problems_stay_4xx(client: httpx.Client) -> None:
+    assert client.post("/v1/classify/batch", json={"items": ["a"] * 9}).json()["error"]["code"] == "too_many_items"
+    assert client.post("/v1/classify/batch", json={"items": []}).status_code == 422
+    malformed = client.post("/v1/classify/batch", content=b'{"items": [', headers={"content-type": "application/json"})
+    assert malformed.status_code == 400
+
+
+def test_explain_gives_each_word_its_contribution(client: httpx.Client) -> None:
+    text = "you  are an IDIOT!"
+    plain = client.post("/v1/classify", json={"utterance": text}).json()
+    r = client.post("/v1/classify", json={"utterance": text, "explain": True})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["score"] == plain["score"] and body["label"] == plain["label"]
+    ex = body["explanation"]
+    assert ex["method"] == "occlusion" and ex["score"] == body["score"] and ex["unexplained_words"] == 0
+    assert "history" not in ex
+    words = ex["utterance"]
+    assert [w["word"] for w in words] == ["you", "are", "an", "IDIOT!"]
+    assert all(text[w["start"] : w["end"]] == w["word"] for w in words)
+    # the fake model: the bad word alone makes the score 0.9 instead of 0.1
+    assert [w["contribution"] for w in words] == pytest.approx([0.0, 0.0, 0.0, 0.8])
+
+
+def test_explain_history_words(client: httpx.Client) -> None:
+    body = client.post(
+        "/v1/classify",
+        json={
+            "history": ["I hate you", {"speaker": "bot", "text": "why"}],
+            "utterance": "ok",
+            "explain": True,
+            "explain_history": True,
+        },
+    ).json()
+    ex = body["explanation"]
+    assert [w["word"] for w in ex["utterance"]] == ["ok"]
+    assert [[w["word"] for w in turn] for turn in ex["history"]] == [["I", "hate", "you"], ["why"]]
+    assert ex["history"][0][1]["contribution"] == pytest.approx(0.05)  # a bad history word adds 0.05
+    assert ex["history"][0][0]["contribution"] == pytest.approx(0.0)
+    without = client.post("/v1/classify", json={"history": ["I hate you", "why"], "utterance": "ok"}).json()
+    assert body["score"] == without["score"]
+
+
+def test_explain_is_off_by_default_and_validated(client: httpx.Client) -> None:
+    assert "explanation" not in client.post("/v1/classify", json={"utterance": "hi"}).json()
+    r = client.post("/v1/classify", json={"utterance": "hi", "explain": "please"})
+    assert r.status_code == 422 and r.json()["error"]["field"] == "explain"
+    r = client.post("/v1/classify/batch", json={"items": [{"utterance": "hi", "explain": True}]})
+    assert r.status_code == 422  # explanations are per request, not per batch item
+
+
+def test_long_utterances_are_explained_up_to_the_cap() -> None:
+    with live_server(classifier=FakeClassifier(), queue_size=6, max_batch_items=4) as live, live.client() as c:
+        body = c.post("/v1/classify", json={"utterance": "a b c d e f g idiot", "explain": True}).json()
+    words = body["explanation"]["utterance"]
+    assert len(words) == 8 and body["explanation"]["unexplained_words"] == 3
+    assert [w["contribution"] is None for w in words] == [False] * 5 + [True] * 3
