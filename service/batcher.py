@@ -144,12 +144,16 @@ class MicroBatcher:
         self._running_batch = False
         self._arrived_while_running = 0
         self._expect_company = False
+        self._outstanding = 0  # futures handed out and not yet settled (drain waits for 0)
+        self._settled: asyncio.Event | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
     async def start(self) -> None:
         if self._task is not None:
             raise RuntimeError("the batcher is already running")
         self._queue = asyncio.Queue(maxsize=self.queue_size)
+        self._settled = asyncio.Event()
+        self._settled.set()
         self._infer_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="safety-inference")
         self._encode_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="safety-encode")
         self._task = asyncio.create_task(self._loop(), name="safety-micro-batcher")
@@ -175,6 +179,25 @@ class MicroBatcher:
             if pool is not None:
                 pool.shutdown(wait=False, cancel_futures=True)
         self._infer_pool = self._encode_pool = None
+
+    async def drain(self, timeout_s: float) -> bool:
+        """Refuse new work, let every queued item and the running batch finish, then :meth:`stop`
+        (what is still pending after ``timeout_s`` fails with ``shutting_down``). True when
+        everything finished in time. The hot swap retires the old model's batcher with it."""
+        self._accepting = False
+        drained = True
+        if self._settled is not None and self._outstanding:
+            try:
+                await asyncio.wait_for(self._settled.wait(), timeout_s)
+            except TimeoutError:
+                drained = False
+        await self.stop()
+        return drained
+
+    def _settle(self, _future: asyncio.Future[Prediction]) -> None:
+        self._outstanding -= 1
+        if self._outstanding == 0 and self._settled is not None:
+            self._settled.set()
 
     @property
     def running(self) -> bool:
@@ -247,7 +270,11 @@ class MicroBatcher:
         for enc in encoded:  # no await in between: one submission's items stay together
             fut: asyncio.Future[Prediction] = loop.create_future()
             self._queue.put_nowait(_Pending(enc, fut, now))
+            fut.add_done_callback(self._settle)
             futures.append(fut)
+        self._outstanding += len(encoded)
+        if self._settled is not None:
+            self._settled.clear()
         if self._running_batch:
             self._arrived_while_running += len(encoded)
         self._observer.observe_queue_depth(self.depth)

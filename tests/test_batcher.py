@@ -318,3 +318,48 @@ def test_stop_while_a_batch_waits_for_company_fails_its_items() -> None:
 
     asyncio.run(main())
     assert model.batches == [[1, 2]]
+
+
+def test_drain_finishes_queued_and_running_work_then_refuses_new_work() -> None:
+    model = FakeModel()
+    model.gate.clear()
+
+    async def main() -> None:
+        b = MicroBatcher(model.encode, model.predict, max_batch_size=2)
+        await b.start()
+        running = asyncio.create_task(b.submit([item(1)]))
+        await wait_entered(model)
+        queued = asyncio.create_task(b.submit([item(2), item(3), item(4)]))
+        await asyncio.sleep(0)
+        draining = asyncio.create_task(b.drain(GUARD_S))
+        await asyncio.sleep(0)
+        with pytest.raises(NotReady):
+            await b.submit([item(5)])  # new work goes elsewhere (the hot swap's new batcher)
+        assert not draining.done()
+        model.gate.set()
+        assert await asyncio.wait_for(draining, GUARD_S) is True
+        assert [p.score for p in await running] == [0.001]
+        assert [p.score for p in await queued] == [0.002, 0.003, 0.004]
+        assert not b.running
+
+    asyncio.run(main())
+
+
+def test_drain_gives_up_after_its_timeout_and_fails_what_is_left() -> None:
+    model = FakeModel()
+    model.gate.clear()
+
+    async def main() -> None:
+        b = MicroBatcher(model.encode, model.predict)
+        await b.start()
+        running = asyncio.create_task(b.submit([item(1)]))
+        await wait_entered(model)
+        queued = asyncio.create_task(b.submit([item(2)]))
+        await asyncio.sleep(0)
+        assert await b.drain(0.01) is False
+        model.gate.set()
+        for task in (running, queued):
+            with pytest.raises(NotReady):
+                await asyncio.wait_for(task, GUARD_S)
+
+    asyncio.run(main())
