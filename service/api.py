@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import Annotated, Any, Literal, Protocol
@@ -26,8 +26,10 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import Receive
 
 from service.batcher import MicroBatcher
+from service.breakit.api import BreakItGame
 from service.encoding import EncodedExample
 from service.errors import ErrorResponse, NotReady, Unauthorized, install_error_handlers
+from service.hot_swap import ModelSwapper, admin_router
 from service.limits import BodyLimitMiddleware, Limits
 from service.metrics import RequestMetricsMiddleware, ServiceMetrics
 from service.model_card import ModelCard
@@ -236,21 +238,25 @@ class ServiceState:
 
     async def load(self) -> None:
         """Load and warm up the model off the event loop, then start the batcher."""
-        s = self.settings
         try:
-            classifier = await asyncio.to_thread(self.factory, s)
-            await asyncio.to_thread(classifier.warmup)
+            classifier = await self.load_classifier(self.settings)
         except Exception as exc:
             self.load_error = f"{type(exc).__name__}: {exc}"
-            log.error("the model failed to load from %s: %s", s.model_dir, self.load_error)
+            log.error("the model failed to load from %s: %s", self.settings.model_dir, self.load_error)
             return
+        await self.install(classifier, self.settings)
+
+    async def load_classifier(self, settings: ServiceSettings) -> Classifier:
+        """Build and warm up a classifier for ``settings`` in a thread (raises what loading raises)."""
+        classifier = await asyncio.to_thread(self.factory, settings)
+        await asyncio.to_thread(classifier.warmup)
+        return classifier
+
+    async def install(self, classifier: Classifier, settings: ServiceSettings) -> MicroBatcher | None:
+        """Serve ``classifier`` from now on with a fresh batcher; returns the previous batcher (the
+        hot swap drains it: requests already queued there finish on the old model)."""
+        s = settings
         card = classifier.card
-        self.classifier = classifier
-        self.model_id = classifier.model_id
-        self.default_threshold = card.threshold if s.threshold is None else s.threshold
-        self.metrics.set_model(
-            name=card.name, version=card.version, variant=str(classifier.variant), provider=str(classifier.provider)
-        )
         batcher = MicroBatcher(
             classifier.encode,
             classifier.predict_encoded,
@@ -262,8 +268,18 @@ class ServiceState:
             retry_after_s=s.retry_after_s,
         )
         await batcher.start()
+        previous = self.batcher
+        # no await from here on: requests see either the old model or the new one, never a mix
+        self.settings = settings
+        self.classifier = classifier
+        self.model_id = classifier.model_id
+        self.default_threshold = card.threshold if s.threshold is None else s.threshold
         self.batcher = batcher
+        self.load_error = None
         self.ready = True
+        self.metrics.set_model(
+            name=card.name, version=card.version, variant=str(classifier.variant), provider=str(classifier.provider)
+        )
         self.metrics.ready.set(1)
         log.info(
             "ready: %s (variant %s, provider %s) from %s",
@@ -272,6 +288,7 @@ class ServiceState:
             classifier.provider,
             s.model_dir,
         )
+        return previous
 
     async def stop(self) -> None:
         self.ready = False
@@ -336,18 +353,24 @@ async def _predict(state: ServiceState, request: Request, examples: list[Example
     return [result] if len(futures) == 1 else list(result)
 
 
+def api_key_guard(settings: ServiceSettings) -> Callable[..., Awaitable[None]] | None:
+    """The dependency that checks the API key (bearer token or X-API-Key), None when no key is set."""
+    api_key = settings.api_key.get_secret_value() if settings.api_key else None
+    if not api_key:
+        return None
+    expected = api_key.encode()
+
+    async def require_api_key(credentials: BearerCredentials, key: ApiKeyHeader) -> None:
+        supplied = key if key is not None else (credentials.credentials if credentials else None)
+        if supplied is None or not hmac.compare_digest(supplied.encode(), expected):
+            raise Unauthorized()
+
+    return require_api_key
+
+
 def _build_router(state: ServiceState) -> APIRouter:
-    dependencies = []
-    api_key = state.settings.api_key.get_secret_value() if state.settings.api_key else None
-    if api_key:
-        expected = api_key.encode()
-
-        async def require_api_key(credentials: BearerCredentials, key: ApiKeyHeader) -> None:
-            supplied = key if key is not None else (credentials.credentials if credentials else None)
-            if supplied is None or not hmac.compare_digest(supplied.encode(), expected):
-                raise Unauthorized()
-
-        dependencies.append(Depends(require_api_key))
+    guard = api_key_guard(state.settings)
+    dependencies = [Depends(guard)] if guard is not None else []
 
     v1 = APIRouter(prefix="/v1", tags=["classification"], dependencies=dependencies, responses=ERROR_RESPONSES)
     ops = APIRouter(tags=["operations"])
@@ -449,16 +472,24 @@ def create_app(
     """Build the app; ``settings`` default to the ``SAFETY_*`` environment."""
     settings = settings if settings is not None else ServiceSettings()
     state = ServiceState(settings, classifier_factory or load_onnx_classifier)
+    swapper = ModelSwapper(state)
+    game = BreakItGame(state, settings.breakit_db) if settings.breakit_db else None
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if game is not None:
+            await game.open()  # a database that cannot be opened stops the start-up, loudly
         loader = asyncio.create_task(state.load(), name="safety-model-loader")
+        swapper.install_sighup()
         try:
             yield
         finally:
+            swapper.remove_sighup()
             loader.cancel()
             await asyncio.gather(loader, return_exceptions=True)
             await state.stop()
+            if game is not None:
+                game.close()
 
     app = FastAPI(
         title="Dialogue safety classifier",
@@ -472,6 +503,9 @@ def create_app(
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes)
     app.add_middleware(RequestMetricsMiddleware, metrics=state.metrics)  # outermost: sees the 413s
     app.include_router(_build_router(state))
+    app.include_router(admin_router(swapper))
+    if game is not None:
+        app.include_router(game.router())
     return app
 
 

@@ -72,6 +72,18 @@ class Unauthorized(ServiceError):
         super().__init__(message, headers={"WWW-Authenticate": "Bearer"})
 
 
+class NotFound(ServiceError):
+    """The request names something that does not exist (a break-it round, task, attack or player)."""
+
+    default_code = "not_found"
+
+
+class Conflict(ServiceError):
+    """The request breaks a rule of the current state (a finished task, a closed round, a duplicate)."""
+
+    default_code = "conflict"
+
+
 class Overloaded(ServiceError):
     """The bounded queue is full: the caller should back off and retry."""
 
@@ -133,6 +145,8 @@ ERROR_TABLE: tuple[ErrorRow, ...] = (
     ErrorRow(MalformedJson, 400, "the body is not valid JSON"),
     ErrorRow(Unauthorized, 401, "an API key is configured and the request lacks it"),
     ErrorRow(PayloadTooLarge, 413, "the body is larger than max_body_bytes (Content-Length or streamed)"),
+    ErrorRow(NotFound, 404, "a break-it round, task, attack or player that does not exist"),
+    ErrorRow(Conflict, 409, "a break-it game rule or a concurrent write refused the request"),
     ErrorRow(UnsupportedMediaType, 415, "the body is not sent as application/json"),
     ErrorRow(InvalidInput, 422, "schema violation or a request limit (see service/limits.py)"),
     ErrorRow(Overloaded, 429, "the inference queue is full (Retry-After says when to retry)"),

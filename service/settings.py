@@ -80,6 +80,13 @@ class ServiceSettings(BaseSettings):
     access_log: bool = Field(default=True, description="uvicorn access log (method, path, status; never bodies)")
     retry_after_s: int = Field(default=1, ge=1, description="Retry-After seconds sent with 429 and 503")
 
+    # build it / break it / fix it (service/breakit): off unless a database is given
+    breakit_db: str | None = Field(
+        default=None,
+        description="enables the break-it game at /break-it: an SQLite file (created, WAL) or a database URL "
+        "(postgresql://user@host/db; put a URL with a password in the environment, not on the command line)",
+    )
+
     @model_validator(mode="after")
     def _queue_holds_a_batch_request(self) -> ServiceSettings:
         if self.queue_size < self.max_batch_items:
