@@ -130,11 +130,13 @@ def live_server(
     classifier: Classifier | None = None,
     *,
     wait_ready: bool = True,
+    factory: Callable[[ServiceSettings], Classifier] | None = None,
     **overrides: Any,
 ) -> Iterator[LiveServer]:
-    """Run ``create_app`` (with ``classifier`` if given, else the real ONNX runtime) under uvicorn."""
+    """Run ``create_app`` (with ``classifier`` if given, or ``factory``, else the real ONNX runtime) under uvicorn."""
     base = settings or ServiceSettings(host="127.0.0.1", port=0, **overrides)
-    factory = (lambda _s: classifier) if classifier is not None else None
+    if classifier is not None:
+        factory = lambda _s: classifier  # noqa: E731
     app = create_app(base, classifier_factory=factory)
     config = uvicorn.Config(
         app, host="127.0.0.1", port=0, log_level="warning", lifespan="on", access_log=False, timeout_graceful_shutdown=2
