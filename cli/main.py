@@ -15,6 +15,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("export.cli", "export a checkpoint to an ONNX model directory"),
     "serve": ("service.cli", "run the HTTP service"),
     "evaluate": ("benchmarks.evaluate", "robustness evaluation report for a model"),
+    "break-it": ("cli.breakit", "break-it game rounds: open a round, add contexts, export validated attacks"),
     "bench": ("benchmarks.cli", "speed benchmarks (runtime, http)"),
 }
 
