@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import random
 import secrets
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -216,6 +217,9 @@ def make_engine(url: str) -> Engine:
     return create_engine(url, pool_pre_ping=True)
 
 
+_MIGRATING = threading.Lock()  # alembic's command API keeps module-level state: one migration per process at a time
+
+
 def upgrade_schema(engine: Engine) -> None:
     """Bring the database to the newest migration (idempotent)."""
     from alembic import command
@@ -223,7 +227,7 @@ def upgrade_schema(engine: Engine) -> None:
 
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS_DIR))
-    with engine.begin() as conn:
+    with _MIGRATING, engine.begin() as conn:
         config.attributes["connection"] = conn
         command.upgrade(config, "head")
 
