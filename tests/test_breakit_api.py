@@ -112,6 +112,8 @@ def test_bad_requests_get_a_clear_4xx(client: httpx.Client) -> None:
     assert client.get("/break-it/api/tasks/999999").status_code == 404
     r = client.post("/break-it/api/attacks/1/validations", json={"player_id": alice, "verdict": "maybe"})
     assert r.status_code == 422 and r.json()["error"]["field"] == "verdict"
+    assert client.get(f"/break-it/api/players/{alice}").json() == {"player_id": alice, "nickname": "carol"}
+    assert client.get("/break-it/api/players/forgotten").status_code == 404
     r = client.post("/break-it/api/players", json={"nickname": ""})
     assert r.status_code == 422 and r.json()["error"]["field"] == "nickname"
 

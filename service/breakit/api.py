@@ -246,6 +246,11 @@ class BreakItGame:
             player = await self._call(store_().register_player, body.nickname)
             return {"player_id": player.id, "nickname": player.nickname}
 
+        @api.get("/players/{player_id}", summary="A registered player (the page checks its stored id)")
+        async def get_player(player_id: str) -> dict[str, Any]:
+            player = await self._call(store_().player, player_id)
+            return {"player_id": player.id, "nickname": player.nickname}
+
         @api.post("/tasks", summary="Start a task: 5 attacks, up to 2 tries each")
         async def new_task(body: NewTask) -> dict[str, Any]:
             rnd = await self._round(body.round)
