@@ -16,6 +16,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("service.cli", "run the HTTP service"),
     "evaluate": ("benchmarks.evaluate", "robustness evaluation report for a model"),
     "break-it": ("cli.breakit", "break-it game rounds: open a round, add contexts, export validated attacks"),
+    "fix-it": (
+        "training.fix_it",
+        "train A(N) on the recipe plus the validated break-it rounds; models x rounds report",
+    ),
     "bench": ("benchmarks.cli", "speed benchmarks (runtime, http)"),
 }
 

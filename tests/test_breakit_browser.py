@@ -1,7 +1,7 @@
 """The whole loop in a real browser: headless Chromium (Debian's ``chromium``, driven by Playwright
 pointed at the system browser; no browser download) plays a round against the real ONNX runtime
-served by uvicorn, a second player validates, the round is exported, the service hot-swaps to a
-new model and the page shows the new version.
+served by uvicorn, a second player validates, the round is exported, fix-it trains A1 on the tiny
+recipe plus that round, the service hot-swaps to A1 and the page shows the new version.
 
 The tiny test model is random and cannot be steered, so the service runs it at threshold 1.0:
 every message is SAFE, and an offensive message therefore fools it (the game logic, not the
@@ -22,12 +22,14 @@ import httpx
 import pytest
 from playwright.sync_api import sync_playwright
 from service_conftest import LiveServer, live_server, tiny_model_dir  # noqa: F401  (fixture)
-from test_hot_swap import versioned_copy
 
 from cli.breakit import main as breakit_cli
 from service.breakit.game import ATTACKS_PER_TASK
 from service.settings import ServiceSettings
+from training.fix_it import main as fix_it_cli
 from training.sources.registry import load_source
+
+FULL = Path(__file__).parent / "fixtures" / "sources" / "full"
 
 KEY = "browser-key"
 CONTEXT = ["I finally finished my first marathon!", "Congratulations! How long did it take?"]
@@ -139,9 +141,20 @@ def test_play_validate_export_and_hot_swap_in_a_browser(browser: Any, game: Live
     exported = load_source("breakit", out)
     assert sorted(e.metadata["kind"] for e in exported) == ["attack"] * (ATTACKS_PER_TASK - 1) + ["contrast"]
 
-    new_model = versioned_copy(tiny_model_dir, game.extra["root"] / "fixed", "0.0.2")
+    # fix it: the tiny recipe on the fixture sources plus the exported round; A0 (the model attacked) judged too
+    fixit = game.extra["root"] / "fixit"
+    args = ["--round", "1", "--config", "tiny", "--data-dir", str(FULL), "--rounds-dir", str(out)]
+    assert fix_it_cli([*args, "--model", f"A0={tiny_model_dir}", "--out", str(fixit), "--no-progress"]) == 0
+    report = json.loads((fixit / "report.json").read_text())
+    assert report["model"] == "tiny@0.1.0+r1" and set(report["matrix"]) == {"A0", "A1"}
+    assert report["game"]["1"]["fooled"] == ATTACKS_PER_TASK and report["game"]["1"]["attack_success_rate"] == 100.0
+    assert "| A1 |" in (fixit / "report.md").read_text()
+    card = json.loads((fixit / "model" / "model_card.json").read_text())
+    assert card["training"]["examples"]["breakit"]["train"] == len(exported)  # the validated round was trained on
+    new_model = fixit / "model"
     swap = httpx.post(f"{game.url}/admin/model", json={"model_dir": str(new_model)}, headers={"X-API-Key": KEY})
     assert swap.status_code == 200, swap.text
     page.reload()
-    page.wait_for_function("document.getElementById('round-info').textContent.includes('0.0.2')")
-    assert "tiny-random@0.0.2" in page.inner_text("#round-info")
+    page.wait_for_function("document.getElementById('round-info').textContent.includes('+r1')")
+    assert "tiny@0.1.0+r1" in page.inner_text("#round-info")
+    shot(page, "break-it-after-fix-it")

@@ -153,8 +153,15 @@ def export_round(store: BreakItStore, number: int, root: Path) -> ExportSummary:
         tmp.replace(out / name)  # a reader never sees a half-written split
         summary.examples[split.value] = len(records[split])
         summary.attackers[split.value] = sum(1 for s in splits.values() if s is split)
+    board = store.scoreboard(number)
+    tries, fooled = sum(r["tries"] for r in board), sum(r["fooled"] for r in board)
     meta = {
         **summary.as_json(),
+        "game": {
+            "tries": tries,
+            "fooled": fooled,
+            "attack_success_rate": round(100.0 * fooled / tries, 2) if tries else None,
+        },
         "model": rnd.model_id,
         "references": rnd.references,
         "exported_at": datetime.now(UTC).isoformat(),
