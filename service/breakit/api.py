@@ -23,7 +23,7 @@ from starlette.responses import FileResponse
 
 from service.breakit.game import ATTACKS_PER_TASK, TRIES_PER_ATTACK, Mode, TaskProgress, Verdict
 from service.errors import Conflict, InvalidInput, NotFound, NotReady, Unauthorized
-from service.schema import Example, Label, Turn
+from service.schema import Example, Label, Prediction, Turn
 
 if TYPE_CHECKING:
     from service.api import Classifier, ServiceState
@@ -135,6 +135,11 @@ def _example(history: list[Any], utterance: str) -> Example:
     return Example(utterance=utterance, history=turns)
 
 
+def _predict_one(classifier: Classifier, example: Example) -> Prediction:
+    [prediction] = classifier.predict_encoded(classifier.encode([example]))
+    return prediction
+
+
 class ReferenceModels:
     """The round's earlier models (role -> model directory), loaded once each with the service's factory."""
 
@@ -157,7 +162,7 @@ class ReferenceModels:
                 classifier = await self._get(Path(directory))
             except Exception as exc:  # noqa: BLE001
                 raise NotReady(f"reference model {role} does not load from {directory}: {exc}") from exc
-            [prediction] = await asyncio.to_thread(lambda c=classifier: c.predict_encoded(c.encode([example])))
+            prediction = await asyncio.to_thread(_predict_one, classifier, example)
             out[role] = float(prediction.score)
         return out
 
