@@ -49,6 +49,11 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         sub.add_argument("--pool-size", type=int, default=500, help="contexts drawn from the sources (default 500)")
         sub.add_argument("--data-dir", help="the data directory for --pool-source")
         sub.add_argument("--seed", type=int, default=0)
+        sub.add_argument(
+            "--screen-model",
+            type=Path,
+            help="drop pool contexts in which this model flags any turn (new-round: default --model; 'none': keep all)",
+        )
 
     new = with_db(commands.add_parser("new-round", help="open a round against a model"))
     new.add_argument("--round", type=int, required=True, dest="number")
@@ -72,7 +77,24 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     return p
 
 
-def _pool(args: argparse.Namespace) -> list[tuple[str, list[Any]]]:
+def screen_pool(pool: list[Any], model_dir: Path) -> list[Any]:
+    """The contexts in which the model flags no turn (each turn judged after the turns before it):
+    the sources' SAFE labels cover the last turn only, and a pool should hold safe conversations."""
+    from service.runtime import OnnxClassifier
+    from service.schema import Example, Label, Turn
+
+    classifier = OnnxClassifier(model_dir)
+    examples, owner = [], []
+    for i, turns in enumerate(pool):
+        history = [Turn(t["text"], t.get("speaker")) for t in turns]
+        for k in range(len(history)):
+            examples.append(Example(utterance=history[k].text, history=tuple(history[:k])))
+            owner.append(i)
+    flagged = {owner[j] for j, p in enumerate(classifier.predict(examples)) if p.label is Label.OFFENSIVE}
+    return [turns for i, turns in enumerate(pool) if i not in flagged]
+
+
+def _pool(args: argparse.Namespace, default_screen: Path | None = None) -> list[tuple[str, list[Any]]]:
     from training.sources.breakit import read_pool, safe_contexts
 
     pools: list[tuple[str, list[Any]]] = []
@@ -80,6 +102,9 @@ def _pool(args: argparse.Namespace) -> list[tuple[str, list[Any]]]:
         pools.append((f"file:{args.pool.name}", read_pool(args.pool)))
     for name in args.pool_source:
         pools.append((name, safe_contexts([name], args.data_dir, args.pool_size, args.seed)))
+    screen = args.screen_model if args.screen_model is not None else default_screen
+    if screen is not None and str(screen) != "none":
+        pools = [(source, screen_pool(pool, screen)) for source, pool in pools]
     return pools
 
 
@@ -105,7 +130,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety break-i
                 ModelCard.load(directory)  # a reference must be a model directory
                 references[role] = str(Path(directory).resolve())
             card = ModelCard.load(args.model)
-            pools = _pool(args)
+            pools = _pool(args, default_screen=args.model)
             store.create_round(args.number, card.model_id, references)
             added = {source: store.add_contexts(args.number, pool, source) for source, pool in pools}
             print(

@@ -76,6 +76,7 @@ def game(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iter
         json.dumps([{"speaker": "user", "text": CONTEXT[0]}, {"speaker": "bot", "text": CONTEXT[1]}]) + "\n"
     )
     args = ["new-round", "--db", str(db), "--round", "1", "--model", str(tiny_model_dir), "--pool", str(pool)]
+    args += ["--screen-model", "none"]  # the random tiny model would screen out contexts at random
     assert breakit_cli([*args, "--reference", f"A0={tiny_model_dir}"]) == 0
     settings = ServiceSettings(
         host="127.0.0.1", port=0, model_dir=tiny_model_dir, breakit_db=str(db), api_key=KEY, threshold=1.0

@@ -4,14 +4,16 @@ validated attacks only, split by attacker, contrasts flipped, rounds kept, malfo
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 from breakit_conftest import scores
 
-from cli.breakit import main
+from cli.breakit import main, screen_pool
 from service.breakit.game import Mode, Verdict
 from service.breakit.store import open_store
+from service.model_card import CARD_FILE
 from service.schema import Label, Split
 from training.sources.breakit import assign_splits, safe_contexts
 from training.sources.errors import DatasetFormatError
@@ -44,7 +46,8 @@ def test_new_round_export_and_load_round_trip(tmp_path: Path, tiny_model_dir: Pa
     pool.write_text(json.dumps(["hi", "hello, how are you?"]) + "\n" + json.dumps({"turns": [{"text": "x"}]}) + "\n")
     rc = main(["new-round", "--db", db, "--round", "1", "--model", str(tiny_model_dir),
                "--reference", f"A0={tiny_model_dir}", "--pool", str(pool),
-               "--pool-source", "diasafety", "--data-dir", str(FIXTURES), "--pool-size", "3"])  # fmt: skip
+               "--pool-source", "diasafety", "--data-dir", str(FIXTURES), "--pool-size", "3",
+               "--screen-model", "none"])  # fmt: skip
     assert rc == 0
     store = open_store(db)
     try:
@@ -90,6 +93,16 @@ def test_new_round_export_and_load_round_trip(tmp_path: Path, tiny_model_dir: Pa
             twin = next(a for a in attacks if a.metadata["attack_id"] == e.metadata["attack_id"])
             assert e.label is not twin.label and e.split is twin.split and e.utterance.startswith("contrast")
             assert set(e.metadata["scores"]) == {"m@1"}
+
+
+def test_the_pool_is_screened_by_a_model(tmp_path: Path, tiny_model_dir: Path) -> None:  # noqa: F811
+    pool = [[{"speaker": "user", "text": "hi"}, {"speaker": "bot", "text": "hello"}], [{"speaker": None, "text": "yo"}]]
+    for threshold, kept in ((0.0, 0), (1.0, 2)):  # at 0 the model flags every turn; at 1 none
+        model = tmp_path / f"t{threshold}"
+        shutil.copytree(tiny_model_dir, model)
+        card = json.loads((model / CARD_FILE).read_text())
+        (model / CARD_FILE).write_text(json.dumps({**card, "threshold": threshold}))
+        assert len(screen_pool(pool, model)) == kept
 
 
 def test_malformed_files_name_file_and_line(tmp_path: Path) -> None:

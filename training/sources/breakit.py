@@ -290,7 +290,7 @@ def safe_contexts(
                 continue
             if any(not t.text.strip() for t in ex.history):
                 continue
-            reply_speaker = {"user": "bot", "bot": "user"}.get(ex.history[-1].speaker or "")
+            reply_speaker = {"user": "bot", "bot": "user", "agent": "user"}.get(ex.history[-1].speaker or "")
             turns = [*ex.history, Turn(ex.utterance, reply_speaker)]
             key = tuple(t.text for t in turns)
             if key not in seen:
