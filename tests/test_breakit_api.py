@@ -114,6 +114,16 @@ def test_bad_requests_get_a_clear_4xx(client: httpx.Client) -> None:
     assert r.status_code == 422 and r.json()["error"]["field"] == "verdict"
     assert client.get(f"/break-it/api/players/{alice}").json() == {"player_id": alice, "nickname": "carol"}
     assert client.get("/break-it/api/players/forgotten").status_code == 404
+    task = client.post("/break-it/api/tasks", json={"player_id": alice, "mode": "safe", "with_context": False}).json()
+    r = client.post(f"/break-it/api/tasks/{task['task_id']}/attacks", json={"player_id": alice, "text": "x" * 4001})
+    assert r.status_code == 422 and r.json()["error"] == {
+        "code": "utterance_too_long",
+        "message": "the text has 4001 characters; at most 4000 are accepted (SAFETY_MAX_UTTERANCE_CHARS)",
+        "field": "text",
+    }
+    assert client.get(f"/break-it/api/tasks/{task['task_id']}").json()["attacks"] == []  # nothing recorded
+    r = client.post("/break-it/api/score", json={"utterance": "  "})
+    assert r.status_code == 422 and r.json()["error"]["code"] == "empty_utterance"
     r = client.post("/break-it/api/players", json={"nickname": ""})
     assert r.status_code == 422 and r.json()["error"]["field"] == "nickname"
 

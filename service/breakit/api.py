@@ -212,6 +212,15 @@ class BreakItGame:
             return await self._call(store.latest_open_round)
         return await self._call(store.round, number)
 
+    def _check_text(self, text: str, field: str) -> None:
+        """The service's request limits (SAFETY_MAX_UTTERANCE_CHARS...) for a player's message."""
+        try:
+            self.state.limits.check_item(text, ())
+        except InvalidInput as exc:
+            raise InvalidInput(
+                exc.message.replace("the utterance", f"the {field}"), code=exc.code, field=field
+            ) from None
+
     async def score(self, example: Example) -> tuple[str, float, Label, float]:
         """The deployed model's score, label and threshold, through the service's batcher."""
         batcher = self.state.require_ready()
@@ -286,6 +295,7 @@ class BreakItGame:
 
         @api.post("/score", summary="The deployed model's live score for a draft (nothing is stored)")
         async def live_score(body: ScoreBody) -> dict[str, Any]:
+            self.state.limits.check_item(body.utterance, [t.text for t in body.history])
             model_id, score, label, threshold = await self.score(_example(body.history, body.utterance))
             return {"model": model_id, "score": score, "label": label.value, "threshold": threshold}
 
@@ -296,6 +306,7 @@ class BreakItGame:
                 raise Conflict("this task belongs to another player", field="player_id")
             if progress.finished:
                 raise Conflict("this task is finished; start a new one", field="task_id")
+            self._check_text(body.text, "text")
             rnd = await self._round(task.round_number)
             example = _example(context.turns if context else [], body.text)
             scores = await self.score_attack(rnd, example)
@@ -313,6 +324,8 @@ class BreakItGame:
 
         @api.post("/attacks/{attack_id}/validations", summary="Confirm or reject an attack's label; flag; contrast")
         async def validate(attack_id: int, body: ValidationBody) -> dict[str, Any]:
+            if body.contrast_text:
+                self._check_text(body.contrast_text, "contrast_text")
             v = await self._call(
                 store_().validate,
                 attack_id,
