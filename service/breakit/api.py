@@ -177,8 +177,13 @@ class BreakItGame:
         self.references = ReferenceModels(state)
 
     async def open(self) -> None:
-        from service.breakit.store import open_store  # imported here: the service runs without the extra
-
+        try:
+            from service.breakit.store import open_store  # imported here: the service runs without the extra
+        except ImportError as exc:
+            raise RuntimeError(
+                f"SAFETY_BREAKIT_DB is set but the break-it extra is missing ({exc}): "
+                "pip install 'dialogue-safety[breakit]'"
+            ) from exc
         self.store = await asyncio.to_thread(open_store, self.database)
 
     def close(self) -> None:
