@@ -1,4 +1,4 @@
-"""``dialogue-safety bench <runtime|http> ...``: the speed benchmarks, each owned by its module."""
+"""``dialogue-safety bench <runtime|http|abuse> ...``: the speed benchmarks, each owned by its module."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from cli.main import dispatch
 BENCHMARKS: dict[str, tuple[str, str]] = {
     "runtime": ("benchmarks.runtime", "OnnxClassifier/torch speed: latency, throughput, batch x length sweep"),
     "http": ("benchmarks.http", "the HTTP service under load (micro-batching, overload, naive baseline)"),
+    "abuse": ("benchmarks.abuse", "hostile clients against a local server: idle, slow, largest, overload..."),
 }
 
 

@@ -49,6 +49,35 @@ def _split_table(per_source: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _served(card: ModelCard) -> str:
+    if len(card.score_heads) == 1:
+        return f"the `{card.score_heads[0]}` head"
+    return "the max over " + ", ".join(f"`{h}`" for h in card.score_heads)
+
+
+def _heads_section(heads: dict[str, Any]) -> list[str]:
+    """Each head (a ``categories`` entry) on its own label family's test sets, at its own threshold."""
+    if not heads:
+        return []
+    lines = [
+        "",
+        "### Categories: each head on the test sets of its own label family",
+        "",
+        "Each head judged against its family's own labels at the head's validation-tuned threshold "
+        "(the served decision above uses the served head and the card's threshold).",
+        "",
+        "| head | set | n | threshold | OFFENSIVE-F1 | accuracy |",
+        "|---|---|---|---|---|---|",
+    ]
+    for head, entry in heads.items():
+        for name, row in (entry.get("test") or {}).items():
+            lines.append(
+                f"| {head} | {name} | {_fmt(row.get('n'))} | {entry.get('threshold', 0):.4g} | "
+                f"{_metric_cell(row, 'offensive_f1')} | {_metric_cell(row, 'accuracy')} |"
+            )
+    return [*lines, ""]
+
+
 def _metrics_section(metrics: dict[str, Any], threshold: float) -> list[str]:
     """Test (then valid) metrics at the card's threshold; HateCheck's F1 columns are its accuracy rows."""
     if not metrics:
@@ -135,8 +164,8 @@ def render_model_card(card: ModelCard) -> str:
         "",
         "## Model",
         f"- base model: `{card.base_model or 'unknown'}`",
-        f"- heads (one sigmoid logit each): {', '.join(card.heads)}; "
-        f"main score = max over {', '.join(card.score_heads)}",
+        f"- heads (one sigmoid logit each, reported as `categories`): {', '.join(card.heads)}; "
+        f"the served OFFENSIVE score is {_served(card)}",
         f"- temperatures: {card.temperatures or 'none (1.0)'}; decision threshold: {card.threshold:.4g}",
         f"- encoding: history = segment A, utterance = segment B; max_length {enc.max_length}, "
         f"max_utterance_tokens {enc.max_utterance_tokens}, context_mode {enc.context_mode}, "
@@ -149,6 +178,7 @@ def render_model_card(card: ModelCard) -> str:
             f"{geometry.get('num_attention_heads')} heads, {geometry.get('parameters', 0) / 1e6:.1f} M parameters"
         )
     lines += ["", "## Metrics", "", *_metrics_section(card.metrics, card.threshold)]
+    lines += _heads_section(card.metrics.get("heads") or {})
     lines += _calibration_section(card.calibration)
     lines += _training_section(card.training, card.licences)
     lines += [
@@ -183,7 +213,7 @@ def render_model_card(card: ModelCard) -> str:
         lines += [
             "",
             f"Variants vs fp32 on labelled test splits (threshold {comparison['threshold']:.4g}): "
-            "OFFENSIVE-F1 (ΔF1, changed decisions).",
+            "OFFENSIVE-F1 (ΔF1, decisions changed = 100 % − agreement).",
             "",
             "| variant | " + " | ".join(f"{s} (n={comparison['splits'][s]['n']})" for s in splits) + " |",
             "|---" * (len(splits) + 1) + "|",

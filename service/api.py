@@ -12,9 +12,8 @@ Run it with ``dialogue-safety serve`` or ``uvicorn --factory service.api:create_
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import Annotated, Any, Literal, Protocol
@@ -25,12 +24,13 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 from starlette.responses import JSONResponse, Response
 from starlette.types import Receive
 
+from service.auth import ApiKeyMiddleware, api_key_of, log_auth_state
 from service.batcher import MicroBatcher
 from service.breakit.api import BreakItGame
 from service.encoding import EncodedExample
-from service.errors import ErrorResponse, NotReady, Unauthorized, install_error_handlers
+from service.errors import ErrorResponse, NotReady, install_error_handlers, openapi_responses
 from service.hot_swap import ModelSwapper, admin_router
-from service.limits import BodyLimitMiddleware, Limits
+from service.limits import BodyGuardMiddleware, Limits, apply_to_openapi
 from service.metrics import RequestMetricsMiddleware, ServiceMetrics
 from service.model_card import ModelCard
 from service.schema import Example, Label, Prediction, Turn
@@ -75,6 +75,7 @@ def load_onnx_classifier(settings: ServiceSettings) -> Classifier:
         "providers": settings.provider_list,
         "token_budget": settings.inference_token_budget,
         "max_batch_size": settings.max_batch_size,
+        "derive_in_subprocess": True,  # a derived variant's peak memory stays in a child process
     }
     if settings.intra_op_threads is not None:
         kwargs["intra_op_threads"] = settings.intra_op_threads
@@ -93,8 +94,8 @@ class TurnIn(BaseModel):
     """One turn of dialogue history."""
 
     model_config = ConfigDict(extra="forbid")
-    speaker: str | None = Field(None, max_length=64, description="free text: user, bot, P1...")
-    text: str = Field(description="what was said")
+    speaker: str | None = Field(None, max_length=64, strict=True, description="free text: user, bot, P1...")
+    text: str = Field(strict=True, description="what was said")
 
 
 HistoryEntry = Annotated[
@@ -102,7 +103,12 @@ HistoryEntry = Annotated[
 ]
 Threshold = Annotated[
     float | None,
-    Field(ge=0.0, le=1.0, description="decision threshold for this request (default: the model's)"),
+    Field(
+        ge=0.0,
+        le=1.0,
+        strict=True,  # a number: not true/false, not "0.5"
+        description="decision threshold for this request (default: the model's)",
+    ),
 ]
 
 
@@ -127,7 +133,7 @@ class ClassifyRequest(BaseModel):
     history: list[HistoryEntry] = Field(
         default_factory=list, description="earlier turns, oldest first: objects {speaker, text} or strings"
     )
-    utterance: str = Field(description="the message to classify, judged in the context of the history")
+    utterance: str = Field(strict=True, description="the message to classify, judged in the context of the history")
     threshold: Threshold = None
 
 
@@ -205,27 +211,18 @@ class Status(BaseModel):
     model: str | None = None
 
 
-ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorResponse, "description": what}
-    for status, what in [
-        (400, "malformed JSON"),
-        (401, "missing or wrong API key (only when one is configured)"),
-        (413, "body larger than max_body_bytes"),
-        (415, "body not sent as application/json"),
-        (422, "schema violation or request limit"),
-        (429, "overloaded: retry after Retry-After seconds"),
-        (500, "inference failed for this request's batch, or an internal error"),
-        (503, "model not loaded and warmed up yet, or shutting down"),
-    ]
-}
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = openapi_responses(ErrorResponse)
 
 
 # -- the service state -----------------------------------------------------------------------------
 class ServiceState:
     """What one app owns: settings, limits, metrics, and (once loaded) classifier and batcher."""
 
-    def __init__(self, settings: ServiceSettings, factory: ClassifierFactory) -> None:
+    def __init__(
+        self, settings: ServiceSettings, factory: ClassifierFactory, on_fatal: Callable[[], None] | None = None
+    ) -> None:
         self.settings = settings
+        self.on_fatal = on_fatal  # called when the model cannot load: the CLI stops the server (exit status 3)
         self.factory = factory
         self.limits = Limits.from_settings(settings)
         self.metrics = ServiceMetrics()
@@ -241,8 +238,12 @@ class ServiceState:
         try:
             classifier = await self.load_classifier(self.settings)
         except Exception as exc:
+            # The operator gets the details in the log; clients only learn that it failed.
             self.load_error = f"{type(exc).__name__}: {exc}"
             log.error("the model failed to load from %s: %s", self.settings.model_dir, self.load_error)
+            self.metrics.ready.set(0)
+            if self.on_fatal is not None:
+                self.on_fatal()
             return
         await self.install(classifier, self.settings)
 
@@ -254,7 +255,7 @@ class ServiceState:
 
     async def install(self, classifier: Classifier, settings: ServiceSettings) -> MicroBatcher | None:
         """Serve ``classifier`` from now on with a fresh batcher; returns the previous batcher (the
-        hot swap drains it: requests already queued there finish on the old model)."""
+        hot swap drains it: requests already admitted there finish on the old model)."""
         s = settings
         card = classifier.card
         batcher = MicroBatcher(
@@ -266,6 +267,7 @@ class ServiceState:
             queue_size=s.queue_size,
             observer=self.metrics,
             retry_after_s=s.retry_after_s,
+            max_queue_wait_s=s.max_queue_wait_s,
         )
         await batcher.start()
         previous = self.batcher
@@ -299,7 +301,7 @@ class ServiceState:
     def require_ready(self) -> MicroBatcher:
         if self.load_error is not None:
             raise NotReady(
-                f"the model failed to load: {self.load_error}",
+                "the model failed to load; the operator must fix it (details in the server log)",
                 code="model_failed",
                 retry_after_s=self.settings.retry_after_s,
             )
@@ -320,12 +322,14 @@ class ServiceState:
 
 
 def _to_example(item: ClassifyRequest | str, limits: Limits, prefix: str) -> Example:
+    """The request item as an :class:`Example`, checked by the one set of item rules."""
     if isinstance(item, str):
-        limits.check_item(item, (), prefix)
-        return Example(utterance=item)
-    turns = tuple(Turn(h) if isinstance(h, str) else Turn(h.text, h.speaker) for h in item.history)
-    limits.check_item(item.utterance, [t.text for t in turns], prefix)
-    return Example(utterance=item.utterance, history=turns)
+        example = Example(utterance=item)
+    else:
+        turns = tuple(Turn(h) if isinstance(h, str) else Turn(h.text, h.speaker) for h in item.history)
+        example = Example(utterance=item.utterance, history=turns)
+    limits.check_example(example, prefix)
+    return example
 
 
 async def _until_disconnect(receive: Receive) -> None:
@@ -342,35 +346,33 @@ async def _predict(state: ServiceState, request: Request, examples: list[Example
     watcher = asyncio.ensure_future(_until_disconnect(request.receive))
     try:
         await asyncio.wait((waiter, watcher), return_when=asyncio.FIRST_COMPLETED)
+        answered = waiter.done()  # decided here: a cancelled gather() is not done() until a later loop turn
     finally:
         watcher.cancel()
         if not waiter.done():
             waiter.cancel()
         batcher.release(futures)
-    if waiter.cancelled():
+    if not answered or waiter.cancelled():
         return None
     result = waiter.result()
     return [result] if len(futures) == 1 else list(result)
 
 
-def api_key_guard(settings: ServiceSettings) -> Callable[..., Awaitable[None]] | None:
-    """The dependency that checks the API key (bearer token or X-API-Key), None when no key is set."""
-    api_key = settings.api_key.get_secret_value() if settings.api_key else None
-    if not api_key:
-        return None
-    expected = api_key.encode()
+def api_key_declaration(settings: ServiceSettings) -> list[Any]:
+    """Route dependencies that declare the API key's schemes in OpenAPI (for ``/v1/*`` and the
+    admin routers); none when no key is set. They check nothing: :class:`service.auth.ApiKeyMiddleware`
+    checks the key, before the body is read."""
+    if api_key_of(settings) is None:
+        return []
 
-    async def require_api_key(credentials: BearerCredentials, key: ApiKeyHeader) -> None:
-        supplied = key if key is not None else (credentials.credentials if credentials else None)
-        if supplied is None or not hmac.compare_digest(supplied.encode(), expected):
-            raise Unauthorized()
+    async def declare_api_key(credentials: BearerCredentials, key: ApiKeyHeader) -> None:
+        """Declares the key's schemes in OpenAPI only (service.auth checks the key)."""
 
-    return require_api_key
+    return [Depends(declare_api_key)]
 
 
 def _build_router(state: ServiceState) -> APIRouter:
-    guard = api_key_guard(state.settings)
-    dependencies = [Depends(guard)] if guard is not None else []
+    dependencies = api_key_declaration(state.settings)
 
     v1 = APIRouter(prefix="/v1", tags=["classification"], dependencies=dependencies, responses=ERROR_RESPONSES)
     ops = APIRouter(tags=["operations"])
@@ -467,16 +469,21 @@ def _build_router(state: ServiceState) -> APIRouter:
 
 
 def create_app(
-    settings: ServiceSettings | None = None, *, classifier_factory: ClassifierFactory | None = None
+    settings: ServiceSettings | None = None,
+    *,
+    classifier_factory: ClassifierFactory | None = None,
+    on_fatal: Callable[[], None] | None = None,
 ) -> FastAPI:
-    """Build the app; ``settings`` default to the ``SAFETY_*`` environment."""
+    """Build the app; ``settings`` default to the ``SAFETY_*`` environment. ``on_fatal`` is called
+    (on the event loop) when the model cannot be loaded: the CLI stops the server then."""
     settings = settings if settings is not None else ServiceSettings()
-    state = ServiceState(settings, classifier_factory or load_onnx_classifier)
+    state = ServiceState(settings, classifier_factory or load_onnx_classifier, on_fatal)
     swapper = ModelSwapper(state)
     game = BreakItGame(state, settings.breakit_db) if settings.breakit_db else None
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        log_auth_state(settings)
         if game is not None:
             await game.open()  # a database that cannot be opened stops the start-up, loudly
         loader = asyncio.create_task(state.load(), name="safety-model-loader")
@@ -500,12 +507,29 @@ def create_app(
     )
     app.state.safety = state
     install_error_handlers(app)
-    app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes)
-    app.add_middleware(RequestMetricsMiddleware, metrics=state.metrics)  # outermost: sees the 413s
+    # Innermost first: the body guard (size, time, in-flight bytes), then the API key (checked
+    # before any body byte is read), then the request metrics (outermost: they see every answer).
+    app.add_middleware(
+        BodyGuardMiddleware,
+        max_body_bytes=settings.max_body_bytes,
+        body_timeout_s=settings.body_timeout_s,
+        max_inflight_body_bytes=settings.max_inflight_body_bytes,
+    )
+    # always installed: without a key it still turns the admin endpoints away
+    app.add_middleware(ApiKeyMiddleware, api_key=api_key_of(settings), public_docs=settings.public_docs)
+    app.add_middleware(RequestMetricsMiddleware, metrics=state.metrics)
     app.include_router(_build_router(state))
     app.include_router(admin_router(swapper))
     if game is not None:
         app.include_router(game.router())
+    generate_openapi = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = apply_to_openapi(generate_openapi(), state.limits)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
     return app
 
 

@@ -7,6 +7,17 @@ batches and runs them, one at a time, in a single inference thread. A batch clos
 reaches ``max_batch_size`` items, when one more item would take it past ``token_budget``
 padded tokens (items x longest), or at its deadline (``max_wait_s`` after its oldest item).
 
+Admission is bounded by time, not only by items: with ``max_queue_wait_s`` set, the batcher
+keeps a running estimate of its throughput (seconds per token, from the batches it ran) and
+refuses a submission at once (:class:`Overloaded`, 429) when the tokens already queued would
+take longer than that to clear; an item that still waited longer than ``max_queue_wait_s``
+when its batch forms (a burst the estimate did not foresee) is failed with :class:`Overloaded`
+instead of being served late. So an accepted request waits at most ``max_queue_wait_s`` plus
+one batch; ``queue_size`` stays a hard cap in items.
+
+Encoding (normalisation and tokenisation) always runs in a helper thread, never on the event
+loop: a large valid request must not stall ``/health`` or other clients.
+
 The single-request path stays lean: the batcher only waits for company when the last batch
 showed concurrent traffic (it held several items, or items arrived while it ran); a lone
 request is run at once. Under load the next batch fills while the current one runs, so
@@ -15,13 +26,16 @@ waiting rarely matters.
 Every future is resolved or failed: results go to their callers in order; items whose caller
 went away (cancelled future) are dropped before inference; a failing batch fails only its own
 items (:class:`InferenceFailed`) and the loop keeps serving; stopping fails what is left with
-:class:`NotReady` (``shutting_down``).
+:class:`NotReady` (``shutting_down``). :meth:`MicroBatcher.drain` (the hot swap retiring the old
+model) refuses new work but lets everything already admitted finish first, including
+submissions still being encoded.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -47,6 +61,7 @@ class BatchObserver(Protocol):
     def observe_batch(self, size: int, padded_tokens: int, seconds: float) -> None: ...
     def observe_dropped(self, n: int) -> None: ...
     def observe_batch_failure(self) -> None: ...
+    def observe_shed(self, n: int) -> None: ...
 
 
 class NullObserver:
@@ -68,12 +83,15 @@ class NullObserver:
     def observe_batch_failure(self) -> None:
         pass
 
+    def observe_shed(self, n: int) -> None:
+        pass
+
 
 @dataclass(slots=True)
 class _Pending:
     encoded: EncodedExample
     future: asyncio.Future[Prediction]
-    enqueued: float  # loop.time()
+    enqueued: float  # loop.time() when the submission arrived (before encoding)
 
 
 @dataclass(slots=True)
@@ -121,10 +139,13 @@ class MicroBatcher:
         queue_size: int = 1024,
         observer: BatchObserver | None = None,
         retry_after_s: int = 1,
-        inline_encode_items: int = 8,
+        inline_encode_items: int = 0,
+        max_queue_wait_s: float | None = None,
     ) -> None:
         if max_batch_size < 1 or token_budget < 1 or queue_size < 1 or max_wait_s < 0:
             raise ValueError("max_batch_size, token_budget and queue_size must be >= 1, max_wait_s >= 0")
+        if max_queue_wait_s is not None and max_queue_wait_s <= 0:
+            raise ValueError("max_queue_wait_s must be > 0 (or None: bounded by queue_size only)")
         self._encode = encode
         self._predict = predict
         self.max_batch_size = max_batch_size
@@ -132,7 +153,16 @@ class MicroBatcher:
         self.max_wait_s = max_wait_s
         self.queue_size = queue_size
         self.retry_after_s = retry_after_s
-        self.inline_encode_items = inline_encode_items
+        self.inline_encode_items = inline_encode_items  # 0: never encode on the event loop
+        self.max_queue_wait_s = max_queue_wait_s
+        self._seconds_per_token: float | None = None  # EWMA over the batches run so far
+        self._queued_tokens = 0  # tokens of the items in the queue (and the carried one)
+        self._encoding = 0  # items admitted and being (or waiting to be) encoded
+        self._item_tokens = 64.0  # running mean of tokens per item (to estimate items not encoded yet)
+        self._encode_seconds_per_item = 0.0  # running mean of encoding time per item
+        self._to_encode: list[tuple[Sequence[Example], asyncio.Future[list[EncodedExample]]]] = []
+        self._encoder_busy = False
+        self._encoder_task: asyncio.Task[None] | None = None
         self._observer: BatchObserver = observer or NullObserver()
         self._queue: asyncio.Queue[_Pending] | None = None
         self._carry: _Pending | None = None  # taken from the queue, did not fit the last batch
@@ -145,7 +175,8 @@ class MicroBatcher:
         self._arrived_while_running = 0
         self._expect_company = False
         self._outstanding = 0  # futures handed out and not yet settled (drain waits for 0)
-        self._settled: asyncio.Event | None = None
+        self._settled: asyncio.Event | None = None  # set whenever outstanding or encoding work ends
+        self._draining = False
 
     # -- lifecycle ----------------------------------------------------------------------------
     async def start(self) -> None:
@@ -174,30 +205,37 @@ class MicroBatcher:
             pending.append(self._queue.get_nowait())
         for item in pending:
             _fail(item.future, _shutting_down(self.retry_after_s))
+        self._queued_tokens = 0
         self._observer.observe_queue_depth(0)
+        self._fail_unencoded(())  # not handed to the encoding thread yet
         for pool in (self._infer_pool, self._encode_pool):
             if pool is not None:
                 pool.shutdown(wait=False, cancel_futures=True)
         self._infer_pool = self._encode_pool = None
 
     async def drain(self, timeout_s: float) -> bool:
-        """Refuse new work, let every queued item and the running batch finish, then :meth:`stop`
-        (what is still pending after ``timeout_s`` fails with ``shutting_down``). True when
-        everything finished in time. The hot swap retires the old model's batcher with it."""
+        """Refuse new work, let every admitted item finish (those still being encoded, the queued
+        ones and the running batch), then :meth:`stop` (what is still pending after ``timeout_s``
+        fails with ``shutting_down``). True when everything finished in time. The hot swap retires
+        the old model's batcher with it."""
         self._accepting = False
+        self._draining = True
         drained = True
-        if self._settled is not None and self._outstanding:
-            try:
-                await asyncio.wait_for(self._settled.wait(), timeout_s)
-            except TimeoutError:
-                drained = False
+        try:
+            async with asyncio.timeout(timeout_s):
+                while self._settled is not None and (self._outstanding or self._encoding):
+                    self._settled.clear()
+                    await self._settled.wait()
+        except TimeoutError:
+            drained = False
         await self.stop()
         return drained
 
-    def _settle(self, _future: asyncio.Future[Prediction]) -> None:
-        self._outstanding -= 1
-        if self._outstanding == 0 and self._settled is not None:
-            self._settled.set()
+    def _settle(self, future: asyncio.Future[Prediction] | None = None) -> None:
+        if future is not None:  # a handed-out future settled (None: an encoding ended)
+            self._outstanding -= 1
+        if self._settled is not None:
+            self._settled.set()  # drain() re-checks what is left
 
     @property
     def running(self) -> bool:
@@ -208,6 +246,22 @@ class MicroBatcher:
         """Items waiting for a batch (not counting the batch being run)."""
         queued = self._queue.qsize() if self._queue is not None else 0
         return queued + (1 if self._carry is not None else 0)
+
+    @property
+    def expected_wait_s(self) -> float | None:
+        """How long the queued work (and the admitted items still being encoded) would take to clear
+        at the measured throughput (None: not measured yet)."""
+        if self._seconds_per_token is None:
+            return None
+        encoding = self._encoding * self._encode_seconds_per_item  # one encoding thread: they wait in turn
+        return encoding + (self._queued_tokens + self._encoding * self._item_tokens) * self._seconds_per_token
+
+    def live_depth(self) -> int:
+        """Items waiting whose caller still waits (cancelled ones are dropped when reached)."""
+        waiting = list(self._queue._queue) if self._queue is not None else []  # type: ignore[attr-defined]
+        if self._carry is not None:
+            waiting.append(self._carry)
+        return sum(1 for item in waiting if not item.future.done())
 
     # -- submitting -----------------------------------------------------------------------------
     async def submit(self, examples: Sequence[Example]) -> list[Prediction]:
@@ -230,51 +284,133 @@ class MicroBatcher:
         n = len(examples)
         if n == 0:
             return []
+        loop = asyncio.get_running_loop()
+        arrived = loop.time()  # the wait bound counts from here: waiting to be encoded is waiting too
         self._check_room(n)  # before encoding: refusing must stay cheap under overload
         start = time.perf_counter()
-        if n <= self.inline_encode_items:
-            encoded = self._encode(examples)
-        else:
-            loop = asyncio.get_running_loop()
-            encoded = await loop.run_in_executor(self._encode_pool, self._encode, examples)
+        self._encoding += n
+        try:
+            if n <= self.inline_encode_items:
+                encoded = self._timed_encode(examples)
+            else:
+                encoded = await self._encode_off_loop(examples)
+        finally:
+            self._encoding -= n
+            self._settle()  # no await before _enqueue: a draining batcher sees these items queued
         self._observer.observe_tokenization(time.perf_counter() - start)
         if len(encoded) != n:
             raise RuntimeError(f"encode returned {len(encoded)} items for {n} examples")
-        return self._enqueue(encoded)
+        return self._enqueue(encoded, arrived)
 
-    @staticmethod
-    def release(futures: Sequence[asyncio.Future[Prediction]]) -> None:
+    def _timed_encode(self, examples: Sequence[Example]) -> list[EncodedExample]:
+        """``encode``, keeping a running mean of its time per item (for the wait estimate)."""
+        start = time.perf_counter()
+        encoded = self._encode(examples)
+        if examples:
+            per_item = (time.perf_counter() - start) / len(examples)
+            self._encode_seconds_per_item = 0.9 * self._encode_seconds_per_item + 0.1 * per_item
+        return encoded
+
+    async def _encode_off_loop(self, examples: Sequence[Example]) -> list[EncodedExample]:
+        """Encode in the encoding thread, together with whatever other submissions are waiting:
+        one call per round instead of one per request (under load, each thread hand-off costs a
+        GIL switch interval while the event loop is busy)."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[list[EncodedExample]] = loop.create_future()
+        self._to_encode.append((examples, future))
+        if not self._encoder_busy:
+            self._encoder_busy = True
+            self._encoder_task = loop.create_task(self._encode_rounds())
+        return await future
+
+    async def _encode_rounds(self) -> None:
+        loop = asyncio.get_running_loop()
+        jobs: list[tuple[Sequence[Example], asyncio.Future[list[EncodedExample]]]] = []
+        try:
+            while self._to_encode:
+                jobs, self._to_encode = self._to_encode, []
+                jobs = [(examples, future) for examples, future in jobs if not future.done()]  # callers gone
+                if not jobs:
+                    continue
+                flat = [example for examples, _ in jobs for example in examples]
+                try:
+                    encoded = await loop.run_in_executor(self._encode_pool, self._timed_encode, flat)
+                except Exception:
+                    if len(jobs) == 1:
+                        _fail_encoding(jobs[0][1], sys.exc_info()[1])
+                        continue
+                    for examples, future in jobs:  # isolate the submission that fails
+                        try:
+                            one = await loop.run_in_executor(self._encode_pool, self._timed_encode, examples)
+                        except Exception as exc:
+                            _fail_encoding(future, exc)
+                        else:
+                            if not future.done():
+                                future.set_result(one)
+                    continue
+                start = 0
+                for examples, future in jobs:
+                    if not future.done():
+                        future.set_result(encoded[start : start + len(examples)])
+                    start += len(examples)
+        except BaseException:  # stopped: the pool dropped its queued work; no submission may wait forever
+            self._fail_unencoded(jobs)
+            raise
+        finally:
+            self._encoder_busy = False
+
+    def _fail_unencoded(self, jobs: Sequence[tuple[Sequence[Example], asyncio.Future[list[EncodedExample]]]]) -> None:
+        """Fail the submissions of ``jobs`` and those still waiting for the encoding thread."""
+        waiting, self._to_encode = self._to_encode, []
+        for _, future in [*jobs, *waiting]:
+            _fail_encoding(future, _shutting_down(self.retry_after_s))
+
+    def release(self, futures: Sequence[asyncio.Future[Prediction]]) -> None:
         """Cancel the futures still pending (they are dropped before inference) and mark the
         failures of the others as retrieved (no 'exception was never retrieved' warnings)."""
+        cancelled = 0
         for fut in futures:
             if not fut.done():
                 fut.cancel()
+                cancelled += 1
             elif not fut.cancelled():
                 fut.exception()
+        if cancelled:
+            self._observer.observe_queue_depth(self.live_depth())
 
-    def _check_room(self, n: int) -> None:
-        if not self._accepting or self._queue is None:
+    def _check_room(self, n: int, *, wait: bool = True) -> None:
+        # wait=False: items admitted before encoding; a draining batcher still takes them (in flight)
+        admitted_while_draining = not wait and self._draining and self._task is not None and not self._task.done()
+        if not (self._accepting or admitted_while_draining) or self._queue is None:
             raise _shutting_down(self.retry_after_s) if self._stopped else NotReady("the batcher is not running")
-        if self.queue_size - self.depth < n:
+        if self.queue_size - self.depth - self._encoding < n:
             raise Overloaded(
                 f"the inference queue is full ({self.depth}/{self.queue_size} items waiting); retry later",
                 retry_after_s=self.retry_after_s,
             )
+        expected = self.expected_wait_s if wait else None
+        if self.max_queue_wait_s is not None and expected is not None and expected > self.max_queue_wait_s:
+            raise Overloaded(
+                f"the inference queue holds {expected * 1000:.0f} ms of work, more than the "
+                f"{self.max_queue_wait_s * 1000:.0f} ms a request may wait (SAFETY_MAX_QUEUE_WAIT_MS); retry later",
+                retry_after_s=self.retry_after_s,
+            )
 
-    def _enqueue(self, encoded: list[EncodedExample]) -> list[asyncio.Future[Prediction]]:
-        self._check_room(len(encoded))  # again: encoding may have awaited
+    def _enqueue(self, encoded: list[EncodedExample], arrived: float) -> list[asyncio.Future[Prediction]]:
+        # Again (encoding may have awaited), for the hard cap only: the work of encoding is done,
+        # and an item that then waits too long is refused when its batch forms.
+        self._check_room(len(encoded), wait=False)
         assert self._queue is not None
         loop = asyncio.get_running_loop()
-        now = loop.time()
         futures: list[asyncio.Future[Prediction]] = []
         for enc in encoded:  # no await in between: one submission's items stay together
             fut: asyncio.Future[Prediction] = loop.create_future()
-            self._queue.put_nowait(_Pending(enc, fut, now))
+            self._queue.put_nowait(_Pending(enc, fut, arrived))
+            self._queued_tokens += len(enc)
+            self._item_tokens = 0.9 * self._item_tokens + 0.1 * len(enc)
             fut.add_done_callback(self._settle)
             futures.append(fut)
         self._outstanding += len(encoded)
-        if self._settled is not None:
-            self._settled.clear()
         if self._running_batch:
             self._arrived_while_running += len(encoded)
         self._observer.observe_queue_depth(self.depth)
@@ -300,8 +436,11 @@ class MicroBatcher:
         assert self._queue is not None
         batch = _Batch(self.max_batch_size, self.token_budget)
         while not batch.items:  # skip items whose caller is gone
-            first = self._carry if self._carry is not None else await self._queue.get()
-            self._carry = None
+            if self._carry is not None:
+                first, self._carry = self._carry, None
+            else:
+                first = await self._queue.get()
+            self._queued_tokens -= len(first.encoded)
             self._take(batch, first)
         if self._drain(batch) or not self._expect_company or self.max_wait_s <= 0:
             return batch
@@ -310,6 +449,7 @@ class MicroBatcher:
             async with asyncio.timeout_at(deadline):
                 while True:
                     item = await self._queue.get()  # cancellation-safe: no item is lost
+                    self._queued_tokens -= len(item.encoded)
                     if not self._offer(batch, item) or batch.full:
                         break
         except TimeoutError:
@@ -326,7 +466,9 @@ class MicroBatcher:
         while not batch.full:
             if self._queue.empty():
                 return False
-            if not self._offer(batch, self._queue.get_nowait()):
+            item = self._queue.get_nowait()
+            self._queued_tokens -= len(item.encoded)
+            if not self._offer(batch, item):
                 return True
         return True
 
@@ -337,6 +479,7 @@ class MicroBatcher:
             return True
         if not batch.fits(item):
             self._carry = item
+            self._queued_tokens += len(item.encoded)  # still waiting
             return False
         batch.add(item)
         return True
@@ -351,12 +494,26 @@ class MicroBatcher:
         live = [item for item in batch.items if not item.future.done()]  # cancelled while waiting
         if len(live) < len(batch.items):
             self._observer.observe_dropped(len(batch.items) - len(live))
-        batch.items = live
-        self._observer.observe_queue_depth(self.depth)
-        if not live:
-            return
         loop = asyncio.get_running_loop()
         now = loop.time()
+        if self.max_queue_wait_s is not None:  # never serve late: refuse what waited too long
+            late = [item for item in live if now - item.enqueued > self.max_queue_wait_s]
+            if late:
+                live = [item for item in live if now - item.enqueued <= self.max_queue_wait_s]
+                self._observer.observe_shed(len(late))
+                for item in late:
+                    _fail(
+                        item.future,
+                        Overloaded(
+                            f"this request waited more than {self.max_queue_wait_s * 1000:.0f} ms for inference "
+                            "(SAFETY_MAX_QUEUE_WAIT_MS); retry later",
+                            retry_after_s=self.retry_after_s,
+                        ),
+                    )
+        batch.items = live
+        self._observer.observe_queue_depth(self.live_depth())
+        if not live:
+            return
         for item in live:
             self._observer.observe_queue_wait(now - item.enqueued)
         padded = len(live) * max(len(item.encoded) for item in live)
@@ -376,7 +533,11 @@ class MicroBatcher:
         finally:
             self._running_batch = False
             self._expect_company = len(live) > 1 or self._arrived_while_running > 0
-        self._observer.observe_batch(len(live), padded, time.perf_counter() - start)
+        elapsed = time.perf_counter() - start
+        per_token = elapsed / max(1, padded)
+        old = self._seconds_per_token
+        self._seconds_per_token = per_token if old is None else 0.8 * old + 0.2 * per_token
+        self._observer.observe_batch(len(live), padded, elapsed)
         for item, prediction in zip(live, predictions, strict=True):
             if not item.future.done():
                 item.future.set_result(prediction)
@@ -391,6 +552,11 @@ def _shutting_down(retry_after_s: int) -> NotReady:
     return NotReady(
         "the service is shutting down; retry on another instance", code="shutting_down", retry_after_s=retry_after_s
     )
+
+
+def _fail_encoding(future: asyncio.Future[list[EncodedExample]], exc: BaseException | None) -> None:
+    if not future.done():
+        future.set_exception(exc if exc is not None else RuntimeError("encoding failed"))
 
 
 def _fail(future: asyncio.Future[Prediction], exc: Exception) -> None:

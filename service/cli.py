@@ -26,6 +26,7 @@ BUILD_HINT = (
 )
 
 
+MODEL_FAILED = 3  # exit status when the model cannot be loaded (a supervisor restarts or alerts)
 FLAG_NAMES = {"model_dir": "--model"}
 SECRET_SETTINGS = {"api_key"}  # environment only: a flag would show in `ps`
 
@@ -92,21 +93,24 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety serve")
     import uvicorn
 
     from service.api import create_app
+    from service.server import uvicorn_config
 
     level = "DEBUG" if settings.log_level == "trace" else settings.log_level.upper()
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    app = create_app(settings)
-    uvicorn.run(
-        app,
-        host=settings.host,
-        port=settings.port,
-        workers=1,
-        log_level=settings.log_level,
-        access_log=settings.access_log,
-        proxy_headers=False,
-        server_header=False,
-        timeout_graceful_shutdown=10,
-    )
+    server: uvicorn.Server | None = None
+
+    def stop_on_fatal() -> None:  # the model cannot load: exit instead of answering 503 forever
+        if server is not None:
+            server.should_exit = True
+
+    app = create_app(settings, on_fatal=stop_on_fatal)
+    server = uvicorn.Server(uvicorn_config(app, settings))
+    server.run()
+    if app.state.safety.load_error is not None:
+        print(
+            f"{prog}: the model in {settings.model_dir} failed to load: {app.state.safety.load_error}", file=sys.stderr
+        )
+        return MODEL_FAILED
     return 0
 
 

@@ -18,6 +18,16 @@ from the newest turn backwards, so the **oldest** turns are dropped first. The o
 that only partly fits keeps its last tokens (the words nearest the utterance).
 ``max_history_turns`` (default: no limit) keeps only the newest N turns before any of that.
 
+Only what the model reads is normalised and tokenised: the utterance is cut to a window of
+its first characters and each history turn to a window of its last characters (at a
+whitespace, ``WINDOW_CHARS_PER_TOKEN`` characters per token it may contribute), and a window
+that yields too few tokens is widened and encoded again. The result is the same as encoding
+the whole text whenever the cut falls on whitespace (the normalisation and BERT's
+pre-tokenisation never join words across whitespace); a text with no whitespace near the cut
+is cut where the window ends, which can only change the pieces of the word cut in two, never
+within the tokens the model reads (the head window asks for ``WINDOW_MARGIN_TOKENS`` extra).
+A 4,000-character turn costs what its last ~128 tokens cost, not what 4,000 characters cost.
+
 Normalisation (switchable, recorded in the model card) runs identically in training and
 serving, in this order: emoji → their English names (``🐍`` → ``snake``), Unicode NFKC,
 whitespace collapsed. BERT's uncased vocabulary maps most emoji to ``[UNK]``, which would
@@ -39,7 +49,7 @@ import emoji
 import numpy as np
 from tokenizers import Tokenizer
 
-from service.schema import Example
+from service.schema import Example, Turn
 
 ContextMode = Literal["segments", "concat", "utterance_only"]
 CONTEXT_MODES: tuple[str, ...] = ("segments", "concat", "utterance_only")
@@ -78,6 +88,35 @@ class EncodingConfig:
         if unknown:
             raise ValueError(f"unknown encoding settings: {sorted(unknown)}")
         return cls(**data)
+
+
+WINDOW_CHARS_PER_TOKEN = 6  # the first window: characters per token the model may read from a text
+WINDOW_MARGIN_TOKENS = 16  # extra tokens a window cut inside a word must yield
+
+
+def _cut(text: str, chars: int, head: bool) -> tuple[str, bool]:
+    """The first (``head``) or last ``chars`` characters of ``text``, cut at whitespace when there
+    is some in the outer half of the window; also whether the cut was at whitespace."""
+    n = len(text)
+    if head:
+        lo, hi = chars // 2, chars
+        at = max(text.rfind(" ", lo, hi), text.rfind("\n", lo, hi), text.rfind("\t", lo, hi))
+        return (text[:at], True) if at > 0 else (text[:chars], False)
+    lo, hi = n - chars, n - chars // 2
+    found = [i for i in (text.find(" ", lo, hi), text.find("\n", lo, hi), text.find("\t", lo, hi)) if i >= 0]
+    return (text[min(found) + 1 :], True) if found else (text[n - chars :], False)
+
+
+def _room_for_another_turn(room: int, kept: int) -> bool:
+    """Whether a further (older) history turn can still add tokens (see ``_assemble``)."""
+    return room > 0 if kept == 0 else room > 1
+
+
+def _room_after(room: int, kept: int, turn_tokens: int) -> int:
+    """Token room left once a turn of ``turn_tokens`` is kept (the first shares segment A's [SEP])."""
+    if kept == 0:
+        return room - min(turn_tokens, room)
+    return room - min(turn_tokens, room - 1) - 1
 
 
 def _emoji_name(chars: str, data: dict[str, Any]) -> str:
@@ -135,21 +174,68 @@ class DialogueEncoder:
         return self.encode_batch([example])[0]
 
     def encode_batch(self, examples: Sequence[Example]) -> list[EncodedExample]:
-        """Encode many examples with one call into the Rust tokenizer."""
-        use_history = self.config.context_mode != "utterance_only"
-        texts: list[str] = []
-        spans: list[tuple[int, int]] = []  # (start, number of history turns) per example
+        """Encode many examples, a few calls into the Rust tokenizer for the whole batch: the
+        utterances and newest turns first, then older turns (2, 4, 8... at a time) only for the
+        examples whose token budget is not full yet (see the module docstring)."""
+        cfg = self.config
+        use_history = cfg.context_mode != "utterance_only"
+        budget = cfg.max_length - 3
+        histories: list[tuple[Turn, ...]] = []
         for ex in examples:
-            start = len(texts)
             turns = ex.history if use_history else ()
-            keep = self.config.max_history_turns
+            keep = cfg.max_history_turns
             if keep is not None:
                 turns = turns[-keep:] if keep else ()
-            texts.extend(self._turn_text(t.text, t.speaker) for t in turns)
-            texts.append(normalise_text(ex.utterance, self.config))
-            spans.append((start, len(turns)))
-        pieces = [e.ids for e in self.tokenizer.encode_batch(texts, add_special_tokens=False)]
-        return [self._assemble(pieces[s : s + n], pieces[s + n]) for s, n in spans]
+            histories.append(turns)
+        utt_need = [cfg.max_utterance_tokens if turns else budget for turns in histories]
+        utterances = self._tokenize_windows(
+            [(ex.utterance, None, True, n) for ex, n in zip(examples, utt_need, strict=True)]
+        )
+        room = [budget - min(len(u), n) for u, n in zip(utterances, utt_need, strict=True)]
+        newest_first: list[list[list[int]]] = [[] for _ in examples]
+        step = 2
+        while True:
+            asks: list[tuple[int, Turn]] = []
+            for i, turns in enumerate(histories):
+                done = len(newest_first[i])
+                if done < len(turns) and _room_for_another_turn(room[i], done):
+                    asks += [(i, t) for t in reversed(turns[max(0, len(turns) - done - step) : len(turns) - done])]
+            if not asks:
+                break
+            pieces = self._tokenize_windows([(t.text, t.speaker, False, max(1, room[i])) for i, t in asks])
+            for (i, _), piece in zip(asks, pieces, strict=True):
+                if _room_for_another_turn(room[i], len(newest_first[i])):
+                    room[i] = _room_after(room[i], len(newest_first[i]), len(piece))
+                newest_first[i].append(piece)
+            step *= 2
+        return [self._assemble(list(reversed(kept)), utt) for kept, utt in zip(newest_first, utterances, strict=True)]
+
+    def _tokenize_windows(self, texts: Sequence[tuple[str, str | None, bool, int]]) -> list[list[int]]:
+        chars = [WINDOW_CHARS_PER_TOKEN * (need + WINDOW_MARGIN_TOKENS) for *_, need in texts]
+        pieces: list[list[int]] = [[] for _ in texts]
+        todo = list(range(len(texts)))
+        while todo:
+            windows: list[str] = []
+            checks: list[int | None] = []  # tokens the window must yield (None: the whole text)
+            for i in todo:
+                text, speaker, head, need = texts[i]
+                if len(text) <= chars[i]:
+                    windows.append(self._turn_text(text, speaker) if not head else normalise_text(text, self.config))
+                    checks.append(None)
+                    continue
+                window, at_space = _cut(text, chars[i], head)
+                windows.append(normalise_text(window, self.config))  # a cut turn's speaker marker is never read
+                checks.append(need + (0 if at_space else WINDOW_MARGIN_TOKENS))
+            encoded = self.tokenizer.encode_batch(windows, add_special_tokens=False)
+            again = []
+            for i, enc, check in zip(todo, encoded, checks, strict=True):
+                if check is not None and len(enc.ids) < check:
+                    chars[i] *= 4  # too few tokens in the window (spaces, zero-width...): widen it
+                    again.append(i)
+                else:
+                    pieces[i] = enc.ids
+            todo = again
+        return pieces
 
     def _assemble(self, history: list[list[int]], utterance: list[int]) -> EncodedExample:
         cfg = self.config

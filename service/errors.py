@@ -63,6 +63,12 @@ class PayloadTooLarge(ServiceError):
     default_code = "payload_too_large"
 
 
+class RequestTimeout(ServiceError):
+    """The request body did not arrive in time (slow, stalled, or shorter than its Content-Length)."""
+
+    default_code = "request_timeout"
+
+
 class Unauthorized(ServiceError):
     default_code = "unauthorized"
 
@@ -73,7 +79,8 @@ class Unauthorized(ServiceError):
 
 
 class NotFound(ServiceError):
-    """The request names something that does not exist (a break-it round, task, attack or player)."""
+    """No such route, or the request names something that does not exist (a break-it round, task,
+    attack or player)."""
 
     default_code = "not_found"
 
@@ -121,6 +128,16 @@ class InferenceFailed(ServiceError):
         super().__init__(message)
 
 
+class MethodNotAllowed(ServiceError):
+    default_code = "method_not_allowed"
+
+
+class InternalError(ServiceError):
+    """A bug: the details go to the server log, never into the response."""
+
+    default_code = "internal_error"
+
+
 class ErrorInfo(BaseModel):
     code: str = Field(description="machine-readable error code", examples=["utterance_too_long"])
     message: str = Field(description="what went wrong and what to fix")
@@ -138,23 +155,62 @@ class ErrorRow:
     exception: type[ServiceError]
     status: int
     when: str
+    codes: tuple[str, ...] = ()  # every ``code`` this exception is raised with (default: its default_code)
+
+    @property
+    def all_codes(self) -> tuple[str, ...]:
+        return self.codes or (self.exception.default_code,)
 
 
-# THE table. Order matters only for documentation; lookup follows the exception's MRO.
+# THE table: every status and code the service answers with (docs/api.md reproduces it; a test
+# holds the doc to it). Order matters only for documentation; lookup follows the exception's MRO.
 ERROR_TABLE: tuple[ErrorRow, ...] = (
-    ErrorRow(MalformedJson, 400, "the body is not valid JSON"),
-    ErrorRow(Unauthorized, 401, "an API key is configured and the request lacks it"),
-    ErrorRow(PayloadTooLarge, 413, "the body is larger than max_body_bytes (Content-Length or streamed)"),
-    ErrorRow(NotFound, 404, "a break-it round, task, attack or player that does not exist"),
+    ErrorRow(MalformedJson, 400, "the body is not valid UTF-8 JSON (or nests too deeply)"),
+    ErrorRow(Unauthorized, 401, "an API key is configured and the request lacks it or has a wrong one"),
+    ErrorRow(NotFound, 404, "no such route, or a break-it round, task, attack or player that does not exist"),
+    ErrorRow(MethodNotAllowed, 405, "e.g. GET /v1/classify"),
+    ErrorRow(RequestTimeout, 408, "the body did not arrive within body_timeout_s (the connection is closed)"),
     ErrorRow(Conflict, 409, "a break-it game rule or a concurrent write refused the request"),
-    ErrorRow(UnsupportedMediaType, 415, "the body is not sent as application/json"),
-    ErrorRow(InvalidInput, 422, "schema violation or a request limit (see service/limits.py)"),
-    ErrorRow(Overloaded, 429, "the inference queue is full (Retry-After says when to retry)"),
+    ErrorRow(PayloadTooLarge, 413, "the body is larger than max_body_bytes (Content-Length or streamed)"),
+    ErrorRow(UnsupportedMediaType, 415, "a Content-Type other than JSON, or a Content-Encoding (gzip...)"),
+    ErrorRow(
+        InvalidInput,
+        422,
+        "schema violation or a request limit (see service/limits.py)",
+        (
+            "invalid_request",
+            "invalid_threshold",
+            "empty_utterance",
+            "invalid_text",
+            "utterance_too_long",
+            "too_many_history_turns",
+            "turn_too_long",
+            "too_many_items",
+            "empty_batch",
+            "model_refused",
+        ),
+    ),
+    ErrorRow(Overloaded, 429, "the inference queue or the body buffer is full (Retry-After says when to retry)"),
     ErrorRow(InferenceFailed, 500, "the inference batch holding this request failed"),
-    ErrorRow(NotReady, 503, "model not loaded/warmed up yet, failed to load, or shutting down"),
+    ErrorRow(InternalError, 500, "a bug; details in the server log, never in the response"),
+    ErrorRow(
+        NotReady,
+        503,
+        "model not loaded/warmed up yet, failed to load, or shutting down",
+        ("not_ready", "model_failed", "shutting_down"),
+    ),
 )
 _STATUS: dict[type[ServiceError], int] = {row.exception: row.status for row in ERROR_TABLE}
-_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
+_HTTP_ERRORS: dict[int, type[ServiceError]] = {404: NotFound, 405: MethodNotAllowed}
+
+
+def openapi_responses(model: type[BaseModel]) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` for the API routes, generated from :data:`ERROR_TABLE` (one entry per
+    status; rows sharing a status are joined)."""
+    whens: dict[int, list[str]] = {}
+    for row in ERROR_TABLE:
+        whens.setdefault(row.status, []).append(row.when)
+    return {status: {"model": model, "description": "; ".join(w)} for status, w in sorted(whens.items())}
 
 
 def status_of(exc: ServiceError) -> int:
@@ -168,10 +224,26 @@ def error_body(code: str, message: str, field: str | None = None) -> dict[str, A
     return {"error": {"code": code, "message": message, "field": field}}
 
 
-def error_response(exc: ServiceError) -> JSONResponse:
+def error_response(exc: ServiceError, *, close: bool = False) -> JSONResponse:
+    """The JSON error response for ``exc``; ``close`` also ends the connection (for answers sent
+    before the body was read: what is left of it is never read)."""
+    headers = dict(exc.headers)
+    if close:
+        headers["Connection"] = "close"
     return JSONResponse(
-        error_body(exc.code, exc.message, exc.field), status_code=status_of(exc), headers=exc.headers or None
+        error_body(exc.code, exc.message, exc.field), status_code=status_of(exc), headers=headers or None
     )
+
+
+class RefusedWhileReading(StarletteHTTPException):
+    """A :class:`ServiceError` raised while the body streams in (by the ASGI guards in
+    :mod:`service.limits`); an HTTPException so that FastAPI's body reader lets it through to the
+    error table, which answers ``error`` in the JSON error shape."""
+
+    def __init__(self, error: ServiceError, *, close: bool = False) -> None:
+        super().__init__(status_code=status_of(error), detail=error.message)
+        self.error = error
+        self.close = close
 
 
 def format_loc(loc: Sequence[Any]) -> str | None:
@@ -190,6 +262,12 @@ def format_loc(loc: Sequence[Any]) -> str | None:
     return out or None
 
 
+NOT_TEXT_MESSAGE = (
+    "the text holds a lone UTF-16 surrogate (a \\ud800-\\udfff escape without its pair), which is not "
+    "Unicode text; send valid UTF-8 / complete surrogate pairs"
+)
+
+
 def from_validation_error(exc: RequestValidationError) -> ServiceError:
     """Turn FastAPI's validation error into ours (its first error is reported; inputs never echoed)."""
     errors = exc.errors()
@@ -203,7 +281,11 @@ def from_validation_error(exc: RequestValidationError) -> ServiceError:
         return MalformedJson(f"the body is not valid JSON ({detail}); send a JSON object".replace(" ()", ""))
     if loc == ("body",) and isinstance(first.get("input"), bytes | bytearray):
         return UnsupportedMediaType("send the body as JSON with 'Content-Type: application/json'")
+    if loc == ("body",) and kind == "missing":
+        return InvalidInput("the request body is empty; send a JSON object (see /docs)")
     field = format_loc(loc)
+    if kind == "string_unicode":  # pydantic's word for a lone surrogate in a constrained string
+        return InvalidInput(NOT_TEXT_MESSAGE, code="invalid_text", field=field)
     message = str(first.get("msg", "invalid value"))
     code = "invalid_request"
     if field and field.split(".")[-1] == "threshold":
@@ -227,24 +309,39 @@ async def _validation_error(request: Request, exc: Exception) -> Response:
     return error_response(from_validation_error(exc))
 
 
+# FastAPI's answer when the body bytes cannot be decoded at all (not UTF-8, nesting too deep...).
+_UNPARSABLE_BODY = "There was an error parsing the body"
+
+
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
+    if isinstance(exc, RefusedWhileReading):
+        return error_response(exc.error, close=exc.close)
+    if exc.status_code == 400 and exc.detail == _UNPARSABLE_BODY:
+        cause = exc.__cause__
+        why = "nested too deeply" if isinstance(cause, RecursionError) else "not UTF-8 JSON"
+        return error_response(
+            MalformedJson(f"the body could not be read as JSON ({why}); send a UTF-8 encoded, uncompressed JSON object")
+        )
     if exc.status_code == 413:
         return error_response(
             PayloadTooLarge(
                 "the request body is too large (SAFETY_MAX_BODY_BYTES): send fewer or shorter items per request"
             )
         )
-    code = _HTTP_CODES.get(exc.status_code, "http_error")
+    known = _HTTP_ERRORS.get(exc.status_code)
+    if known is not None:
+        error = known(str(exc.detail), headers=exc.headers)
+        return error_response(error)
     return JSONResponse(
-        error_body(code, str(exc.detail)), status_code=exc.status_code, headers=dict(exc.headers or {}) or None
+        error_body("http_error", str(exc.detail)), status_code=exc.status_code, headers=dict(exc.headers or {}) or None
     )
 
 
 async def _unexpected(request: Request, exc: Exception) -> Response:
     # Log the traceback (code locations, no request body); answer without any detail.
     log.error("unexpected error on %s %s", request.method, request.url.path, exc_info=exc)
-    return JSONResponse(error_body("internal_error", "internal error; see the server logs"), status_code=500)
+    return error_response(InternalError("internal error; see the server logs"))
 
 
 def install_error_handlers(app: FastAPI) -> None:

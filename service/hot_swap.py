@@ -3,7 +3,7 @@
 Two triggers, one path (:meth:`ModelSwapper.swap`):
 
 * ``POST /admin/model {"model_dir": "..."}`` with the API key (the admin endpoint is refused
-  when no ``SAFETY_API_KEY`` is configured);
+  when no ``SAFETY_API_KEY`` is configured; :mod:`service.auth` checks both);
 * ``SIGHUP``: reload the model directory in force (point a symlink at the new directory, then
   ``kill -HUP``).
 
@@ -25,11 +25,12 @@ import signal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 from prometheus_client import Counter
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.errors import InvalidInput, Unauthorized
+from service.auth import ADMIN_PREFIX
+from service.errors import InvalidInput
 from service.schema import Example
 
 if TYPE_CHECKING:
@@ -131,16 +132,15 @@ def _log_failure(task: asyncio.Future[Any]) -> None:
 
 
 def admin_router(swapper: ModelSwapper) -> APIRouter:
-    """``POST /admin/model``: needs the API key; refused outright when none is configured."""
-    from service.api import ERROR_RESPONSES, api_key_guard
-
-    guard = api_key_guard(swapper.state.settings)
-
-    async def no_key_configured() -> None:
-        raise Unauthorized("admin endpoints are off: set SAFETY_API_KEY and send it as a bearer token or X-API-Key")
+    """``POST /admin/model``: needs the API key; refused outright when none is configured (both
+    decided by :class:`service.auth.ApiKeyMiddleware`, before the body is read)."""
+    from service.api import ERROR_RESPONSES, api_key_declaration
 
     router = APIRouter(
-        prefix="/admin", tags=["admin"], dependencies=[Depends(guard or no_key_configured)], responses=ERROR_RESPONSES
+        prefix=ADMIN_PREFIX,
+        tags=["admin"],
+        dependencies=api_key_declaration(swapper.state.settings),
+        responses=ERROR_RESPONSES,
     )
 
     @router.post("/model", response_model=SwapResult, summary="Hot-swap the served model (refused if it does not load)")

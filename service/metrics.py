@@ -71,6 +71,11 @@ class ServiceMetrics:
             "items dropped before inference because their caller went away",
             registry=r,
         )
+        self.shed = Counter(
+            f"{PREFIX}_shed_items",
+            "items refused with 429 after waiting longer than max_queue_wait_ms (admission underestimated the wait)",
+            registry=r,
+        )
         self.batch_failures = Counter(f"{PREFIX}_batch_failures", "inference batches that failed", registry=r)
         self.ready = Gauge(f"{PREFIX}_ready", "1 when the model is loaded and warmed up", registry=r)
         self.model_info = Info(f"{PREFIX}_model", "the model being served", registry=r)
@@ -103,6 +108,9 @@ class ServiceMetrics:
 
     def observe_batch_failure(self) -> None:
         self.batch_failures.inc()
+
+    def observe_shed(self, n: int) -> None:
+        self.shed.inc(n)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -138,10 +138,12 @@ class OnnxClassifier:
         max_batch_size: int = 256,
         *,
         allow_spinning: bool | None = None,
+        derive_in_subprocess: bool = False,
     ) -> None:
         if token_budget < 1 or max_batch_size < 1:
             raise ValueError(f"token_budget and max_batch_size must be >= 1, got {token_budget}, {max_batch_size}")
         self.model_dir = Path(model_dir)
+        self.derive_in_subprocess = derive_in_subprocess  # the service: derivation memory is not kept
         self.token_budget = int(token_budget)
         self.max_batch_size = int(max_batch_size)
         self.card = self._load_card()
@@ -227,8 +229,9 @@ class OnnxClassifier:
             raise ModelLoadError(
                 f"variants need the onnx package ({exc}): pip install 'dialogue-safety[serve]'"
             ) from exc
+        ensure = variants_mod.ensure_variant_in_subprocess if self.derive_in_subprocess else variants_mod.ensure_variant
         try:
-            path = variants_mod.ensure_variant(self.model_dir, variant, self.card)
+            path = ensure(self.model_dir, variant, self.card)
         except (variants_mod.VariantError, FileNotFoundError) as exc:
             raise ModelLoadError(f"{self.model_dir}: variant {variant!r}: {exc}") from exc
         except Exception as exc:  # a corrupt artifact fails inside onnx/onnxruntime tools

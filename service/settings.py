@@ -62,7 +62,38 @@ class ServiceSettings(BaseSettings):
     max_wait_ms: float = Field(
         default=2.0, ge=0.0, le=1000.0, description="how long a batch may wait for company once traffic is concurrent"
     )
-    queue_size: int = Field(default=1024, ge=1, description="items waiting for inference at most; beyond: 429")
+    queue_size: int = Field(
+        default=1024, ge=1, description="items waiting for inference at most (a hard cap; beyond: 429)"
+    )
+    max_queue_wait_ms: float = Field(
+        default=500.0,
+        gt=0.0,
+        description="how long an accepted item may wait for inference: a request whose wait, estimated from the "
+        "measured throughput, would be longer gets 429 at once; an item that still waited longer is refused, not "
+        "served late (the queue bound = throughput x this wait)",
+    )
+
+    # connections and bodies (see docs/api.md, "Production settings")
+    max_connections: int = Field(
+        default=4096,
+        ge=1,
+        description="open TCP connections at most (capped below the open-files limit); beyond: closed at once",
+    )
+    header_timeout_s: float = Field(
+        default=10.0, gt=0.0, description="seconds a new connection has to send a complete request head"
+    )
+    keep_alive_timeout_s: float = Field(
+        default=5.0, gt=0.0, description="seconds an idle keep-alive connection stays open between requests"
+    )
+    body_timeout_s: float = Field(
+        default=10.0, gt=0.0, description="seconds a request has to send its whole body (then 408, closed)"
+    )
+    max_inflight_body_bytes: int = Field(
+        default=64 * 1024 * 1024,
+        ge=1,
+        description="bytes all unfinished request bodies may hold together (Content-Length counts at once); "
+        "beyond: 429",
+    )
 
     # request limits (see docs/api.md, "Limits and errors")
     max_history_turns: int = Field(default=32, ge=0, description="history turns per item at most")
@@ -73,7 +104,12 @@ class ServiceSettings(BaseSettings):
 
     # access and logging
     api_key: SecretStr | None = Field(
-        default=None, description="if set, /v1/* needs 'Authorization: Bearer <key>' or 'X-API-Key: <key>'"
+        default=None,
+        description="if set, /v1/* and the API docs need 'Authorization: Bearer <key>' or 'X-API-Key: <key>' "
+        "(an empty value is refused: unset the variable to run without a key)",
+    )
+    public_docs: bool = Field(
+        default=False, description="with an API key set, keep /docs, /redoc and /openapi.json open without it"
     )
     log_texts: bool = Field(default=False, description="log request texts and scores (never on by default)")
     log_level: LogLevel = Field(default="info", description="uvicorn and service log level")
@@ -86,6 +122,15 @@ class ServiceSettings(BaseSettings):
         description="enables the break-it game at /break-it: an SQLite file (created, WAL) or a database URL "
         "(postgresql://user@host/db; put a URL with a password in the environment, not on the command line)",
     )
+
+    @model_validator(mode="after")
+    def _api_key_is_not_empty(self) -> ServiceSettings:
+        if self.api_key is not None and not self.api_key.get_secret_value().strip():
+            raise ValueError(
+                f"{ENV_PREFIX}API_KEY is set but empty: set it to the key clients must send, or unset it "
+                "to run without authentication"
+            )
+        return self
 
     @model_validator(mode="after")
     def _queue_holds_a_batch_request(self) -> ServiceSettings:
@@ -105,3 +150,7 @@ class ServiceSettings(BaseSettings):
     @property
     def max_wait_s(self) -> float:
         return self.max_wait_ms / 1000.0
+
+    @property
+    def max_queue_wait_s(self) -> float:
+        return self.max_queue_wait_ms / 1000.0

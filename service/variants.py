@@ -457,9 +457,35 @@ def ensure_variant(model_dir: str | Path, name: str, card: ModelCard | None = No
     chain = recipe_chain(name, card)
     artifact_sha = file_sha256(artifact)
     out_dir = directory if _writable(directory) else cache_root() / artifact_sha[:16]
-    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        if not _writable(out_dir):
+            raise PermissionError(f"{out_dir} is not writable")
+    except OSError as exc:
+        raise VariantError(
+            f"the {name} variant must be derived, but {directory} is read-only and the cache directory "
+            f"{out_dir} cannot be written ({exc}): set DIALOGUE_SAFETY_CACHE_DIR to a writable directory, "
+            f"make {directory} writable, or derive the variant in advance (see the Dockerfile)"
+        ) from exc
     with _lock(out_dir):
         return _ensure_chain(directory, out_dir, card, chain, artifact_sha, force=force)
+
+
+def ensure_variant_in_subprocess(model_dir: str | Path, name: str, card: ModelCard | None = None) -> Path:
+    """:func:`ensure_variant` in a spawned child process when something may have to be derived:
+    deriving loads and rewrites whole graphs (a first start peaked at ~790 MiB against ~310 MiB
+    for later starts), and a long-running service would keep that memory."""
+    directory = Path(model_dir)
+    card = card if card is not None else ModelCard.load(directory)
+    artifact = directory / ARTIFACT_FILE
+    if artifact.is_file() and variant_file(name, card, artifact) == ARTIFACT_FILE:
+        return artifact  # nothing to derive
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        path: Path = pool.submit(ensure_variant, directory, name, card).result()
+    return path
 
 
 def _ensure_chain(

@@ -22,6 +22,7 @@ from service.api import Classifier, create_app
 from service.encoding import EncodedExample
 from service.model_card import ModelCard
 from service.schema import Example, Label, Prediction
+from service.server import uvicorn_config
 from service.settings import ServiceSettings
 
 BAD_WORDS = frozenset({"idiot", "idiots", "stupid", "hate"})
@@ -134,12 +135,15 @@ def live_server(
     **overrides: Any,
 ) -> Iterator[LiveServer]:
     """Run ``create_app`` (with ``classifier`` if given, or ``factory``, else the real ONNX runtime) under uvicorn."""
+    # A generous queue-wait bound unless a test sets one: on a busy CI machine the default (500 ms)
+    # would turn scheduling hiccups into 429s (the bound itself is tested in test_batcher.py).
+    overrides.setdefault("max_queue_wait_ms", 60_000)
     base = settings or ServiceSettings(host="127.0.0.1", port=0, **overrides)
     if classifier is not None:
         factory = lambda _s: classifier  # noqa: E731
     app = create_app(base, classifier_factory=factory)
-    config = uvicorn.Config(
-        app, host="127.0.0.1", port=0, log_level="warning", lifespan="on", access_log=False, timeout_graceful_shutdown=2
+    config = uvicorn_config(
+        app, base, host="127.0.0.1", port=0, log_level="warning", access_log=False, timeout_graceful_shutdown=2
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="uvicorn-test", daemon=True)
@@ -150,7 +154,7 @@ def live_server(
             pytest.fail("uvicorn did not start")
         time.sleep(0.01)
     port = server.servers[0].sockets[0].getsockname()[1]
-    live = LiveServer(server, thread, app, classifier, port)
+    live = LiveServer(server, thread, app, classifier, port, extra={"guard": config.connection_guard})
     try:
         if wait_ready:
             live.wait_ready()

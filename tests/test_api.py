@@ -395,11 +395,12 @@ def test_ready_only_after_warm_up() -> None:
         assert "safety_ready 1.0" in metric_lines(c)
 
 
-def test_a_model_that_fails_to_load_is_reported() -> None:
+def test_a_model_that_fails_to_load_is_reported(caplog: pytest.LogCaptureFixture) -> None:
     def broken(_settings: ServiceSettings) -> FakeClassifier:
         raise FileNotFoundError("/nowhere/model.onnx: no such file")
 
-    app = create_app(ServiceSettings(), classifier_factory=broken)
+    fatal = threading.Event()
+    app = create_app(ServiceSettings(), classifier_factory=broken, on_fatal=fatal.set)
     import uvicorn
 
     config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="critical", lifespan="on")
@@ -416,7 +417,11 @@ def test_a_model_that_fails_to_load_is_reported() -> None:
         server.should_exit = True
         thread.join(GUARD_S)
     assert ready.status_code == health.status_code == 503
-    assert "no such file" in ready.json()["error"]["message"]
+    message = ready.json()["error"]["message"]
+    assert "server log" in message
+    assert "nowhere" not in message and "FileNotFoundError" not in message  # no paths or exceptions for clients
+    assert "/nowhere/model.onnx: no such file" in caplog.text  # the operator gets them
+    assert fatal.is_set()  # the CLI stops the process on this (see test_cli_exits_when_the_model_cannot_load)
 
 
 # -- metrics, auth, logging -----------------------------------------------------------------------

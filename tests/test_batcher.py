@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -57,6 +58,7 @@ class RecordingObserver:
         self.tokenizations = 0
         self.depths: list[int] = []
         self.waits = 0
+        self.shed = 0
 
     def observe_queue_depth(self, depth: int) -> None:
         self.depths.append(depth)
@@ -76,12 +78,29 @@ class RecordingObserver:
     def observe_batch_failure(self) -> None:
         self.failures += 1
 
+    def observe_shed(self, n: int) -> None:
+        self.shed += n
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    """Yield to the loop until ``condition`` holds (bounded by GUARD_S)."""
+    deadline = time.monotonic() + GUARD_S
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail("timed out waiting for the batcher")
+        await asyncio.sleep(0.001)
+
 
 Scenario = Callable[[MicroBatcher, "FakeModel", "RecordingObserver"], Awaitable[Any]]
 
 
 def run(coro_fn: Scenario, model: FakeModel | None = None, **kwargs: Any) -> tuple[Any, FakeModel, RecordingObserver]:
-    """Run ``coro_fn(batcher, model, observer)`` with a started batcher; stop it afterwards."""
+    """Run ``coro_fn(batcher, model, observer)`` with a started batcher; stop it afterwards.
+
+    Small submissions are encoded inline here (``inline_encode_items=8``) so that the scenarios
+    control exactly when items reach the queue; the service's default (0: always in a helper
+    thread) is tested on its own."""
+    kwargs.setdefault("inline_encode_items", 8)
     model = model or FakeModel()
     observer = RecordingObserver()
 
@@ -177,13 +196,12 @@ def test_full_queue_raises_overloaded_and_then_recovers() -> None:
         running = asyncio.create_task(b.submit([item(1)]))
         await wait_entered(m)
         queued = asyncio.create_task(b.submit([item(2), item(3)]))
-        await asyncio.sleep(0)
+        await until(lambda: b.depth == 2)  # encoding runs in a helper thread
         with pytest.raises(Overloaded):
             await b.submit([item(5), item(6)])  # all-or-nothing: nothing of it is queued
         assert b.depth == 2
         last = asyncio.create_task(b.submit([item(4)]))
-        await asyncio.sleep(0)
-        assert b.depth == 3
+        await until(lambda: b.depth == 3)
         with pytest.raises(Overloaded) as too_many:
             await b.submit([item(5)])
         assert too_many.value.headers["Retry-After"] == "1"
@@ -266,7 +284,7 @@ def test_stop_fails_pending_requests_and_refuses_new_ones() -> None:
     model.gate.clear()
 
     async def main() -> None:
-        b = MicroBatcher(model.encode, model.predict)
+        b = MicroBatcher(model.encode, model.predict, inline_encode_items=8)
         with pytest.raises(NotReady):
             await b.submit([item(0)])  # not started
         await b.start()
@@ -304,7 +322,7 @@ def test_stop_while_a_batch_waits_for_company_fails_its_items() -> None:
     model = FakeModel()
 
     async def main() -> None:
-        b = MicroBatcher(model.encode, model.predict, max_batch_size=8, max_wait_s=GUARD_S * 10)
+        b = MicroBatcher(model.encode, model.predict, max_batch_size=8, max_wait_s=GUARD_S * 10, inline_encode_items=8)
         await b.start()
         await b.submit([item(1), item(2)])  # concurrent traffic: the next batch waits for company
         waiting = asyncio.create_task(b.submit([item(3)]))
@@ -345,6 +363,58 @@ def test_drain_finishes_queued_and_running_work_then_refuses_new_work() -> None:
     asyncio.run(main())
 
 
+def test_drain_lets_a_submission_still_being_encoded_finish_on_this_batcher() -> None:
+    model = FakeModel()
+    encoding, release = threading.Event(), threading.Event()
+    encode = model.encode
+
+    def slow_encode(examples: Any) -> Any:
+        encoding.set()
+        assert release.wait(GUARD_S)
+        return encode(examples)
+
+    async def main() -> None:
+        b = MicroBatcher(slow_encode, model.predict)  # the default: encoded in the helper thread
+        await b.start()
+        in_flight = asyncio.create_task(b.submit([item(1)]))
+        await asyncio.to_thread(encoding.wait, GUARD_S)
+        draining = asyncio.create_task(b.drain(GUARD_S))
+        await asyncio.sleep(0)
+        with pytest.raises(NotReady):
+            await b.submit([item(2)])  # new work is refused before encoding
+        assert not draining.done()
+        release.set()
+        assert await asyncio.wait_for(draining, GUARD_S) is True
+        assert [p.score for p in await in_flight] == [0.001]  # admitted before the drain: served here
+
+    asyncio.run(main())
+
+
+def test_stop_fails_submissions_still_waiting_to_be_encoded() -> None:
+    model = FakeModel()
+    encoding, release = threading.Event(), threading.Event()
+    encode = model.encode
+
+    def slow_encode(examples: Any) -> Any:
+        encoding.set()
+        assert release.wait(GUARD_S)
+        return encode(examples)
+
+    async def main() -> list[object]:
+        b = MicroBatcher(slow_encode, model.predict)
+        await b.start()
+        in_thread = asyncio.create_task(b.submit([item(1)]))
+        await asyncio.to_thread(encoding.wait, GUARD_S)
+        waiting = asyncio.create_task(b.submit([item(2)]))  # waits for the busy encoding thread
+        await asyncio.sleep(0)
+        await b.stop()
+        release.set()
+        return list(await asyncio.wait_for(asyncio.gather(in_thread, waiting, return_exceptions=True), GUARD_S))
+
+    results = asyncio.run(main())
+    assert all(isinstance(r, NotReady) and r.code == "shutting_down" for r in results), results
+
+
 def test_drain_gives_up_after_its_timeout_and_fails_what_is_left() -> None:
     model = FakeModel()
     model.gate.clear()
@@ -363,3 +433,108 @@ def test_drain_gives_up_after_its_timeout_and_fails_what_is_left() -> None:
                 await asyncio.wait_for(task, GUARD_S)
 
     asyncio.run(main())
+
+
+def test_by_default_every_submission_is_encoded_off_the_event_loop() -> None:
+    model = FakeModel()
+    threads: list[str] = []
+    encode = model.encode
+
+    def recording_encode(examples: Any) -> Any:
+        threads.append(threading.current_thread().name)
+        return encode(examples)
+
+    async def main() -> list[float]:
+        b = MicroBatcher(recording_encode, model.predict)
+        await b.start()
+        try:
+            return [p.score for p in await b.submit([item(1)])]
+        finally:
+            await b.stop()
+
+    assert asyncio.run(main()) == [0.001]
+    assert threads and all(name.startswith("safety-encode") for name in threads)
+
+
+def test_admission_refuses_what_would_wait_longer_than_max_queue_wait() -> None:
+    model = FakeModel()
+
+    async def body(b: MicroBatcher, m: FakeModel, o: RecordingObserver) -> None:
+        await b.submit([item(1)])  # one batch measured: seconds per token known
+        assert b.expected_wait_s == 0
+        m.gate.clear()
+        running = asyncio.create_task(b.submit([item(2)]))
+        await wait_entered(m)
+        b._seconds_per_token = 1.0  # as if each token took a second: the queue is 'slow'
+        queued = asyncio.create_task(b.submit([item(3)]))
+        await until(lambda: b.depth == 1)
+        with pytest.raises(Overloaded) as refused:
+            await b.submit([item(4)])
+        assert "SAFETY_MAX_QUEUE_WAIT_MS" in refused.value.message
+        m.gate.set()
+        await asyncio.gather(running, queued)
+
+    run(body, model, max_queue_wait_s=0.5)
+
+
+def test_items_that_waited_longer_than_max_queue_wait_are_refused_not_served_late() -> None:
+    model = FakeModel()
+    model.gate.clear()
+
+    async def body(b: MicroBatcher, m: FakeModel, o: RecordingObserver) -> list[object]:
+        running = asyncio.create_task(b.submit([item(1)]))
+        await wait_entered(m)
+        late = asyncio.create_task(b.submit([item(2)]))
+        await until(lambda: b.depth == 1)
+        await asyncio.sleep(0.08)  # longer than max_queue_wait_s while the first batch holds the thread
+        m.gate.set()
+        return list(await asyncio.gather(running, late, return_exceptions=True))
+
+    results, model, obs = run(body, model, max_queue_wait_s=0.05)
+    assert [p.score for p in results[0]] == [0.001]
+    assert isinstance(results[1], Overloaded)
+    assert obs.shed == 1 and model.batches == [[1]]
+
+
+def test_queue_depth_gauge_drops_when_waiting_callers_leave() -> None:
+    model = FakeModel()
+    model.gate.clear()
+
+    async def body(b: MicroBatcher, m: FakeModel, o: RecordingObserver) -> None:
+        running = asyncio.create_task(b.submit([item(1)]))
+        await wait_entered(m)
+        futures = await b.enqueue([item(2), item(3)])
+        assert o.depths[-1] == 2
+        b.release(futures)
+        assert o.depths[-1] == 0  # not stuck at 2 until the next batch forms
+        m.gate.set()
+        await running
+
+    run(body, model)
+
+
+def test_concurrent_submissions_are_encoded_together_and_a_failing_one_is_isolated() -> None:
+    model = FakeModel()
+    calls: list[int] = []
+    encode = model.encode
+
+    def counting_encode(examples: Any) -> Any:
+        calls.append(len(examples))
+        if any(ex.utterance == "poison" for ex in examples):
+            raise ValueError("cannot encode this one")
+        return encode(examples)
+
+    async def main() -> list[object]:
+        b = MicroBatcher(counting_encode, model.predict)
+        await b.start()
+        try:
+            subs = [b.submit([item(i)]) for i in range(1, 9)]
+            subs.append(b.submit([Example(utterance="poison")]))
+            return list(await asyncio.gather(*subs, return_exceptions=True))
+        finally:
+            await b.stop()
+
+    results = asyncio.run(main())
+    assert [p[0].score for p in results[:8]] == [i / 1000 for i in range(1, 9)]  # type: ignore[index]
+    assert isinstance(results[8], ValueError)
+    assert max(calls) > 1  # at least one round encoded several submissions in one call

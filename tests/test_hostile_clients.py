@@ -1,0 +1,430 @@
+"""The hostile-client suite: the attacks of issue 14 replayed against a real uvicorn server on
+localhost, with bounded counts and bounded waits (no timing assertions: speed lives in
+``dialogue-safety bench abuse``). Each test opens the connections it needs itself."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from pydantic import ValidationError
+from service_conftest import FakeClassifier, LiveServer, live_server, tiny_model_dir  # noqa: F401  (fixture)
+
+from service.errors import ERROR_TABLE
+from service.limits import LIMIT_TABLE
+from service.server import DropQueryString
+from service.settings import ServiceSettings
+
+GUARD_S = 10.0
+CLASSIFY, BATCH = "/v1/classify", "/v1/classify/batch"
+TIGHT: dict[str, Any] = dict(
+    max_connections=40,
+    header_timeout_s=1.0,
+    keep_alive_timeout_s=5.0,
+    body_timeout_s=1.0,
+    max_inflight_body_bytes=4000,
+    max_body_bytes=3000,
+)
+
+
+@pytest.fixture(scope="module")
+def tight() -> Iterator[LiveServer]:
+    with live_server(classifier=FakeClassifier(), **TIGHT) as live:
+        yield live
+
+
+def connect(live: LiveServer) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", live.port), timeout=GUARD_S)
+    sock.settimeout(GUARD_S)
+    return sock
+
+
+def read_until_closed(sock: socket.socket) -> bytes:
+    """Everything the server sends until it closes the connection (bounded by GUARD_S)."""
+    data = b""
+    deadline = time.monotonic() + GUARD_S
+    while time.monotonic() < deadline:
+        try:
+            chunk = sock.recv(65536)
+        except ConnectionResetError:
+            break
+        if not chunk:
+            break
+        data += chunk
+    else:
+        pytest.fail("the server kept the connection open")
+    return data
+
+
+def head(path: str, content_length: int | None = None, extra: str = "") -> bytes:
+    length = f"Content-Length: {content_length}\r\n" if content_length is not None else ""
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n{length}{extra}\r\n"
+    ).encode()
+
+
+def status_and_body(raw: bytes) -> tuple[int, dict[str, Any]]:
+    header, _, body = raw.partition(b"\r\n\r\n")
+    status = int(header.split(b" ", 2)[1])
+    return status, json.loads(body) if body.strip() else {}
+
+
+# -- 1. idle and slow connections -------------------------------------------------------------
+def test_idle_connections_are_capped_and_timed_out_while_others_are_served(
+    tight: LiveServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    guard = tight.extra["guard"]
+    evicted_before = guard.evicted
+    idle = [connect(tight) for _ in range(TIGHT["max_connections"] + 20)]
+    try:
+        # at the cap, the idle connection that waited longest makes room: a new client is served
+        with tight.client() as newcomer:
+            assert newcomer.post(CLASSIFY, json={"utterance": "hello"}).status_code == 200
+        # every idle connection is closed: to make room, or after header_timeout_s
+        closed = sum(1 for sock in idle if read_until_closed(sock) == b"")
+        assert closed == len(idle)
+        assert guard.evicted - evicted_before >= 20 and guard.timed_out >= 1
+        assert guard.open <= TIGHT["max_connections"]
+    finally:
+        for sock in idle:
+            sock.close()
+    assert "connection limit reached" in caplog.text
+    with tight.client() as later:  # and clients are served as before
+        assert later.post(CLASSIFY, json={"utterance": "hello"}).status_code == 200
+
+
+def test_a_busy_server_at_its_connection_cap_refuses_new_connections() -> None:
+    fake = FakeClassifier()
+    fake.gate.clear()  # every request stays in flight: no connection is idle
+    with live_server(classifier=fake, max_connections=3, header_timeout_s=5.0) as live:
+        guard = live.extra["guard"]
+        busy = [connect(live) for _ in range(3)]
+        try:
+            body = json.dumps({"utterance": "hold"}).encode()
+            for sock in busy:
+                sock.sendall(head(CLASSIFY, len(body)) + body)
+            deadline = time.monotonic() + GUARD_S
+            while guard.waiting:
+                assert time.monotonic() < deadline, "the requests never started"
+                time.sleep(0.01)
+            extra = connect(live)
+            try:
+                assert read_until_closed(extra) == b""  # closed at once: nothing idle to close instead
+            finally:
+                extra.close()
+            assert guard.refused >= 1
+        finally:
+            fake.gate.set()
+            for sock in busy:
+                sock.close()
+
+
+def test_a_slowloris_head_is_cut_off(tight: LiveServer) -> None:
+    sock = connect(tight)
+    try:
+        sock.sendall(b"POST /v1/classify HTTP/1.1\r\nHost: localhost\r\n")  # never finishes the head
+        assert read_until_closed(sock) == b""
+    finally:
+        sock.close()
+
+
+# -- 2. and 7. unfinished, slow and short bodies ---------------------------------------------------
+def test_a_body_shorter_than_its_content_length_gets_408_and_the_connection_closes(tight: LiveServer) -> None:
+    sock = connect(tight)
+    try:
+        sock.sendall(head(CLASSIFY, 100) + b'{"utterance": "hi"}')
+        status, body = status_and_body(read_until_closed(sock))
+    finally:
+        sock.close()
+    assert status == 408
+    assert body["error"]["code"] == "request_timeout"
+    assert "SAFETY_BODY_TIMEOUT_S" in body["error"]["message"]
+
+
+def test_a_trickled_body_gets_408(tight: LiveServer) -> None:
+    sock = connect(tight)
+    try:
+        sock.sendall(head(CLASSIFY, extra="Transfer-Encoding: chunked\r\n"))
+        answer = b""
+        for _ in range(30):  # a byte every 0.1 s: never done within body_timeout_s
+            try:
+                sock.sendall(b"1\r\n \r\n")
+            except OSError:
+                break
+            time.sleep(0.1)
+        answer = read_until_closed(sock)
+    finally:
+        sock.close()
+    assert status_and_body(answer)[0] == 408
+
+
+def test_unfinished_bodies_together_are_capped_429_at_once_small_ones_still_served() -> None:
+    budget = dict(max_body_bytes=400_000, max_inflight_body_bytes=300_000, body_timeout_s=1.0)
+    with live_server(classifier=FakeClassifier(), **budget) as live:
+        holders = [connect(live) for _ in range(2)]
+        try:
+            for sock in holders:  # 2 x 120,000 declared bytes: within max_inflight_body_bytes
+                sock.sendall(head(CLASSIFY, 120_000) + b'{"utterance": "')
+            time.sleep(0.2)
+            extra = connect(live)
+            try:
+                extra.sendall(head(CLASSIFY, 120_000) + b'{"utterance": "')
+                status, body = status_and_body(read_until_closed(extra))
+            finally:
+                extra.close()
+            assert status == 429 and "SAFETY_MAX_INFLIGHT_BODY_BYTES" in body["error"]["message"]
+            with live.client() as c:  # an ordinary (small) request is not refused for the big ones
+                assert c.post(CLASSIFY, json={"utterance": "x" * 1000}).status_code == 200
+            for sock in holders:  # and the holders are timed out (408), releasing their bytes
+                assert status_and_body(read_until_closed(sock))[0] == 408
+        finally:
+            for sock in holders:
+                sock.close()
+        with live.client() as c:
+            assert c.post(CLASSIFY, json={"utterance": "y" * 3000, "history": ["z" * 3000] * 30}).status_code == 200
+
+
+def test_the_api_key_is_checked_before_the_body_is_read() -> None:
+    with live_server(classifier=FakeClassifier(), api_key="s3cret", body_timeout_s=5.0) as live:
+        sock = connect(live)
+        try:
+            sock.sendall(head(CLASSIFY, 100000))  # announces a body, sends none, no key
+            status, body = status_and_body(read_until_closed(sock))
+        finally:
+            sock.close()
+    assert status == 401 and body["error"]["code"] == "unauthorized"
+
+
+@pytest.mark.parametrize("api_key", ["s3cret", None], ids=["key-set", "no-key"])
+@pytest.mark.parametrize("path", ["/admin/model", "/break-it/api/admin/rounds"])
+def test_admin_endpoints_are_refused_before_the_body_is_read(api_key: str | None, path: str) -> None:
+    # one owner: service.auth's middleware guards the admin routers too (without a key they are off)
+    with live_server(classifier=FakeClassifier(), api_key=api_key, body_timeout_s=5.0) as live:
+        sock = connect(live)
+        try:
+            sock.sendall(head(path, 100000))  # announces a body, sends none, no key
+            status, body = status_and_body(read_until_closed(sock))
+        finally:
+            sock.close()
+    assert status == 401 and body["error"]["code"] == "unauthorized"
+    assert ("SAFETY_API_KEY" in body["error"]["message"]) is (api_key is None)
+
+
+def test_compressed_bodies_are_refused_with_415(tight: LiveServer) -> None:
+    import gzip
+
+    with tight.client() as c:
+        r = c.post(CLASSIFY, content=gzip.compress(b'{"utterance": "hi"}'), headers={"Content-Encoding": "gzip"})
+    assert r.status_code == 415 and "Content-Encoding" in r.json()["error"]["message"]
+
+
+# -- 4. and 10. texts that are no text, loose types, unreadable bodies ---------------------------
+RAW_CASES: list[tuple[str, bytes, int, str, str | None]] = [
+    ("lone surrogate", b'{"utterance": "a\\ud800b"}', 422, "invalid_text", "utterance"),
+    ("lone surrogate in history", b'{"history": ["\\udfff"], "utterance": "a"}', 422, "invalid_text", "history[0]"),
+    (
+        "lone surrogate in speaker",
+        b'{"history": [{"speaker": "\\ud800", "text": "x"}], "utterance": "a"}',
+        422,
+        "invalid_text",
+        "history[0].speaker",
+    ),
+    ("lone surrogate in batch", b'{"items": ["ok", "\\ud800"]}', 422, "invalid_text", "items[1].utterance"),
+    ("zero-width only", '{"utterance": "\u200b\u200d\ufeff"}'.encode(), 422, "empty_utterance", "utterance"),
+    ("control only", b'{"utterance": "\\u0000\\u0007"}', 422, "empty_utterance", "utterance"),
+    ("threshold false", b'{"utterance": "a", "threshold": false}', 422, "invalid_threshold", "threshold"),
+    ("threshold true", b'{"utterance": "a", "threshold": true}', 422, "invalid_threshold", "threshold"),
+    ("threshold string", b'{"utterance": "a", "threshold": "0.5"}', 422, "invalid_threshold", "threshold"),
+    ("item threshold false", b'{"items": [{"utterance": "a", "threshold": false}]}', 422, "invalid_threshold", None),
+    ("not UTF-8", b'{"utterance": "\xff\xfe"}', 400, "malformed_json", None),
+    (
+        "deep JSON",
+        b'{"utterance": "a", "history": ' + b"[" * 100000 + b"]" * 100000 + b"}",
+        400,
+        "malformed_json",
+        None,
+    ),
+    ("empty body", b"", 422, "invalid_request", None),
+]
+
+
+@pytest.mark.parametrize(("case", "raw", "status", "code", "field"), RAW_CASES, ids=[c[0] for c in RAW_CASES])
+def test_bad_texts_and_bodies_get_a_4xx_saying_what_to_fix(
+    case: str, raw: bytes, status: int, code: str, field: str | None, caplog: pytest.LogCaptureFixture
+) -> None:
+    with live_server(classifier=FakeClassifier(), max_body_bytes=400_000) as live, live.client() as c:
+        route = BATCH if raw.startswith(b'{"items"') else CLASSIFY
+        r = c.post(route, content=raw, headers={"content-type": "application/json"})
+    assert r.status_code == status, r.text
+    error = r.json()["error"]
+    assert error["code"] == code
+    if field is not None:
+        assert error["field"] == field
+    assert error["message"] and "There was an error parsing the body" not in error["message"]
+    assert "Traceback" not in caplog.text
+
+
+def test_integer_thresholds_stay_accepted(tight: LiveServer) -> None:
+    with tight.client() as c:
+        r = c.post(CLASSIFY, json={"utterance": "a", "threshold": 1})
+    assert r.status_code == 200 and r.json()["threshold"] == 1
+
+
+# -- 5. a client hanging up on a batch -------------------------------------------------------------
+def test_a_client_hanging_up_on_a_batch_is_499_not_500(caplog: pytest.LogCaptureFixture) -> None:
+    fake = FakeClassifier()
+    fake.gate.clear()
+    with live_server(classifier=fake) as live, live.client() as c:
+        blocker = threading.Thread(target=lambda: c.post(CLASSIFY, json={"utterance": "first"}), daemon=True)
+        blocker.start()
+        assert fake.entered.wait(GUARD_S)
+        body = json.dumps({"items": ["a", "b", "c"]}).encode()
+        sock = connect(live)
+        sock.sendall(head(BATCH, len(body)) + body)
+        deadline = time.monotonic() + GUARD_S
+        while live.app.state.safety.batcher.depth < 3:
+            assert time.monotonic() < deadline, "the batch never reached the queue"
+            time.sleep(0.01)
+        sock.close()  # hang up while the batch waits
+        deadline = time.monotonic() + GUARD_S
+        while 'route="/v1/classify/batch",status="499"' not in c.get("/metrics").text:
+            assert time.monotonic() < deadline, "the hang-up was never counted as 499"
+            time.sleep(0.02)
+        fake.gate.set()
+        blocker.join(GUARD_S)
+        metrics = c.get("/metrics").text
+    assert 'status="500"' not in metrics
+    assert "InvalidStateError" not in caplog.text and "Traceback" not in caplog.text
+
+
+# -- 3. one large valid request does not stall the server (real tokenizer) ------------------------
+def test_largest_allowed_requests_are_served_while_health_answers(tiny_model_dir: Path) -> None:  # noqa: F811
+    big = {"history": ["🤬" * 4000] * 32, "utterance": "🤬" * 4000}
+    with live_server(model_dir=tiny_model_dir, max_queue_wait_ms=60_000) as live:
+
+        async def scenario() -> tuple[list[int], list[int]]:
+            async with httpx.AsyncClient(base_url=live.url, timeout=GUARD_S * 3) as c:
+                heavy = [asyncio.create_task(c.post(CLASSIFY, json=big)) for _ in range(4)]
+                probes = []
+                while not all(t.done() for t in heavy):
+                    probes.append((await c.get("/health")).status_code)
+                    await asyncio.sleep(0.01)
+                return [(await t).status_code for t in heavy], probes
+
+        heavy, probes = asyncio.run(scenario())
+    assert heavy == [200] * 4
+    assert probes and set(probes) == {200}
+
+
+# -- 8. startup faults --------------------------------------------------------------------------
+def test_the_cli_exits_when_the_model_cannot_load(tiny_model_dir: Path, tmp_path: Path) -> None:  # noqa: F811
+    import shutil
+    import subprocess
+    import sys
+
+    broken = tmp_path / "broken_model"
+    shutil.copytree(tiny_model_dir, broken)
+    for onnx_file in broken.glob("*.onnx"):
+        onnx_file.write_bytes(b"not an onnx graph")
+    proc = subprocess.run(
+        [sys.executable, "-m", "service.cli", "--model", str(broken), "--port", "0", "--log-level", "warning"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    assert "failed to load" in proc.stderr
+
+
+def test_a_read_only_model_dir_error_says_which_setting_fixes_it(
+    tiny_model_dir: Path,  # noqa: F811
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from service import variants
+
+    monkeypatch.setattr(variants, "_writable", lambda _directory: False)  # as for a non-root user
+    monkeypatch.setenv("DIALOGUE_SAFETY_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.raises(variants.VariantError, match="DIALOGUE_SAFETY_CACHE_DIR"):
+        variants.ensure_variant(tiny_model_dir, "int8")
+
+
+# -- 9. authentication ------------------------------------------------------------------------------
+def test_an_empty_api_key_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SAFETY_API_KEY", "")
+    with pytest.raises(ValidationError, match="SAFETY_API_KEY is set but empty"):
+        ServiceSettings()
+    monkeypatch.setenv("SAFETY_API_KEY", "   ")
+    with pytest.raises(ValidationError):
+        ServiceSettings()
+
+
+@pytest.mark.parametrize("public_docs", [False, True])
+def test_docs_follow_the_api_key_and_auth_state_is_logged(public_docs: bool, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="service.auth")
+    with (
+        live_server(classifier=FakeClassifier(), api_key="s3cret", public_docs=public_docs) as live,
+        live.client() as c,
+    ):
+        open_status = {path: c.get(path).status_code for path in ("/docs", "/redoc", "/openapi.json")}
+        keyed = {path: c.get(path, headers={"X-API-Key": "s3cret"}).status_code for path in open_status}
+        assert c.get("/health").status_code == 200
+    assert set(keyed.values()) == {200}
+    assert set(open_status.values()) == ({200} if public_docs else {401})
+    assert "authentication is on" in caplog.text and "s3cret" not in caplog.text
+
+
+def test_running_without_a_key_is_logged_loudly(caplog: pytest.LogCaptureFixture) -> None:
+    with live_server(classifier=FakeClassifier()):
+        pass
+    assert "authentication is OFF" in caplog.text
+
+
+# -- 11. access log ----------------------------------------------------------------------------
+def test_the_access_log_drops_query_strings() -> None:
+    record = logging.LogRecord(
+        "uvicorn.access",
+        logging.INFO,
+        __file__,
+        1,
+        '%s - "%s %s HTTP/%s" %d',
+        ("1.2.3.4:5", "GET", "/x?key=1", "1.1", 200),
+        None,
+    )
+    assert DropQueryString().filter(record)
+    assert record.getMessage() == '1.2.3.4:5 - "GET /x HTTP/1.1" 200'
+
+
+# -- the contract: one error table, the doc, the schema -------------------------------------------
+def test_docs_api_md_lists_exactly_the_error_table() -> None:
+    doc = (Path(__file__).parents[1] / "docs" / "api.md").read_text()
+    section = doc.split("## Errors", 1)[1].split("\n## ", 1)[0]
+    rows = {
+        (int(cells[0]), cells[1].strip("`"))
+        for line in section.splitlines()
+        if line.startswith("| ") and (cells := [c.strip() for c in line.strip("|").split("|")])[0].isdigit()
+    }
+    table = {(row.status, code) for row in ERROR_TABLE for code in row.all_codes}
+    assert rows == table
+    for limit in LIMIT_TABLE:  # every limit's code is in the table, with the same status
+        assert (limit.status, limit.code) in table, limit
+
+
+def test_openapi_declares_the_enforced_limits(tight: LiveServer) -> None:
+    with tight.client() as c:
+        schemas = c.get("/openapi.json").json()["components"]["schemas"]
+    utterance = schemas["ClassifyRequest"]["properties"]["utterance"]
+    assert utterance["minLength"] == 1 and utterance["maxLength"] == 4000 and utterance["pattern"]
+    assert schemas["ClassifyRequest"]["properties"]["history"]["maxItems"] == 32
+    assert schemas["BatchRequest"]["properties"]["items"]["minItems"] == 1
+    assert schemas["BatchRequest"]["properties"]["items"]["maxItems"] == 256
+    assert schemas["TurnIn"]["properties"]["text"]["maxLength"] == 4000
