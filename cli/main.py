@@ -18,7 +18,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("service.cli", "run the HTTP service"),
     "evaluate": ("benchmarks.evaluate", "robustness evaluation report for a model"),
     "score": ("corpus.cli", "score a JSONL/CSV/Parquet corpus file, locally or on Ray"),
-    "bench": ("benchmarks.cli", "speed benchmarks (runtime, http, score)"),
+    "break-it": ("cli.breakit", "break-it game rounds: open a round, add contexts, export validated attacks"),
+    "fix-it": (
+        "training.fix_it",
+        "train A(N) on the recipe plus the validated break-it rounds; models x rounds report",
+    ),
+    "bench": ("benchmarks.cli", "speed benchmarks (runtime, http, abuse, score)"),
 }
 #: the pyproject.toml extra each command needs (checked before its module is imported)
 EXTRAS: dict[str, str] = {
@@ -27,6 +32,8 @@ EXTRAS: dict[str, str] = {
     "serve": "serve",
     "evaluate": "evaluate",
     "score": "serve",
+    "break-it": "breakit",
+    "fix-it": "train",
 }
 #: our own top-level packages: a missing module inside them is a bug, not a missing extra
 OWN_PACKAGES = frozenset({"cli", "service", "training", "export", "benchmarks", "corpus"})

@@ -20,7 +20,7 @@ case "$job" in
   evaluate) default_venv=.venv-eval;  extras="evaluate" ;;
   train)    default_venv=.venv-train; extras="train,evaluate" ;;
   score)    default_venv=.venv-score; extras="serve,scale" ;;
-  dev)      default_venv=.venv-dev;   extras="serve,train,evaluate,scale,dev" ;;
+  dev)      default_venv=.venv-dev;   extras="serve,train,evaluate,scale,breakit,dev" ;;
   *) echo "usage: scripts/env.sh serve|evaluate|score|train|dev (see the README, \"Install\")" >&2; exit 2 ;;
 esac
 venv="${DIALOGUE_SAFETY_VENV:-$REPO/$default_venv}"

@@ -28,6 +28,7 @@ from starlette.types import Receive
 from service import explain
 from service.auth import ApiKeyMiddleware, api_key_of, log_auth_state
 from service.batcher import MicroBatcher
+from service.breakit.api import BreakItGame
 from service.encoding import EncodedExample
 from service.errors import (
     ErrorInfo,
@@ -38,6 +39,7 @@ from service.errors import (
     install_error_handlers,
     openapi_responses,
 )
+from service.hot_swap import ModelSwapper, admin_router
 from service.limits import BodyGuardMiddleware, Limits, apply_to_openapi
 from service.metrics import RequestMetricsMiddleware, ServiceMetrics
 from service.model_card import ModelCard
@@ -295,25 +297,29 @@ class ServiceState:
 
     async def load(self) -> None:
         """Load and warm up the model off the event loop, then start the batcher."""
-        s = self.settings
         try:
-            classifier = await asyncio.to_thread(self.factory, s)
-            await asyncio.to_thread(classifier.warmup)
+            classifier = await self.load_classifier(self.settings)
         except Exception as exc:
             # The operator gets the details in the log; clients only learn that it failed.
             self.load_error = f"{type(exc).__name__}: {exc}"
-            log.error("the model failed to load from %s: %s", s.model_dir, self.load_error)
+            log.error("the model failed to load from %s: %s", self.settings.model_dir, self.load_error)
             self.metrics.ready.set(0)
             if self.on_fatal is not None:
                 self.on_fatal()
             return
+        await self.install(classifier, self.settings)
+
+    async def load_classifier(self, settings: ServiceSettings) -> Classifier:
+        """Build and warm up a classifier for ``settings`` in a thread (raises what loading raises)."""
+        classifier = await asyncio.to_thread(self.factory, settings)
+        await asyncio.to_thread(classifier.warmup)
+        return classifier
+
+    async def install(self, classifier: Classifier, settings: ServiceSettings) -> MicroBatcher | None:
+        """Serve ``classifier`` from now on with a fresh batcher; returns the previous batcher (the
+        hot swap drains it: requests already admitted there finish on the old model)."""
+        s = settings
         card = classifier.card
-        self.classifier = classifier
-        self.model_id = classifier.model_id
-        self.default_threshold = card.threshold if s.threshold is None else s.threshold
-        self.metrics.set_model(
-            name=card.name, version=card.version, variant=str(classifier.variant), provider=str(classifier.provider)
-        )
         batcher = MicroBatcher(
             classifier.encode,
             classifier.predict_encoded,
@@ -326,8 +332,18 @@ class ServiceState:
             max_queue_wait_s=s.max_queue_wait_s,
         )
         await batcher.start()
+        previous = self.batcher
+        # no await from here on: requests see either the old model or the new one, never a mix
+        self.settings = settings
+        self.classifier = classifier
+        self.model_id = classifier.model_id
+        self.default_threshold = card.threshold if s.threshold is None else s.threshold
         self.batcher = batcher
+        self.load_error = None
         self.ready = True
+        self.metrics.set_model(
+            name=card.name, version=card.version, variant=str(classifier.variant), provider=str(classifier.provider)
+        )
         self.metrics.ready.set(1)
         log.info(
             "ready: %s (variant %s, provider %s) from %s",
@@ -336,6 +352,7 @@ class ServiceState:
             classifier.provider,
             s.model_dir,
         )
+        return previous
 
     async def stop(self) -> None:
         self.ready = False
@@ -403,15 +420,21 @@ async def _predict(state: ServiceState, request: Request, examples: list[Example
     return [result] if len(futures) == 1 else list(result)
 
 
+def api_key_declaration(settings: ServiceSettings) -> list[Any]:
+    """Route dependencies that declare the API key's schemes in OpenAPI (for ``/v1/*`` and the
+    admin routers); none when no key is set. They check nothing: :class:`service.auth.ApiKeyMiddleware`
+    checks the key, before the body is read."""
+    if api_key_of(settings) is None:
+        return []
+
+    async def declare_api_key(credentials: BearerCredentials, key: ApiKeyHeader) -> None:
+        """Declares the key's schemes in OpenAPI only (service.auth checks the key)."""
+
+    return [Depends(declare_api_key)]
+
+
 def _build_router(state: ServiceState) -> APIRouter:
-    dependencies = []
-    if api_key_of(state.settings) is not None:
-
-        async def declare_api_key(credentials: BearerCredentials, key: ApiKeyHeader) -> None:
-            """Declares the key's schemes in OpenAPI only: service.auth.ApiKeyMiddleware checks the
-            key, before the body is read."""
-
-        dependencies.append(Depends(declare_api_key))
+    dependencies = api_key_declaration(state.settings)
 
     v1 = APIRouter(prefix="/v1", tags=["classification"], dependencies=dependencies, responses=ERROR_RESPONSES)
     ops = APIRouter(tags=["operations"])
@@ -535,17 +558,25 @@ def create_app(
     (on the event loop) when the model cannot be loaded: the CLI stops the server then."""
     settings = settings if settings is not None else ServiceSettings()
     state = ServiceState(settings, classifier_factory or load_onnx_classifier, on_fatal)
+    swapper = ModelSwapper(state)
+    game = BreakItGame(state, settings.breakit_db) if settings.breakit_db else None
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         log_auth_state(settings)
+        if game is not None:
+            await game.open()  # a database that cannot be opened stops the start-up, loudly
         loader = asyncio.create_task(state.load(), name="safety-model-loader")
+        swapper.install_sighup()
         try:
             yield
         finally:
+            swapper.remove_sighup()
             loader.cancel()
             await asyncio.gather(loader, return_exceptions=True)
             await state.stop()
+            if game is not None:
+                game.close()
 
     # FastAPIOffline: /docs and /redoc load Swagger UI and ReDoc from the app itself
     # (/static-offline-docs), never from a CDN, so they render on air-gapped deployments.
@@ -566,11 +597,13 @@ def create_app(
         body_timeout_s=settings.body_timeout_s,
         max_inflight_body_bytes=settings.max_inflight_body_bytes,
     )
-    api_key = api_key_of(settings)
-    if api_key is not None:
-        app.add_middleware(ApiKeyMiddleware, api_key=api_key, public_docs=settings.public_docs)
+    # always installed: without a key it still turns the admin endpoints away
+    app.add_middleware(ApiKeyMiddleware, api_key=api_key_of(settings), public_docs=settings.public_docs)
     app.add_middleware(RequestMetricsMiddleware, metrics=state.metrics)
     app.include_router(_build_router(state))
+    app.include_router(admin_router(swapper))
+    if game is not None:
+        app.include_router(game.router())
     generate_openapi = app.openapi
 
     def openapi() -> dict[str, Any]:

@@ -1,9 +1,12 @@
 """API-key authentication, checked before the request body is read.
 
-A pure ASGI middleware: a request to a protected path (``/v1/*``, and the API docs unless
-``public_docs``) without the key gets 401 at once, so an unauthenticated client can never make
-the service buffer or parse a body. The key is compared in constant time. ``/health``,
-``/ready`` and ``/metrics`` stay open for probes and scrapers.
+A pure ASGI middleware: a request to a protected path (``/v1/*``, the admin endpoints, and the
+API docs unless ``public_docs``) without the key gets 401 at once, so an unauthenticated client
+can never make the service buffer or parse a body. The key is compared in constant time.
+Without a configured key the admin endpoints (``/admin/*``: the hot swap; ``/break-it/api/admin/*``:
+break-it rounds) are off, always 401; everything else is open. ``/health``, ``/ready``,
+``/metrics`` and the break-it players' endpoints stay open. This module is the one place that
+decides who may call what: the routers only declare the key's schemes in OpenAPI.
 """
 
 from __future__ import annotations
@@ -20,6 +23,10 @@ log = logging.getLogger("service.auth")
 
 API_PREFIX = "/v1/"
 DOCS_PATHS = ("/docs", "/redoc", "/openapi.json")  # and everything under /docs and /redoc
+ADMIN_PREFIX = "/admin"  # the hot swap (service/hot_swap.py mounts its router here)
+BREAKIT_ADMIN_PREFIX = "/break-it/api/admin"  # break-it rounds (service/breakit/api.py mounts its admin router here)
+ADMIN_PREFIXES = (ADMIN_PREFIX, BREAKIT_ADMIN_PREFIX)
+ADMIN_OFF_MESSAGE = "admin endpoints are off: set SAFETY_API_KEY and send it as a bearer token or X-API-Key"
 
 
 def api_key_of(settings: ServiceSettings) -> bytes | None:
@@ -31,21 +38,29 @@ def log_auth_state(settings: ServiceSettings) -> None:
     """Say at startup whether authentication is on and what it covers (never the key)."""
     if api_key_of(settings) is None:
         log.warning(
-            "authentication is OFF: /v1/* and the API docs are open to anyone who can reach this port "
-            "(set SAFETY_API_KEY to require a key)"
+            "authentication is OFF: /v1/* and the API docs are open to anyone who can reach this port, "
+            "the admin endpoints are off (set SAFETY_API_KEY to require a key)"
         )
     elif settings.public_docs:
-        log.info("authentication is on for /v1/*; the API docs are public (SAFETY_PUBLIC_DOCS)")
+        log.info("authentication is on for /v1/* and the admin endpoints; the API docs are public (SAFETY_PUBLIC_DOCS)")
     else:
-        log.info("authentication is on for /v1/* and the API docs (/docs, /redoc, /openapi.json)")
+        log.info("authentication is on for /v1/*, the admin endpoints and the API docs (/docs, /redoc, /openapi.json)")
+
+
+def _under(path: str, prefixes: tuple[str, ...]) -> bool:
+    return any(path == p or path.startswith(p + "/") for p in prefixes)
+
+
+def is_admin(path: str) -> bool:
+    return _under(path, ADMIN_PREFIXES)
 
 
 def is_protected(path: str, public_docs: bool) -> bool:
-    if path.startswith(API_PREFIX):
+    if path.startswith(API_PREFIX) or is_admin(path):
         return True
     if public_docs:
         return False
-    return any(path == p or path.startswith(p + "/") for p in DOCS_PATHS)
+    return _under(path, DOCS_PATHS)
 
 
 def supplied_key(scope: Scope) -> bytes | None:
@@ -62,15 +77,27 @@ def supplied_key(scope: Scope) -> bytes | None:
 
 
 class ApiKeyMiddleware:
-    def __init__(self, app: ASGIApp, api_key: bytes, public_docs: bool = False) -> None:
+    """Installed always: with ``api_key`` None it only turns the admin endpoints away."""
+
+    def __init__(self, app: ASGIApp, api_key: bytes | None, public_docs: bool = False) -> None:
         self.app = app
         self.api_key = api_key
         self.public_docs = public_docs
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and is_protected(scope["path"], self.public_docs):
-            key = supplied_key(scope)
-            if key is None or not hmac.compare_digest(key, self.api_key):
-                await error_response(Unauthorized(), close=True)(scope, receive, send)
+        if scope["type"] == "http":
+            refusal = self._refusal(scope)
+            if refusal is not None:
+                await error_response(refusal, close=True)(scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+    def _refusal(self, scope: Scope) -> Unauthorized | None:
+        path = scope["path"]
+        if self.api_key is None:
+            return Unauthorized(ADMIN_OFF_MESSAGE) if is_admin(path) else None
+        if is_protected(path, self.public_docs):
+            key = supplied_key(scope)
+            if key is None or not hmac.compare_digest(key, self.api_key):
+                return Unauthorized()
+        return None

@@ -26,7 +26,9 @@ waiting rarely matters.
 Every future is resolved or failed: results go to their callers in order; items whose caller
 went away (cancelled future) are dropped before inference; a failing batch fails only its own
 items (:class:`InferenceFailed`) and the loop keeps serving; stopping fails what is left with
-:class:`NotReady` (``shutting_down``).
+:class:`NotReady` (``shutting_down``). :meth:`MicroBatcher.drain` (the hot swap retiring the old
+model) refuses new work but lets everything already admitted finish first, including
+submissions still being encoded.
 """
 
 from __future__ import annotations
@@ -172,12 +174,17 @@ class MicroBatcher:
         self._running_batch = False
         self._arrived_while_running = 0
         self._expect_company = False
+        self._outstanding = 0  # futures handed out and not yet settled (drain waits for 0)
+        self._settled: asyncio.Event | None = None  # set whenever outstanding or encoding work ends
+        self._draining = False
 
     # -- lifecycle ----------------------------------------------------------------------------
     async def start(self) -> None:
         if self._task is not None:
             raise RuntimeError("the batcher is already running")
         self._queue = asyncio.Queue(maxsize=self.queue_size)
+        self._settled = asyncio.Event()
+        self._settled.set()
         self._infer_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="safety-inference")
         self._encode_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="safety-encode")
         self._task = asyncio.create_task(self._loop(), name="safety-micro-batcher")
@@ -200,10 +207,35 @@ class MicroBatcher:
             _fail(item.future, _shutting_down(self.retry_after_s))
         self._queued_tokens = 0
         self._observer.observe_queue_depth(0)
+        self._fail_unencoded(())  # not handed to the encoding thread yet
         for pool in (self._infer_pool, self._encode_pool):
             if pool is not None:
                 pool.shutdown(wait=False, cancel_futures=True)
         self._infer_pool = self._encode_pool = None
+
+    async def drain(self, timeout_s: float) -> bool:
+        """Refuse new work, let every admitted item finish (those still being encoded, the queued
+        ones and the running batch), then :meth:`stop` (what is still pending after ``timeout_s``
+        fails with ``shutting_down``). True when everything finished in time. The hot swap retires
+        the old model's batcher with it."""
+        self._accepting = False
+        self._draining = True
+        drained = True
+        try:
+            async with asyncio.timeout(timeout_s):
+                while self._settled is not None and (self._outstanding or self._encoding):
+                    self._settled.clear()
+                    await self._settled.wait()
+        except TimeoutError:
+            drained = False
+        await self.stop()
+        return drained
+
+    def _settle(self, future: asyncio.Future[Prediction] | None = None) -> None:
+        if future is not None:  # a handed-out future settled (None: an encoding ended)
+            self._outstanding -= 1
+        if self._settled is not None:
+            self._settled.set()  # drain() re-checks what is left
 
     @property
     def running(self) -> bool:
@@ -264,6 +296,7 @@ class MicroBatcher:
                 encoded = await self._encode_off_loop(examples)
         finally:
             self._encoding -= n
+            self._settle()  # no await before _enqueue: a draining batcher sees these items queued
         self._observer.observe_tokenization(time.perf_counter() - start)
         if len(encoded) != n:
             raise RuntimeError(f"encode returned {len(encoded)} items for {n} examples")
@@ -292,6 +325,7 @@ class MicroBatcher:
 
     async def _encode_rounds(self) -> None:
         loop = asyncio.get_running_loop()
+        jobs: list[tuple[Sequence[Example], asyncio.Future[list[EncodedExample]]]] = []
         try:
             while self._to_encode:
                 jobs, self._to_encode = self._to_encode, []
@@ -319,8 +353,17 @@ class MicroBatcher:
                     if not future.done():
                         future.set_result(encoded[start : start + len(examples)])
                     start += len(examples)
+        except BaseException:  # stopped: the pool dropped its queued work; no submission may wait forever
+            self._fail_unencoded(jobs)
+            raise
         finally:
             self._encoder_busy = False
+
+    def _fail_unencoded(self, jobs: Sequence[tuple[Sequence[Example], asyncio.Future[list[EncodedExample]]]]) -> None:
+        """Fail the submissions of ``jobs`` and those still waiting for the encoding thread."""
+        waiting, self._to_encode = self._to_encode, []
+        for _, future in [*jobs, *waiting]:
+            _fail_encoding(future, _shutting_down(self.retry_after_s))
 
     def release(self, futures: Sequence[asyncio.Future[Prediction]]) -> None:
         """Cancel the futures still pending (they are dropped before inference) and mark the
@@ -336,7 +379,9 @@ class MicroBatcher:
             self._observer.observe_queue_depth(self.live_depth())
 
     def _check_room(self, n: int, *, wait: bool = True) -> None:
-        if not self._accepting or self._queue is None:
+        # wait=False: items admitted before encoding; a draining batcher still takes them (in flight)
+        admitted_while_draining = not wait and self._draining and self._task is not None and not self._task.done()
+        if not (self._accepting or admitted_while_draining) or self._queue is None:
             raise _shutting_down(self.retry_after_s) if self._stopped else NotReady("the batcher is not running")
         if self.queue_size - self.depth - self._encoding < n:
             raise Overloaded(
@@ -363,7 +408,9 @@ class MicroBatcher:
             self._queue.put_nowait(_Pending(enc, fut, arrived))
             self._queued_tokens += len(enc)
             self._item_tokens = 0.9 * self._item_tokens + 0.1 * len(enc)
+            fut.add_done_callback(self._settle)
             futures.append(fut)
+        self._outstanding += len(encoded)
         if self._running_batch:
             self._arrived_while_running += len(encoded)
         self._observer.observe_queue_depth(self.depth)

@@ -78,6 +78,19 @@ class Unauthorized(ServiceError):
         super().__init__(message, headers={"WWW-Authenticate": "Bearer"})
 
 
+class NotFound(ServiceError):
+    """No such route, or the request names something that does not exist (a break-it round, task,
+    attack or player)."""
+
+    default_code = "not_found"
+
+
+class Conflict(ServiceError):
+    """The request breaks a rule of the current state (a finished task, a closed round, a duplicate)."""
+
+    default_code = "conflict"
+
+
 class Overloaded(ServiceError):
     """The bounded queue is full: the caller should back off and retry."""
 
@@ -113,10 +126,6 @@ class InferenceFailed(ServiceError):
         "the service keeps running, retry the request",
     ) -> None:
         super().__init__(message)
-
-
-class NotFound(ServiceError):
-    default_code = "not_found"
 
 
 class MethodNotAllowed(ServiceError):
@@ -158,9 +167,10 @@ class ErrorRow:
 ERROR_TABLE: tuple[ErrorRow, ...] = (
     ErrorRow(MalformedJson, 400, "the body is not valid UTF-8 JSON (or nests too deeply)"),
     ErrorRow(Unauthorized, 401, "an API key is configured and the request lacks it or has a wrong one"),
-    ErrorRow(NotFound, 404, "no such route"),
+    ErrorRow(NotFound, 404, "no such route, or a break-it round, task, attack or player that does not exist"),
     ErrorRow(MethodNotAllowed, 405, "e.g. GET /v1/classify"),
     ErrorRow(RequestTimeout, 408, "the body did not arrive within body_timeout_s (the connection is closed)"),
+    ErrorRow(Conflict, 409, "a break-it game rule or a concurrent write refused the request"),
     ErrorRow(PayloadTooLarge, 413, "the body is larger than max_body_bytes (Content-Length or streamed)"),
     ErrorRow(UnsupportedMediaType, 415, "a Content-Type other than JSON, or a Content-Encoding (gzip...)"),
     ErrorRow(
@@ -177,6 +187,7 @@ ERROR_TABLE: tuple[ErrorRow, ...] = (
             "turn_too_long",
             "too_many_items",
             "empty_batch",
+            "model_refused",
         ),
     ),
     ErrorRow(Overloaded, 429, "the inference queue or the body buffer is full (Retry-After says when to retry)"),

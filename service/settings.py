@@ -142,6 +142,13 @@ class ServiceSettings(BaseSettings):
     access_log: bool = Field(default=True, description="uvicorn access log (method, path, status; never bodies)")
     retry_after_s: int = Field(default=1, ge=1, description="Retry-After seconds sent with 429 and 503")
 
+    # build it / break it / fix it (service/breakit): off unless a database is given
+    breakit_db: str | None = Field(
+        default=None,
+        description="enables the break-it game at /break-it: an SQLite file (created, WAL) or a database URL "
+        "(postgresql://user@host/db; put a URL with a password in the environment, not on the command line)",
+    )
+
     @model_validator(mode="after")
     def _api_key_is_not_empty(self) -> ServiceSettings:
         if self.api_key is not None and not self.api_key.get_secret_value().strip():

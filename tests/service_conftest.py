@@ -131,14 +131,16 @@ def live_server(
     classifier: Classifier | None = None,
     *,
     wait_ready: bool = True,
+    factory: Callable[[ServiceSettings], Classifier] | None = None,
     **overrides: Any,
 ) -> Iterator[LiveServer]:
-    """Run ``create_app`` (with ``classifier`` if given, else the real ONNX runtime) under uvicorn."""
+    """Run ``create_app`` (with ``classifier`` if given, or ``factory``, else the real ONNX runtime) under uvicorn."""
     # A generous queue-wait bound unless a test sets one: on a busy CI machine the default (500 ms)
     # would turn scheduling hiccups into 429s (the bound itself is tested in test_batcher.py).
     overrides.setdefault("max_queue_wait_ms", 60_000)
     base = settings or ServiceSettings(host="127.0.0.1", port=0, **overrides)
-    factory = (lambda _s: classifier) if classifier is not None else None
+    if classifier is not None:
+        factory = lambda _s: classifier  # noqa: E731
     app = create_app(base, classifier_factory=factory)
     config = uvicorn_config(
         app, base, host="127.0.0.1", port=0, log_level="warning", access_log=False, timeout_graceful_shutdown=2

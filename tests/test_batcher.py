@@ -338,6 +338,103 @@ def test_stop_while_a_batch_waits_for_company_fails_its_items() -> None:
     assert model.batches == [[1, 2]]
 
 
+def test_drain_finishes_queued_and_running_work_then_refuses_new_work() -> None:
+    model = FakeModel()
+    model.gate.clear()
+
+    async def main() -> None:
+        b = MicroBatcher(model.encode, model.predict, max_batch_size=2)
+        await b.start()
+        running = asyncio.create_task(b.submit([item(1)]))
+        await wait_entered(model)
+        queued = asyncio.create_task(b.submit([item(2), item(3), item(4)]))
+        await asyncio.sleep(0)
+        draining = asyncio.create_task(b.drain(GUARD_S))
+        await asyncio.sleep(0)
+        with pytest.raises(NotReady):
+            await b.submit([item(5)])  # new work goes elsewhere (the hot swap's new batcher)
+        assert not draining.done()
+        model.gate.set()
+        assert await asyncio.wait_for(draining, GUARD_S) is True
+        assert [p.score for p in await running] == [0.001]
+        assert [p.score for p in await queued] == [0.002, 0.003, 0.004]
+        assert not b.running
+
+    asyncio.run(main())
+
+
+def test_drain_lets_a_submission_still_being_encoded_finish_on_this_batcher() -> None:
+    model = FakeModel()
+    encoding, release = threading.Event(), threading.Event()
+    encode = model.encode
+
+    def slow_encode(examples: Any) -> Any:
+        encoding.set()
+        assert release.wait(GUARD_S)
+        return encode(examples)
+
+    async def main() -> None:
+        b = MicroBatcher(slow_encode, model.predict)  # the default: encoded in the helper thread
+        await b.start()
+        in_flight = asyncio.create_task(b.submit([item(1)]))
+        await asyncio.to_thread(encoding.wait, GUARD_S)
+        draining = asyncio.create_task(b.drain(GUARD_S))
+        await asyncio.sleep(0)
+        with pytest.raises(NotReady):
+            await b.submit([item(2)])  # new work is refused before encoding
+        assert not draining.done()
+        release.set()
+        assert await asyncio.wait_for(draining, GUARD_S) is True
+        assert [p.score for p in await in_flight] == [0.001]  # admitted before the drain: served here
+
+    asyncio.run(main())
+
+
+def test_stop_fails_submissions_still_waiting_to_be_encoded() -> None:
+    model = FakeModel()
+    encoding, release = threading.Event(), threading.Event()
+    encode = model.encode
+
+    def slow_encode(examples: Any) -> Any:
+        encoding.set()
+        assert release.wait(GUARD_S)
+        return encode(examples)
+
+    async def main() -> list[object]:
+        b = MicroBatcher(slow_encode, model.predict)
+        await b.start()
+        in_thread = asyncio.create_task(b.submit([item(1)]))
+        await asyncio.to_thread(encoding.wait, GUARD_S)
+        waiting = asyncio.create_task(b.submit([item(2)]))  # waits for the busy encoding thread
+        await asyncio.sleep(0)
+        await b.stop()
+        release.set()
+        return list(await asyncio.wait_for(asyncio.gather(in_thread, waiting, return_exceptions=True), GUARD_S))
+
+    results = asyncio.run(main())
+    assert all(isinstance(r, NotReady) and r.code == "shutting_down" for r in results), results
+
+
+def test_drain_gives_up_after_its_timeout_and_fails_what_is_left() -> None:
+    model = FakeModel()
+    model.gate.clear()
+
+    async def main() -> None:
+        b = MicroBatcher(model.encode, model.predict)
+        await b.start()
+        running = asyncio.create_task(b.submit([item(1)]))
+        await wait_entered(model)
+        queued = asyncio.create_task(b.submit([item(2)]))
+        await asyncio.sleep(0)
+        assert await b.drain(0.01) is False
+        model.gate.set()
+        for task in (running, queued):
+            with pytest.raises(NotReady):
+                await asyncio.wait_for(task, GUARD_S)
+
+    asyncio.run(main())
+
+
 def test_by_default_every_submission_is_encoded_off_the_event_loop() -> None:
     model = FakeModel()
     threads: list[str] = []

@@ -204,6 +204,21 @@ def test_the_api_key_is_checked_before_the_body_is_read() -> None:
     assert status == 401 and body["error"]["code"] == "unauthorized"
 
 
+@pytest.mark.parametrize("api_key", ["s3cret", None], ids=["key-set", "no-key"])
+@pytest.mark.parametrize("path", ["/admin/model", "/break-it/api/admin/rounds"])
+def test_admin_endpoints_are_refused_before_the_body_is_read(api_key: str | None, path: str) -> None:
+    # one owner: service.auth's middleware guards the admin routers too (without a key they are off)
+    with live_server(classifier=FakeClassifier(), api_key=api_key, body_timeout_s=5.0) as live:
+        sock = connect(live)
+        try:
+            sock.sendall(head(path, 100000))  # announces a body, sends none, no key
+            status, body = status_and_body(read_until_closed(sock))
+        finally:
+            sock.close()
+    assert status == 401 and body["error"]["code"] == "unauthorized"
+    assert ("SAFETY_API_KEY" in body["error"]["message"]) is (api_key is None)
+
+
 def test_compressed_bodies_are_refused_with_415(tight: LiveServer) -> None:
     import gzip
 

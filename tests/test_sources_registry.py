@@ -35,6 +35,7 @@ NAMES = [
     "hatemoji",
     "dynahate",
     "context_pairs",
+    "breakit",
     "hatecheck",
 ]
 
@@ -64,7 +65,7 @@ def test_available_sources_on_sample_layouts() -> None:
         "dynahate": Status.PARTIAL,
     }
     everything = available_sources(SAMPLES, include_missing=True)
-    assert len(everything) == 11 and describe_source("hatecheck", SAMPLES).status is Status.MISSING
+    assert len(everything) == len(NAMES) and describe_source("hatecheck", SAMPLES).status is Status.MISSING
 
 
 def test_load_source_refuses_samples_unless_asked(tmp_path: Path) -> None:

@@ -9,7 +9,8 @@ Usage::
     by_name = load_sources(["convabuse", "hatemoji"], "/data")  # {name: [...]}
 
 Source names: bbf_single_turn, bbf_multi_turn, wtc, bad, olid, diasafety, convabuse, hatemoji,
-dynahate, context_pairs (derived), hatecheck. Statuses: ``complete`` (the official files), ``partial`` (real data with
+dynahate, context_pairs (derived), breakit (exported rounds of the break-it game),
+hatecheck. Statuses: ``complete`` (the official files), ``partial`` (real data with
 splits or rows missing; loaded normally; DynaHate's subset is this), ``sample-only`` (format
 samples or fixtures; :func:`load_source` refuses them unless ``allow_samples=True``, and they
 must never be trained or evaluated on), ``missing``. No dataset is redistributed with this
@@ -23,7 +24,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from service.schema import LabelFamily, LabelledExample, Split
-from training.sources import bad, bbf, context_pairs, convabuse, diasafety, dynahate, functional, hatemoji, olid, wtc
+from training.sources import (
+    bad,
+    bbf,
+    breakit,
+    context_pairs,
+    convabuse,
+    diasafety,
+    dynahate,
+    functional,
+    hatemoji,
+    olid,
+    wtc,
+)
 from training.sources.data_dir import resolve_data_dir
 from training.sources.errors import SourceUnavailableError
 from training.sources.layout import SourceFiles, Status
@@ -160,6 +173,15 @@ SOURCES: dict[str, Source] = {
             "derived at load time from olid, diasafety and convabuse; nothing to download",
             context_pairs.find,
             context_pairs.load,
+        ),
+        Source(
+            "breakit",
+            LabelFamily.OFFENSIVE,
+            "break-it rounds: validated attacks (and contrast examples) from the /break-it game, split by attacker",
+            "yours: written by your own players",
+            "dialogue-safety break-it export --round N DATA_DIR (writes DATA_DIR/breakit/round-N/)",
+            breakit.find,
+            breakit.load,
         ),
         Source(
             "hatecheck",

@@ -1,0 +1,207 @@
+"""The attack store on SQLite (WAL): migrations, game rules, validation, score board, durability,
+concurrent players. The same contract runs against a real PostgreSQL in test_breakit_postgres.py."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from breakit_conftest import scores, sqlite_store  # noqa: F401  (fixture)
+
+from service.breakit.game import ATTACKS_PER_TASK, TRIES_PER_ATTACK, Mode, TaskProgress, Verdict
+from service.breakit.store import BreakItStore, ConflictError, NotFoundError, StoreError, open_store
+
+CONTEXT = [{"speaker": "user", "text": "my sister just started at a new school"}, {"speaker": "bot", "text": "nice!"}]
+
+
+def play_round_contract(store: BreakItStore) -> None:
+    """The store's whole contract in one scenario (shared with the PostgreSQL test)."""
+    store.create_round(1, "m@1", {"A0": "/models/a0"})
+    with pytest.raises(ConflictError):
+        store.create_round(1, "m@1")
+    assert store.add_contexts(1, [CONTEXT], "test") == 1
+    alice, bob, carol = (store.register_player(n) for n in ("alice", "bob", "carol"))
+    assert len({alice.id, bob.id, carol.id}) == 3
+
+    task, context = store.start_task(1, alice.id, Mode.OFFENSIVE, with_context=True)
+    assert context is not None and context.turns == [{"speaker": "user", "text": CONTEXT[0]["text"]}, CONTEXT[1]]
+    # slot 0: two tries that do not fool (the model says OFFENSIVE to an offensive message) close the slot
+    a1, p1 = store.record_attack(task.id, alice.id, "you are vile", scores(0.9, A0=0.8))
+    assert not a1.fooled and (a1.slot, a1.try_number) == (0, 1) and p1 == TaskProgress(0, 1, 0)
+    a2, p2 = store.record_attack(task.id, alice.id, "you are vile!!", scores(0.7))
+    assert (a2.slot, a2.try_number) == (0, 2) and p2.slot == 1
+    # slot 1: fooled at the first try
+    a3, p3 = store.record_attack(task.id, alice.id, "what a charming school for clowns", scores(0.2, A0=0.6))
+    assert a3.fooled and a3.history == context.turns and a3.reference_scores == {"A0": 0.6}
+    assert a3.intended_label == "OFFENSIVE" and p3 == TaskProgress(2, 0, 1)
+    with pytest.raises(ConflictError, match="another player"):
+        store.record_attack(task.id, bob.id, "x", scores(0.1))
+    for i in range(ATTACKS_PER_TASK - 2):
+        store.record_attack(task.id, alice.id, f"sneaky {i}", scores(0.1))
+    with pytest.raises(ConflictError, match="finished"):
+        store.record_attack(task.id, alice.id, "one more", scores(0.1))
+    assert store.task_state(task.id)[0].finished_at is not None
+
+    # false-positive hunting without context: a SAFE message the model flags fools it
+    safe_task, no_context = store.start_task(1, bob.id, Mode.SAFE, with_context=False)
+    assert no_context is None
+    fp, _ = store.record_attack(safe_task.id, bob.id, "I killed it at the gym today", scores(0.8))
+    assert fp.fooled and fp.intended_label == "SAFE" and fp.history == []
+
+    # validation: only others' successful attacks; disagreement is kept
+    todo = store.attacks_to_validate(1, bob.id)
+    assert [a.text for a in todo][0] == "what a charming school for clowns"
+    assert all(a.player_id != bob.id and a.fooled for a in todo)
+    with pytest.raises(ConflictError, match="own"):
+        store.validate(fp.id, bob.id, Verdict.CONFIRM)
+    with pytest.raises(ConflictError, match="fooled"):
+        store.validate(a1.id, bob.id, Verdict.CONFIRM)
+    store.validate(a3.id, bob.id, Verdict.CONFIRM, contrast_text="what a charming school")
+    with pytest.raises(ConflictError, match="already"):
+        store.validate(a3.id, bob.id, Verdict.REJECT)
+    store.validate(a3.id, carol.id, Verdict.REJECT, flagged=True, flag_reason="not offensive")
+    store.validate(fp.id, alice.id, Verdict.CONFIRM)
+    assert a3.id not in [a.id for a in store.attacks_to_validate(1, bob.id)]
+
+    judged = {j.attack.id: j for j in store.judged_attacks(1)}
+    assert (judged[a3.id].confirms, judged[a3.id].rejects, judged[a3.id].flags) == (1, 1, 1)
+    assert not judged[a3.id].validated  # a tie is not validated, but both judgements are stored
+    assert judged[a3.id].contrasts == ("what a charming school",)
+    assert judged[fp.id].validated
+
+    board = {row["player"]: row for row in store.scoreboard(1)}
+    assert board["alice"]["tries"] == 2 + 1 + ATTACKS_PER_TASK - 2 and board["alice"]["fooled"] == ATTACKS_PER_TASK - 1
+    assert board["bob"]["validated"] == 1 and board["bob"]["validations_given"] == 1
+    assert board["carol"]["tries"] == 0 and board["carol"]["validations_given"] == 1
+
+    with pytest.raises(NotFoundError):
+        store.start_task(7, alice.id, Mode.SAFE, with_context=False)
+    with pytest.raises(NotFoundError):
+        store.start_task(1, "nobody", Mode.SAFE, with_context=False)
+    store.close_round(1)
+    with pytest.raises(ConflictError, match="closed"):
+        store.start_task(1, alice.id, Mode.SAFE, with_context=False)
+
+
+def test_round_contract_on_sqlite(sqlite_store: BreakItStore) -> None:  # noqa: F811
+    play_round_contract(sqlite_store)
+
+
+def test_task_progress_rules() -> None:
+    assert TaskProgress.from_tries([]) == TaskProgress(0, 0, 0)
+    tries = [(s, False) for s in range(ATTACKS_PER_TASK) for _ in range(TRIES_PER_ATTACK)]
+    assert TaskProgress.from_tries(tries).finished
+    with pytest.raises(ValueError, match="slot"):
+        TaskProgress.from_tries([(1, True)])
+
+
+def test_sqlite_runs_in_wal_mode_and_reopens_with_everything(tmp_path: Path) -> None:
+    path = tmp_path / "db" / "breakit.sqlite3"
+    store = open_store(path)
+    store.create_round(1, "m@1")
+    alice = store.register_player("alice")
+    task, _ = store.start_task(1, alice.id, Mode.OFFENSIVE, with_context=False)
+    store.record_attack(task.id, alice.id, "hello", scores(0.1))
+    store.close()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert conn.execute("SELECT version_num FROM alembic_version").fetchone()[0] == "0001"
+    again = open_store(path)  # migrating an up-to-date database is a no-op
+    _, _, progress, attacks = again.task_state(task.id)
+    assert [a.text for a in attacks] == ["hello"] and progress.fooled_slots == 1
+    again.close()
+
+
+def test_bad_input_is_refused_with_the_field(sqlite_store: BreakItStore) -> None:  # noqa: F811
+    with pytest.raises(StoreError) as err:
+        sqlite_store.register_player("  ")
+    assert err.value.field == "nickname"
+    sqlite_store.create_round(1, "m@1")
+    with pytest.raises(StoreError) as err:
+        sqlite_store.add_contexts(1, [[{"text": "fine"}], []], "upload")
+    assert err.value.field == "contexts[1]"
+    assert sqlite_store.context_count(1) == 0  # nothing half-written
+    with pytest.raises(ConflictError, match="no context pool"):
+        p = sqlite_store.register_player("p")
+        sqlite_store.start_task(1, p.id, Mode.OFFENSIVE, with_context=True)
+
+
+def test_a_crash_mid_write_loses_no_committed_attack(tmp_path: Path) -> None:
+    """A process killed in the middle of a write transaction: everything committed before survives,
+    the half-done transaction leaves no trace, and the database opens cleanly."""
+    path = tmp_path / "crash.sqlite3"
+    open_store(path).close()
+    script = f"""
+import os
+from service.breakit.store import open_store, Scores
+from service.breakit.game import Mode
+from service.schema import Label
+store = open_store({str(path)!r})
+store.create_round(1, "m@1")
+p = store.register_player("crasher")
+task, _ = store.start_task(1, p.id, Mode.OFFENSIVE, with_context=False)
+store.record_attack(task.id, p.id, "committed", Scores("m@1", 0.1, Label.SAFE, 0.5, {{}}))
+with store.engine.connect() as conn:
+    conn.exec_driver_sql("INSERT INTO players (id, nickname, created_at) VALUES ('half', 'half', '2026-01-01')")
+    os._exit(9)  # killed before COMMIT
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 9, result.stderr
+    store = open_store(path)
+    try:
+        assert [a.text for a in store.task_state(1)[3]] == ["committed"]
+        with pytest.raises(NotFoundError):
+            store.player("half")
+    finally:
+        store.close()
+
+
+def test_concurrent_players_do_not_corrupt_a_round(tmp_path: Path) -> None:
+    """Two threads per task (two tabs of one player), each with its own connection, race on every
+    slot while other players write to the same round: the rules hold
+    (each task gets exactly its 5 slots, no slot gets more than 2 tries) and nothing is lost."""
+    path = tmp_path / "busy.sqlite3"
+    setup = open_store(path)
+    setup.create_round(1, "m@1")
+    players = [setup.register_player(f"p{i}") for i in range(4)]
+    tasks = [setup.start_task(1, p.id, Mode.OFFENSIVE, with_context=False)[0] for p in players]
+    setup.close()
+    errors: list[BaseException] = []
+    recorded = [0] * len(players)
+    lock = threading.Lock()
+
+    def play(i: int) -> None:
+        store = open_store(path)
+        try:
+            for n in range(2 * ATTACKS_PER_TASK + 3):  # more tries than a task allows
+                try:
+                    store.record_attack(tasks[i].id, players[i].id, f"p{i} try {n}", scores(0.9))
+                    with lock:
+                        recorded[i] += 1
+                except ConflictError:
+                    pass
+        except BaseException as exc:  # noqa: BLE001  (reported below)
+            errors.append(exc)
+        finally:
+            store.close()
+
+    threads = [threading.Thread(target=play, args=(i,)) for i in range(len(players)) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    check = open_store(path)
+    try:
+        for i, task in enumerate(tasks):
+            _, _, progress, attacks = check.task_state(task.id)
+            assert progress.finished and len(attacks) == recorded[i] == ATTACKS_PER_TASK * TRIES_PER_ATTACK
+            assert sorted((a.slot, a.try_number) for a in attacks) == [
+                (s, t) for s in range(ATTACKS_PER_TASK) for t in range(1, TRIES_PER_ATTACK + 1)
+            ]
+    finally:
+        check.close()

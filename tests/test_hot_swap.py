@@ -1,0 +1,193 @@
+"""Hot swap: the admin endpoint and SIGHUP serve a new model directory; requests in flight finish on
+the old model; a bad directory is refused and the old model keeps serving. Real ONNX models
+(the tiny checkpoint exported, then re-versioned), a real uvicorn server, a real `serve` process."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from service_conftest import FakeClassifier, live_server, tiny_model_dir  # noqa: F401  (fixture)
+
+from service.model_card import CARD_FILE
+from service.settings import ServiceSettings
+
+KEY = "swap-key"
+ADMIN = {"X-API-Key": KEY}
+GUARD_S = 60.0
+
+
+def versioned_copy(model_dir: Path, target: Path, version: str) -> Path:
+    shutil.copytree(model_dir, target)
+    card = json.loads((target / CARD_FILE).read_text())
+    card["version"] = version
+    (target / CARD_FILE).write_text(json.dumps(card))
+    return target
+
+
+def test_swap_to_a_new_version_and_refuse_bad_directories(tiny_model_dir: Path, tmp_path: Path) -> None:  # noqa: F811
+    v2 = versioned_copy(tiny_model_dir, tmp_path / "v2", "0.0.2")
+    broken = versioned_copy(tiny_model_dir, tmp_path / "broken", "9.9.9")
+    (broken / "model.onnx").write_bytes(b"not an onnx graph")
+    (tmp_path / "empty").mkdir()
+    with live_server(model_dir=tiny_model_dir, api_key=KEY) as live, live.client() as c:
+        assert c.post("/admin/model", json={"model_dir": str(v2)}).status_code == 401  # no key
+        for bad, why in [
+            (tmp_path / "empty", "model_card.json"),
+            (broken, "does not load"),
+            (tmp_path / "nope", "no model"),
+        ]:
+            r = c.post("/admin/model", json={"model_dir": str(bad)}, headers=ADMIN)
+            assert r.status_code == 422, r.text
+            assert r.json()["error"]["code"] == "model_refused" and why in r.json()["error"]["message"]
+            assert c.get("/v1/model", headers=ADMIN).json()["version"] == "0.0.1"  # the old model keeps serving
+            assert (
+                c.post("/v1/classify", json={"utterance": "hi"}, headers=ADMIN).json()["model"] == "tiny-random@0.0.1"
+            )
+        before = c.post("/v1/classify", json={"utterance": "you idiot"}, headers=ADMIN).json()
+        r = c.post("/admin/model", json={"model_dir": str(v2)}, headers=ADMIN)
+        assert r.status_code == 200, r.text
+        assert r.json() == {
+            "model": "tiny-random@0.0.2",
+            "previous": "tiny-random@0.0.1",
+            "model_dir": str(v2),
+            "drained": True,
+        }
+        assert c.get("/v1/model", headers=ADMIN).json()["version"] == "0.0.2"
+        after = c.post("/v1/classify", json={"utterance": "you idiot"}, headers=ADMIN).json()
+        assert after["model"] == "tiny-random@0.0.2" and after["score"] == pytest.approx(before["score"], abs=1e-6)
+        metrics = c.get("/metrics").text
+        assert 'version="0.0.2"' in metrics and 'version="0.0.1"' not in metrics
+        assert 'safety_model_swaps_total{outcome="swapped"} 1.0' in metrics
+        assert 'safety_model_swaps_total{outcome="refused"} 3.0' in metrics
+
+
+def test_admin_endpoint_is_off_without_an_api_key(tiny_model_dir: Path) -> None:  # noqa: F811
+    with live_server(model_dir=tiny_model_dir) as live, live.client() as c:
+        r = c.post("/admin/model", json={"model_dir": str(tiny_model_dir)})
+        assert r.status_code == 401 and "SAFETY_API_KEY" in r.json()["error"]["message"]
+
+
+def test_requests_in_flight_finish_on_the_old_model(tmp_path: Path) -> None:
+    """Requests held inside the old model's batch while the swap happens all answer 200 (from the
+    old model); requests after the swap get the new model."""
+    dirs = {}
+    fakes = {"old": FakeClassifier(), "new": FakeClassifier()}
+    fakes["new"].card = fakes["new"].card.model_copy(update={"version": "2.0.0"})
+    fakes["new"].model_id = fakes["new"].card.model_id
+    for name in fakes:
+        dirs[name] = tmp_path / name
+        dirs[name].mkdir()
+        (dirs[name] / CARD_FILE).write_text("{}")
+        (dirs[name] / "model.onnx").write_bytes(b"")
+    old = fakes["old"]
+    settings = ServiceSettings(host="127.0.0.1", port=0, model_dir=dirs["old"], api_key=KEY, max_batch_size=4)
+    with live_server(settings, factory=lambda s: fakes[s.model_dir.name]) as live:
+        old.gate.clear()
+        answers: list[httpx.Response] = []
+
+        def call(i: int) -> None:
+            with httpx.Client(base_url=live.url, headers=ADMIN, timeout=GUARD_S) as c:
+                answers.append(c.post("/v1/classify", json={"utterance": f"message {i}"}))
+
+        callers = [threading.Thread(target=call, args=(i,)) for i in range(6)]
+        for t in callers:
+            t.start()
+        assert old.entered.wait(GUARD_S)
+        batcher = live.app.state.safety.batcher
+        deadline = time.monotonic() + GUARD_S
+        while batcher._outstanding < 6:  # every caller is in the old model's batcher (one batch held, the rest queued)
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        swap_result: list[httpx.Response] = []
+        swapper = threading.Thread(
+            target=lambda: swap_result.append(
+                httpx.post(
+                    f"{live.url}/admin/model", json={"model_dir": str(dirs["new"])}, headers=ADMIN, timeout=GUARD_S
+                )
+            )
+        )
+        swapper.start()
+        deadline = time.monotonic() + GUARD_S
+        with live.client(headers=ADMIN) as c:
+            while c.get("/v1/model").json()["version"] != "2.0.0":  # the switch happens while the old batch is held
+                assert time.monotonic() < deadline
+                time.sleep(0.02)
+            fresh = c.post("/v1/classify", json={"utterance": "after the swap"}).json()
+        assert fresh["model"] == "fake@2.0.0"
+        assert swapper.is_alive()  # still draining the old model
+        old.gate.set()
+        for t in [*callers, swapper]:
+            t.join(GUARD_S)
+        assert [r.status_code for r in answers] == [200] * 6, [r.text for r in answers]
+        assert sum(len(b) for b in old.batches) == 6  # every in-flight request was answered by the old model
+        assert swap_result[0].status_code == 200 and swap_result[0].json()["drained"] is True
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.slow
+def test_sighup_reloads_the_model_directory_in_a_serve_process(tiny_model_dir: Path, tmp_path: Path) -> None:  # noqa: F811
+    """`dialogue-safety serve --model LINK`; point LINK at a new version; SIGHUP; the version changes."""
+    v2 = versioned_copy(tiny_model_dir, tmp_path / "v2", "0.0.2")
+    link = tmp_path / "current"
+    link.symlink_to(tiny_model_dir)
+    port = _free_port()
+    env = {**os.environ, "SAFETY_API_KEY": KEY}
+    cmd = [
+        sys.executable,
+        "-m",
+        "cli.main",
+        "serve",
+        "--model",
+        str(link),
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+    ]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + GUARD_S
+
+        def version() -> str | None:
+            try:
+                r = httpx.get(f"{url}/v1/model", headers=ADMIN, timeout=5)
+            except httpx.TransportError:
+                return None
+            return str(r.json()["version"]) if r.status_code == 200 else None
+
+        while version() != "0.0.1":
+            assert proc.poll() is None and time.monotonic() < deadline, "serve never became ready"
+            time.sleep(0.1)
+        link.unlink()
+        link.symlink_to(v2)
+        proc.send_signal(signal.SIGHUP)
+        while version() != "0.0.2":
+            assert proc.poll() is None, "serve died on SIGHUP"
+            assert time.monotonic() < deadline, "SIGHUP did not swap the model"
+            time.sleep(0.1)
+        assert (
+            httpx.post(f"{url}/v1/classify", json={"utterance": "hi"}, headers=ADMIN).json()["model"].endswith("0.0.2")
+        )
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
