@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from training.recipe import load_recipe
+from training.recipe import add_override_argument, load_recipe
 from training.sources.data_dir import resolve_data_dir
 
 MODES = {
@@ -60,14 +60,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=",".join(MODES),
         help=f"comma-separated input modes (encoding.context_mode), from {', '.join(MODES)} (default: all)",
     )
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a recipe value for every run, e.g. --set epochs=2 (repeatable)",
-    )
+    add_override_argument(p, "override a recipe value for every run, e.g. --set epochs=2")
     args = p.parse_args(argv)
     unknown = [m for m in args.modes.split(",") if m not in MODES]
     if unknown:

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from training.recipe import load_recipe
+from training.recipe import add_override_argument, load_recipe
 from training.sources.data_dir import resolve_data_dir
 
 
@@ -19,14 +19,10 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     )
     p.add_argument("--data-dir", help="dataset directory (default: $DIALOGUE_SAFETY_DATA_DIR or ../shared/data)")
     p.add_argument("--out", help="output checkpoint directory (default: checkpoints/<recipe>)")
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a recipe value, e.g. --set epochs=3 --set tasks.diasafety.weight=2 "
-        "--set encoding.context_mode=concat (repeatable)",
+    add_override_argument(
+        p,
+        "override a recipe value, e.g. --set epochs=3 --set tasks.diasafety.weight=2 "
+        "--set encoding.context_mode=concat",
     )
     p.add_argument("--resume", action="store_true", help="continue from OUT/last if a run was interrupted")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from service.schema import Label, LabelledExample, Split
-from training.recipe import Recipe, TaskSpec, load_recipe
+from training.recipe import Recipe, TaskSpec, add_override_argument, load_recipe
 from training.sources.breakit import BREAKIT_DIR, ROUND_FILE, SOURCE, round_dir
 
 DEFAULT_OUT = Path("runs") / "fix-it"
@@ -219,14 +219,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         help="an earlier model of the loop to judge, e.g. A0=models/default (repeatable, in loop order)",
     )
     p.add_argument("--out", type=Path, help=f"output folder (default: {DEFAULT_OUT}/round-N)")
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a recipe value (as in 'dialogue-safety train')",
-    )
+    add_override_argument(p, "override a recipe value (as in 'dialogue-safety train')")
     p.add_argument("--no-progress", action="store_true")
     return p
 

@@ -90,6 +90,13 @@ class Recipe:
         return json.loads(json.dumps(dataclasses.asdict(self)))
 
 
+def add_override_argument(parser: Any, help: str = "override a recipe value, e.g. --set epochs=3") -> None:
+    """The ``--set KEY=VALUE`` option of every command that loads a recipe (values go to ``apply_overrides``)."""
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=f"{help} (repeatable)"
+    )
+
+
 def _coerce(value: str) -> Any:
     try:
         return json.loads(value)
