@@ -238,7 +238,13 @@ RAW_CASES: list[tuple[str, bytes, int, str, str | None]] = [
         "invalid_text",
         "history[0].speaker",
     ),
-    ("lone surrogate in batch", b'{"items": ["ok", "\\ud800"]}', 422, "invalid_text", "items[1].utterance"),
+    (
+        "lone surrogate in an all-or-nothing batch",
+        b'{"items": ["ok", "\\ud800"], "item_errors": "fail"}',
+        422,
+        "invalid_text",
+        "items[1].utterance",
+    ),
     ("zero-width only", '{"utterance": "\u200b\u200d\ufeff"}'.encode(), 422, "empty_utterance", "utterance"),
     ("control only", b'{"utterance": "\\u0000\\u0007"}', 422, "empty_utterance", "utterance"),
     ("threshold false", b'{"utterance": "a", "threshold": false}', 422, "invalid_threshold", "threshold"),
@@ -271,6 +277,16 @@ def test_bad_texts_and_bodies_get_a_4xx_saying_what_to_fix(
         assert error["field"] == field
     assert error["message"] and "There was an error parsing the body" not in error["message"]
     assert "Traceback" not in caplog.text
+
+
+def test_a_lone_surrogate_in_a_batch_is_reported_in_its_slot() -> None:
+    with live_server(classifier=FakeClassifier()) as live, live.client() as c:
+        r = c.post(BATCH, content=b'{"items": ["ok", "\\ud800"]}', headers={"content-type": "application/json"})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["errors"] == 1 and "label" in body["results"][0]
+    assert body["results"][1]["error"]["code"] == "invalid_text"
+    assert body["results"][1]["error"]["field"] == "items[1].utterance"
 
 
 def test_integer_thresholds_stay_accepted(tight: LiveServer) -> None:
