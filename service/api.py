@@ -153,9 +153,11 @@ class ClassifyRequest(DialogueItem):
         },
     )
     explain: bool = Field(
-        False, description="add per-word contributions to the score (occlusion; costs one extra sequence per word)"
+        False,
+        strict=True,
+        description="add per-word contributions to the score (occlusion; costs one extra sequence per word)",
     )
-    explain_history: bool = Field(False, description="with explain: explain the history turns' words too")
+    explain_history: bool = Field(False, strict=True, description="with explain: explain the history turns' words too")
 
 
 BatchEntry = Annotated[

@@ -123,8 +123,11 @@ def test_explain_history_words(client: httpx.Client) -> None:
 
 def test_explain_is_off_by_default_and_validated(client: httpx.Client) -> None:
     assert "explanation" not in client.post("/v1/classify", json={"utterance": "hi"}).json()
-    r = client.post("/v1/classify", json={"utterance": "hi", "explain": "please"})
-    assert r.status_code == 422 and r.json()["error"]["field"] == "explain"
+    for loose in ("please", 0, 1, "true"):  # strict booleans, as the schema says (found by the fuzzer)
+        r = client.post("/v1/classify", json={"utterance": "hi", "explain": loose})
+        assert r.status_code == 422 and r.json()["error"]["field"] == "explain", loose
+    r = client.post("/v1/classify", json={"utterance": "hi", "explain": True, "explain_history": 1})
+    assert r.status_code == 422 and r.json()["error"]["field"] == "explain_history"
     r = client.post("/v1/classify/batch", json={"items": [{"utterance": "hi", "explain": True}]})
     assert r.status_code == 422  # explanations are per request, not per batch item
 
