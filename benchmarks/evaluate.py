@@ -22,18 +22,18 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from benchmarks.aaa import AAAResources, evaluate_aaa
-from benchmarks.baseline import DEFAULT_TRAINING_SOURCES, TfidfBaseline
-from benchmarks.context import evaluate_context
 from benchmarks.context_flips import SUITE_FILE, evaluate_context_flips, load_pairs
-from benchmarks.functional import evaluate_functional
-from benchmarks.rounds import evaluate_rounds
 from benchmarks.scorers import CachedScorer, Scorer, card_training_sources, load_scorer, model_kind
 from service.schema import LabelledExample, Split
+
+if TYPE_CHECKING:
+    from benchmarks.baseline import TfidfBaseline
+# The suites (scikit-learn, SciPy) are imported where they run, so that a bad argument fails in
+# well under a second instead of after the imports.
 
 log = logging.getLogger("benchmarks.evaluate")
 
@@ -165,6 +165,8 @@ def subsample(examples: Sequence[LabelledExample], limit: int | None, seed: int)
 
 def fit_baseline(data: DataCache, sources: Iterable[str]) -> tuple[TfidfBaseline, dict[str, Any]]:
     """TF-IDF + LR on the train splits of ``sources``, threshold tuned on their valid splits."""
+    from benchmarks.baseline import TfidfBaseline
+
     train: list[LabelledExample] = []
     valid: list[LabelledExample] = []
     used = []
@@ -213,6 +215,11 @@ def run_evaluation(
     model card's) decides the baseline's training data unless ``config.baseline_sources`` is
     set; ``baseline`` passes a ready-made baseline scorer instead of fitting one.
     """
+    from benchmarks.baseline import DEFAULT_TRAINING_SOURCES
+    from benchmarks.context import evaluate_context
+    from benchmarks.functional import evaluate_functional
+    from benchmarks.rounds import evaluate_rounds
+
     data_dir = Path(data_dir)
     data = DataCache(data_dir, loader or registry_loader)
     results: dict[str, Any] = {
@@ -298,6 +305,8 @@ def run_evaluation(
 
 
 def _run_aaa(data: DataCache, config: EvaluationConfig, scorers: Mapping[str, Scorer]) -> dict[str, Any]:
+    from benchmarks.aaa import AAAResources, evaluate_aaa
+
     try:
         resources = AAAResources.load(data.data_dir)
     except (FileNotFoundError, ValueError) as exc:
