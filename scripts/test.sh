@@ -17,4 +17,7 @@ if ! have_pg || ! command -v chromium >/dev/null; then
     echo "the break-it tests need PostgreSQL and Chromium: sudo apt-get install postgresql chromium" >&2
   fi
 fi
+# lint and types first (pinned in the dev extra), then the tests
+"$venv/bin/ruff" check .
+"$venv/bin/mypy" service training export benchmarks corpus cli
 exec "$venv/bin/python" -m pytest -q "$@"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -12,6 +13,12 @@ from service.runtime import token_budget_batches  # one owner of the batching ru
 
 
 @torch.inference_mode()
+def num_labels(model: torch.nn.Module) -> int:
+    """The number of heads of a Hugging Face classifier (its ``config.num_labels``)."""
+    config: Any = getattr(model, "config")  # noqa: B009 - torch.nn.Module types attributes as Tensor | Module
+    return int(config.num_labels)
+
+
 def predict_logits(
     model: torch.nn.Module, encoded: Sequence[EncodedExample], token_budget: int = 16384, pad_id: int = 0
 ) -> np.ndarray:
@@ -19,7 +26,7 @@ def predict_logits(
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
-    n_heads = int(model.config.num_labels)
+    n_heads = num_labels(model)
     out = np.zeros((len(encoded), n_heads), dtype=np.float32)
     lengths = [len(e) for e in encoded]
     for idx in token_budget_batches(lengths, token_budget, max_batch_size=256):

@@ -19,12 +19,12 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
-from transformers import get_linear_schedule_with_warmup
+from transformers import BertForSequenceClassification, get_linear_schedule_with_warmup
 
 from service.encoding import DialogueEncoder, EncodedExample, pad_batch
 from service.model_card import ModelCard
@@ -40,7 +40,7 @@ from training.harmonise import (
     abusive_hate_negatives,
     harmonised_targets,
 )
-from training.inference import predict_logits
+from training.inference import num_labels, predict_logits
 from training.metrics import binary_metrics, expected_calibration_error
 from training.mixture import TaskData, epoch_batches, example_weights, expected_steps_per_epoch
 from training.modeling import build_model, load_base_tokenizer
@@ -194,7 +194,8 @@ def _seed_everything(seed: int) -> None:
 def _optimizer(model: torch.nn.Module, recipe: Recipe) -> torch.optim.Optimizer:
     if recipe.freeze_word_embeddings:
         model.bert.embeddings.word_embeddings.weight.requires_grad_(False)  # type: ignore[union-attr]
-    decay, no_decay = [], []
+    decay: list[torch.nn.Parameter] = []
+    no_decay: list[torch.nn.Parameter] = []
     for name, param in model.named_parameters():
         if not param.requires_grad:
             continue
@@ -253,7 +254,7 @@ def _save_state(
     tmp = out / (LAST_DIR + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    model.save_pretrained(tmp, safe_serialization=True)  # type: ignore[attr-defined]
+    model.save_pretrained(tmp, safe_serialization=True)  # type: ignore[operator]
     torch.save(
         {
             **state,
@@ -303,7 +304,8 @@ def train(
     steps_per_epoch = expected_steps_per_epoch(weights, recipe.batch_size)
     total_steps = recipe.max_steps or math.ceil(recipe.epochs * steps_per_epoch)
 
-    model = build_model(recipe.base, heads, tokenizer.get_vocab_size(), recipe.dropout).to(device)
+    model: torch.nn.Module = build_model(recipe.base, heads, tokenizer.get_vocab_size(), recipe.dropout)
+    model = model.to(device)
     optimizer = _optimizer(model, recipe)
     scheduler = get_linear_schedule_with_warmup(optimizer, int(recipe.warmup_ratio * total_steps), total_steps)
 
@@ -311,8 +313,6 @@ def train(
     best: dict[str, Any] = {"macro_f1": -1.0, "step": None}
     last = out_dir / LAST_DIR
     if resume and (last / STATE_FILE).is_file():
-        from transformers import BertForSequenceClassification
-
         state = torch.load(last / STATE_FILE, weights_only=False)
         model = BertForSequenceClassification.from_pretrained(str(last)).to(device)
         optimizer = _optimizer(model, recipe)
@@ -423,7 +423,7 @@ def train(
             "selected_step": best["step"] if recipe.keep_best else step,
         }
     )
-    save_checkpoint(out_dir, model.cpu(), tokenizer, card)
+    save_checkpoint(out_dir, cast(BertForSequenceClassification, model.cpu()), tokenizer, card)
     shutil.rmtree(last, ignore_errors=True)
     (out_dir / BEST_FILE).unlink(missing_ok=True)
     log_event(metrics_path, {"event": "done", "seconds": time.perf_counter() - t0, "threshold": card.threshold})
@@ -434,7 +434,7 @@ def _logits_for(
     model: torch.nn.Module, encoder: DialogueEncoder, examples: Sequence[LabelledExample], recipe: Recipe
 ) -> np.ndarray:
     if not examples:
-        return np.zeros((0, int(model.config.num_labels)), dtype=np.float32)  # type: ignore[union-attr]
+        return np.zeros((0, num_labels(model)), dtype=np.float32)
     enc: list[EncodedExample] = encoder.encode_batch(examples)
     return predict_logits(model, enc, recipe.eval_batch_tokens, encoder.pad_id)
 
