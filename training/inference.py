@@ -12,13 +12,13 @@ from service.encoding import EncodedExample, pad_batch
 from service.runtime import token_budget_batches  # one owner of the batching rule
 
 
-@torch.inference_mode()
 def num_labels(model: torch.nn.Module) -> int:
     """The number of heads of a Hugging Face classifier (its ``config.num_labels``)."""
     config: Any = getattr(model, "config")  # noqa: B009 - torch.nn.Module types attributes as Tensor | Module
     return int(config.num_labels)
 
 
+@torch.inference_mode()
 def predict_logits(
     model: torch.nn.Module, encoded: Sequence[EncodedExample], token_budget: int = 16384, pad_id: int = 0
 ) -> np.ndarray:
