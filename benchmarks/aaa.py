@@ -47,6 +47,7 @@ from benchmarks.baseline import gold
 from benchmarks.rounds import scored_metrics
 from benchmarks.scorers import Scorer, score
 from service.schema import Label, LabelledExample
+from service.scoring import is_offensive
 
 ADVERSIFIER_DIR = Path("aaa-adversifier") / "DATA"
 TEMPLATES_FILE = "templates.txt"
@@ -309,9 +310,9 @@ def evaluate_aaa(
         t = float(scorer.threshold)
         p_orig = score(scorer, test, desc=f"aaa {source} original")
         p_hash = score(scorer, sets["hashtag"], desc=f"aaa {source} hashtag")
-        preds = {a: (score(scorer, sets[a], desc=f"aaa {source} {a}") >= t).astype(int) for a in ATTACKS}
+        preds = {a: is_offensive(score(scorer, sets[a], desc=f"aaa {source} {a}"), t).astype(int) for a in ATTACKS}
         result["scorers"][role] = {
             "original": scored_metrics(y, p_orig, t),
-            **aaa_scores(y, (p_orig >= t).astype(int), (p_hash >= t).astype(int), preds),
+            **aaa_scores(y, is_offensive(p_orig, t).astype(int), is_offensive(p_hash, t).astype(int), preds),
         }
     return result

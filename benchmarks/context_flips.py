@@ -25,6 +25,7 @@ import numpy as np
 
 from benchmarks.scorers import Scorer, score
 from service.schema import Example, Turn
+from service.scoring import is_offensive
 
 SUITE_FILE = Path(__file__).with_name("suites") / "context_flips.csv"
 COLUMNS = ("id", "category", "harmful_context", "harmless_context", "reply")
@@ -89,7 +90,7 @@ def evaluate_context_flips(pairs: Sequence[FlipPair], scorers: Mapping[str, Scor
     for role, scorer in scorers.items():
         s = np.asarray(score(scorer, examples, desc="context flips"), dtype=float).reshape(len(pairs), 2)
         t = float(scorer.threshold)
-        harmful_right, harmless_right = s[:, 0] >= t, s[:, 1] < t
+        harmful_right, harmless_right = is_offensive(s[:, 0], t), ~is_offensive(s[:, 1], t)
         by_category: dict[str, list[int]] = defaultdict(list)
         for i, p in enumerate(pairs):
             by_category[p.category].append(i)

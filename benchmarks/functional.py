@@ -27,6 +27,7 @@ import numpy as np
 from benchmarks.baseline import gold
 from benchmarks.scorers import Scorer, score
 from service.schema import LabelledExample
+from service.scoring import is_offensive
 
 FLAG_BELOW = 50.0  # percent: functionalities below this accuracy are flagged
 ORIGINAL_SET = "original"
@@ -188,7 +189,7 @@ def functional_scores(
 ) -> dict[str, Any]:
     """All functional-suite numbers for one scorer's probabilities."""
     y = gold(cases)
-    pred = (np.asarray(probs) >= threshold).astype(int)
+    pred = is_offensive(np.asarray(probs), threshold).astype(int)
     correct = pred == y
     by_func: dict[str, list[int]] = defaultdict(list)
     by_target: dict[str, list[int]] = defaultdict(list)

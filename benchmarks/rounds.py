@@ -25,6 +25,7 @@ from sklearn.metrics import f1_score
 from benchmarks.baseline import gold
 from benchmarks.scorers import Scorer, score
 from service.schema import LabelledExample
+from service.scoring import is_offensive
 from training.metrics import binary_metrics, expected_calibration_error, reliability_bins
 
 ALL_ROUNDS = "all"
@@ -66,7 +67,7 @@ def macro_f1(y: np.ndarray, scores: np.ndarray, threshold: float) -> float:
     """Macro-averaged F1 over both classes, in percent (DynaHate reports this)."""
     if y.size == 0:
         return 0.0
-    pred = (scores >= threshold).astype(int)
+    pred = is_offensive(scores, threshold).astype(int)
     return 100.0 * float(f1_score(y, pred, labels=[0, 1], average="macro", zero_division=0))
 
 
@@ -114,7 +115,7 @@ def model_in_the_loop_wrong(example: LabelledExample) -> bool | None:
 
 
 def _accuracy(y: np.ndarray, scores: np.ndarray, threshold: float) -> float | None:
-    return 100.0 * float(np.mean((scores >= threshold).astype(int) == y)) if y.size else None
+    return 100.0 * float(np.mean(is_offensive(scores, threshold).astype(int) == y)) if y.size else None
 
 
 def _row(

@@ -652,10 +652,6 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety bench r
     return 0
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
-
-
 def emit_report(report: dict[str, Any], table: str, json_path: Path | None) -> None:
     """Print a benchmark's JSON and markdown; also write the JSON to ``json_path`` if given."""
     text = json.dumps(report, indent=2)
@@ -665,3 +661,7 @@ def emit_report(report: dict[str, Any], table: str, json_path: Path | None) -> N
     if json_path:
         json_path.parent.mkdir(parents=True, exist_ok=True)
         json_path.write_text(text + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -21,7 +21,7 @@ import numpy as np
 
 from service.runtime import CPU, OnnxClassifier
 from service.schema import LabelledExample
-from service.scoring import head_probabilities, main_scores
+from service.scoring import head_probabilities, is_offensive, main_scores
 from training.metrics import binary_metrics
 
 REFERENCE = "fp32"
@@ -77,7 +77,7 @@ def compare_variants(
             per_split[s] = {
                 "offensive_f1": round(f1, 3),
                 "delta_f1": round(f1 - ref_f1, 3),
-                "changed_decisions": round(float(np.mean((got >= t) != (ref >= t))), 5),
+                "changed_decisions": round(float(np.mean(is_offensive(got, t) != is_offensive(ref, t))), 5),
                 "max_abs_score_diff": float(np.max(np.abs(got - ref))),
             }
         report["variants"][variant] = per_split

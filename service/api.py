@@ -44,6 +44,7 @@ from service.limits import BodyGuardMiddleware, Limits, apply_to_openapi
 from service.metrics import RequestMetricsMiddleware, ServiceMetrics
 from service.model_card import ModelCard
 from service.schema import Example, Label, Prediction, Turn
+from service.scoring import is_offensive, threshold_in_force
 from service.settings import ServiceSettings
 
 log = logging.getLogger("service.api")
@@ -295,7 +296,7 @@ class ServiceState:
         self.ready = False
         self.load_error: str | None = None
         self.model_id = ""
-        self.default_threshold = 0.5
+        self.card_threshold: float | None = None  # the loaded model card's; no placeholder before the load
 
     async def load(self) -> None:
         """Load and warm up the model off the event loop, then start the batcher."""
@@ -339,7 +340,7 @@ class ServiceState:
         self.settings = settings
         self.classifier = classifier
         self.model_id = classifier.model_id
-        self.default_threshold = card.threshold if s.threshold is None else s.threshold
+        self.card_threshold = card.threshold
         self.batcher = batcher
         self.load_error = None
         self.ready = True
@@ -373,10 +374,23 @@ class ServiceState:
             raise NotReady(retry_after_s=self.settings.retry_after_s)
         return self.batcher
 
-    def decide(self, prediction: Prediction, threshold: float | None) -> dict[str, Any]:
-        t = self.default_threshold if threshold is None else threshold
+    @property
+    def default_threshold(self) -> float | None:
+        """The threshold for requests that bring none: the setting, else the card's (None before a load)."""
+        if self.card_threshold is None:
+            return None
+        return threshold_in_force(self.card_threshold, self.settings.threshold)
+
+    def decide(
+        self, prediction: Prediction, request_threshold: float | None = None, item_threshold: float | None = None
+    ) -> dict[str, Any]:
+        if self.card_threshold is None:
+            raise NotReady(retry_after_s=self.settings.retry_after_s)
+        t = threshold_in_force(self.card_threshold, self.settings.threshold, request_threshold, item_threshold)
         if t != prediction.threshold:
-            prediction = replace(prediction, label=Label.from_bool(prediction.score >= t), threshold=t)
+            prediction = replace(
+                prediction, label=Label.from_bool(bool(is_offensive(prediction.score, t))), threshold=t
+            )
         return {
             "label": prediction.label.value,
             "score": prediction.score,
@@ -487,7 +501,7 @@ def _build_router(state: ServiceState) -> APIRouter:
         for i, prediction in zip(examples, predictions, strict=True):
             item = body.items[i]
             own = None if isinstance(item, str) else item.threshold
-            results[i] = state.decide(prediction, own if own is not None else body.threshold)
+            results[i] = state.decide(prediction, body.threshold, own)
         classified = [results[i] for i in examples]
         state.metrics.count_labels([r["label"] for r in classified])
         if log_texts:

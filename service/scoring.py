@@ -2,6 +2,8 @@
 
 Each head (label family) emits one binary logit. Its calibrated probability is
 ``sigmoid(logit / T_head)``; the main OFFENSIVE score is the max over ``card.score_heads``.
+:func:`threshold_in_force` says which threshold applies to a request and :func:`is_offensive` is
+the one decision rule; every caller (API, runtime, training metrics, evaluation) uses them.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from service.model_card import ModelCard
 from service.schema import Label, Prediction
@@ -32,6 +35,25 @@ def main_scores(probs: np.ndarray, card: ModelCard) -> np.ndarray:
     return probs[:, idx].max(axis=1)
 
 
+def is_offensive(scores: ArrayLike, threshold: ArrayLike) -> np.ndarray:
+    """The one decision rule: OFFENSIVE where ``score >= threshold`` (scalars or broadcast arrays)."""
+    return np.greater_equal(scores, threshold)
+
+
+def threshold_in_force(
+    card_threshold: float,
+    setting: float | None = None,
+    request: float | None = None,
+    item: float | None = None,
+) -> float:
+    """The decision threshold that applies: a batch item's own > the request's > the service
+    setting (``SAFETY_THRESHOLD``) > the model card's (tuned on validation)."""
+    for value in (item, request, setting):
+        if value is not None:
+            return float(value)
+    return float(card_threshold)
+
+
 def predictions_from_logits(logits: np.ndarray, card: ModelCard, threshold: float | None = None) -> list[Prediction]:
     t = card.threshold if threshold is None else float(threshold)
     probs = head_probabilities(logits, card)
@@ -40,7 +62,7 @@ def predictions_from_logits(logits: np.ndarray, card: ModelCard, threshold: floa
     return [
         Prediction(
             score=float(s),
-            label=Label.from_bool(bool(s >= t)),
+            label=Label.from_bool(bool(is_offensive(s, t))),
             threshold=t,
             categories={h: float(p) for h, p in zip(heads, row, strict=True)},
         )

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 import numpy as np
 from scipy.optimize import minimize_scalar
 
+from service.scoring import is_offensive
 from training.metrics import best_f1_threshold
 
 
@@ -35,7 +36,7 @@ def fit_temperature(logits: np.ndarray, gold: np.ndarray) -> float:
 
 def f1_at(gold: np.ndarray, scores: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
     """OFFENSIVE-F1 (percent) at each threshold, vectorised."""
-    pred = scores[None, :] >= thresholds[:, None]
+    pred = is_offensive(scores[None, :], thresholds[:, None])
     tp = (pred & (gold[None, :] == 1)).sum(axis=1)
     denom = pred.sum(axis=1) + gold.sum()
     return np.where(denom > 0, 200.0 * tp / np.maximum(denom, 1), 0.0)

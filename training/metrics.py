@@ -18,6 +18,8 @@ from sklearn.metrics import (
     roc_auc_score,
 )
 
+from service.scoring import is_offensive
+
 
 def binary_metrics(
     gold: Sequence[int] | np.ndarray, scores: Sequence[float] | np.ndarray, threshold: float
@@ -31,7 +33,7 @@ def binary_metrics(
     s = np.asarray(scores, dtype=float)
     if y.shape != s.shape:
         raise ValueError(f"gold and scores differ in shape: {y.shape} vs {s.shape}")
-    pred = (s >= threshold).astype(int)
+    pred = is_offensive(s, threshold).astype(int)
     p, r, f, _ = precision_recall_fscore_support(y, pred, labels=[1], average=None, zero_division=0)
     both = len(np.unique(y)) == 2
     return {
