@@ -47,6 +47,7 @@ from benchmarks.flops import (
 )
 from service.encoding import DialogueEncoder, EncodedExample, pad_batch
 from service.model_card import ModelCard
+from service.model_dir import TOKENIZER_FILE, is_checkpoint, is_model_dir
 from service.schema import Example
 
 DIALOGUE_SOURCES = ("diasafety", "convabuse")
@@ -348,7 +349,7 @@ def _source_checkpoint(model_dir: Path) -> Path | None:
         source = ModelCard.load(model_dir).export.get("source_checkpoint")
     except (FileNotFoundError, ValueError):
         return None
-    return Path(source) if source and (Path(source) / "config.json").is_file() else None
+    return Path(source) if source and is_checkpoint(source) else None
 
 
 @contextlib.contextmanager
@@ -409,7 +410,7 @@ def run(
         else:
             engines.append((name, lambda name=name: OnnxEngine(subject.model_dir, name, threads, spin)))  # type: ignore[misc]
 
-    encoder = DialogueEncoder.from_file(subject.model_dir / "tokenizer.json", card.encoding_config)
+    encoder = DialogueEncoder.from_file(subject.model_dir / TOKENIZER_FILE, card.encoding_config)
     encoded: list[EncodedExample] = encoder.encode_batch(examples)
     lengths = [len(e) for e in encoded]
     report: dict[str, Any] = {
@@ -640,7 +641,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety bench r
             return 2
     say: Callable[[str], None] = (lambda _: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr))
     with subject_for(args, variant_names) as subject:
-        if not (subject.model_dir / "model_card.json").is_file():
+        if not is_model_dir(subject.model_dir):
             print(
                 f"{prog}: no model directory at {subject.model_dir}; pass --model DIR, --checkpoint DIR or "
                 "--geometry NAME (see dialogue-safety export)",

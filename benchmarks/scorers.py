@@ -16,8 +16,8 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 from tqdm.auto import tqdm
 
+from service.model_dir import ARTIFACT_FILE, kind
 from service.schema import Example, Turn
-from training.checkpoint_layout import CHECKPOINT_FILES
 
 
 @runtime_checkable
@@ -33,7 +33,7 @@ class Scorer(Protocol):
     def predict_proba(self, examples: Sequence[Example]) -> np.ndarray: ...
 
 
-ONNX_FILE = "model.onnx"
+ONNX_FILE = ARTIFACT_FILE  # kept for callers of this module
 
 
 class ClassifierScorer:
@@ -71,17 +71,7 @@ class ClassifierScorer:
 
 def model_kind(path: str | Path) -> str:
     """``"onnx"`` for an exported model directory, ``"checkpoint"`` for a training checkpoint."""
-    directory = Path(path)
-    if not directory.is_dir():
-        raise FileNotFoundError(f"{directory}: model directory does not exist")
-    if (directory / ONNX_FILE).is_file():
-        return "onnx"
-    if all((directory / f).is_file() for f in CHECKPOINT_FILES):
-        return "checkpoint"
-    raise ValueError(
-        f"{directory}: neither an exported model directory (needs {ONNX_FILE}) nor a training "
-        f"checkpoint (needs {' + '.join(CHECKPOINT_FILES)})"
-    )
+    return kind(path)
 
 
 def load_scorer(path: str | Path) -> Scorer:

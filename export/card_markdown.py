@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from service.model_card import ModelCard
+from service.model_dir import CARD_FILE, CARD_MARKDOWN_FILE
 
 
 def _fmt(value: Any) -> str:
@@ -239,11 +240,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m export.card_markdown", description=main.__doc__)
     parser.add_argument("model_dir", type=Path)
     args = parser.parse_args(argv)
-    card_path = args.model_dir / "model_card.json"
+    card_path = args.model_dir / CARD_FILE
     if not card_path.is_file():
         parser.error(f"{card_path} does not exist")
     card = ModelCard.model_validate_json(card_path.read_text(encoding="utf-8"))
-    (args.model_dir / "MODEL_CARD.md").write_text(render_model_card(card), encoding="utf-8")
+    (args.model_dir / CARD_MARKDOWN_FILE).write_text(render_model_card(card), encoding="utf-8")
     print(f"wrote {args.model_dir / 'MODEL_CARD.md'}")
     return 0
 

@@ -43,13 +43,14 @@ import torch
 from export.settings import DEFAULT_OPSET, DEFAULT_TOLERANCE, DEFAULT_VARIANTS
 from service import variants
 from service.encoding import DialogueEncoder, EncodedExample, pad_batch
-from service.model_card import TOKENIZER_FILE, ModelCard
+from service.model_card import ModelCard
+from service.model_dir import CARD_MARKDOWN_FILE, TOKENIZER_FILE, is_model_dir
 from service.schema import Example, LabelledExample
 
 log = logging.getLogger("export")
 
 OPTIMIZED_TOLERANCE = 1e-3  # fused attention/GELU/LayerNorm kernels accumulate in another order
-MODEL_CARD_MD = "MODEL_CARD.md"
+MODEL_CARD_MD = CARD_MARKDOWN_FILE
 
 
 class ExportError(RuntimeError):
@@ -231,7 +232,7 @@ def _staging_dir(out_dir: Path) -> Path:
 def _check_out_dir(out_dir: Path) -> None:
     if out_dir.exists() and not out_dir.is_dir():
         raise ExportError(f"{out_dir} exists and is not a directory")
-    if out_dir.is_dir() and any(out_dir.iterdir()) and not (out_dir / "model_card.json").is_file():
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not is_model_dir(out_dir):
         raise ExportError(f"{out_dir} is not empty and is not a model directory; refusing to replace it")
 
 
@@ -359,7 +360,7 @@ def _export_into(
     onnx.checker.check_model(graph)
     variants.save_atomic(graph, artifact)
     del graph
-    parity = check_parity("model.onnx", artifact, reference, encoded, pad_id, tolerance)
+    parity = check_parity(variants.ARTIFACT_FILE, artifact, reference, encoded, pad_id, tolerance)
 
     shutil.copyfile(checkpoint / TOKENIZER_FILE, staging / TOKENIZER_FILE)
     all_recipes = {name: dict(variants.DEFAULT_RECIPES[name]) for name in variants.VARIANT_NAMES}

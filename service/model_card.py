@@ -13,9 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from service.encoding import EncodingConfig
-
-CARD_FILE = "model_card.json"
-TOKENIZER_FILE = "tokenizer.json"
+from service.model_dir import CARD_FILE, TOKENIZER_FILE  # noqa: F401 - re-exported: callers import them here
 
 
 class ModelCard(BaseModel):

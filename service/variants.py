@@ -40,10 +40,11 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from service.model_card import ModelCard
+from service.model_dir import ARTIFACT_FILE
 
 log = logging.getLogger("service.variants")
 
-ARTIFACT_FILE = "model.onnx"
+
 VARIANT_NAMES: tuple[str, ...] = ("fp32", "optimized", "int8", "fp16")
 DEFAULT_FILES: dict[str, str] = {
     "fp32": "model.fp32.onnx",  # only when model.onnx stores fp16 weights; else fp32 *is* model.onnx

@@ -16,7 +16,8 @@ from tokenizers import Tokenizer
 from transformers import BertForSequenceClassification
 
 from service.encoding import DialogueEncoder
-from service.model_card import TOKENIZER_FILE, ModelCard
+from service.model_card import ModelCard
+from service.model_dir import CHECKPOINT_CONFIG_FILE, TOKENIZER_FILE
 
 
 def save_checkpoint(
@@ -34,8 +35,8 @@ def save_checkpoint(
 
 def load_checkpoint(directory: str | Path) -> tuple[BertForSequenceClassification, DialogueEncoder, ModelCard]:
     src = Path(directory)
-    if not (src / "config.json").is_file():
-        raise FileNotFoundError(f"{src}: not a checkpoint directory (no config.json)")
+    if not (src / CHECKPOINT_CONFIG_FILE).is_file():
+        raise FileNotFoundError(f"{src}: not a checkpoint directory (no {CHECKPOINT_CONFIG_FILE})")
     card = ModelCard.load(src)
     model = BertForSequenceClassification.from_pretrained(str(src))
     model.eval()

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-#: the Hugging Face files of a checkpoint (``tokenizer.json`` and ``model_card.json`` sit beside them)
-CHECKPOINT_FILES: tuple[str, ...] = ("config.json", "model.safetensors")
+from service.model_dir import CHECKPOINT_FILES, is_checkpoint
+
 #: how to get a checkpoint when there is none (checkpoints are never committed)
 TRAIN_HINT = (
     "checkpoints are not shipped: train one with `dialogue-safety train --config default --out checkpoints/default` "
@@ -24,7 +24,7 @@ def checkpoint_problem(path: str | Path) -> str | None:
     directory = Path(path)
     if not directory.is_dir():
         return f"no checkpoint at {directory}; {TRAIN_HINT}"
-    missing = [f for f in CHECKPOINT_FILES if not (directory / f).is_file()]
-    if missing:
+    if not is_checkpoint(directory):
+        missing = [f for f in CHECKPOINT_FILES if not (directory / f).is_file()]
         return f"{directory} is not a training checkpoint (no {', '.join(missing)}); {TRAIN_HINT}"
     return None

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from service.model_dir import is_checkpoint
 from training.calibration import choose_threshold
 from training.harmonise import HARMONISED
 from training.predictor import TorchClassifier
@@ -72,7 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None, help="also write the numbers here")
     args = parser.parse_args(argv)
     for path in args.checkpoints:
-        if not (path / "config.json").is_file():
+        if not is_checkpoint(path):
             parser.error(f"{path} is not a training checkpoint (no config.json); train one with dialogue-safety train")
     result = compare(args.checkpoints, resolve_data_dir(args.data_dir))
     for path, entry in result["checkpoints"].items():

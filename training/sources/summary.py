@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 
 from service.encoding import DialogueEncoder, EncodingConfig
+from service.model_dir import TOKENIZER_FILE
 from service.schema import Example, LabelledExample, Split
 
 TokenCounter = Callable[[Sequence[Example]], list[int]]
@@ -47,7 +48,7 @@ class SummaryRow:
 def minilm_token_counter(config: EncodingConfig | None = None) -> TokenCounter | None:
     """Encoded lengths with the MiniLM tokenizer, or None when its package is not installed."""
     try:
-        path = importlib.resources.files(MINILM_PACKAGE) / "model" / "tokenizer.json"
+        path = importlib.resources.files(MINILM_PACKAGE) / "model" / TOKENIZER_FILE
     except ModuleNotFoundError:
         return None
     encoder = DialogueEncoder.from_file(str(path), config or EncodingConfig())

@@ -1,0 +1,47 @@
+"""The model directory and the training checkpoint: their file names, and which one a path is.
+
+The one owner of these names (DESIGN.md, house style 1). A *model directory* (what `export`
+writes and the service serves) holds the ONNX artifact, the tokenizer and the JSON card (plus
+the human-readable card and derived variants); a *training checkpoint* holds the Hugging Face
+weights and config beside the same tokenizer and card. Torch-free: commands ask here whether a
+path is one or the other before importing anything heavy.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+ARTIFACT_FILE = "model.onnx"  # the committed ONNX artifact; variants are derived from it
+CARD_FILE = "model_card.json"  # service.model_card.ModelCard
+CARD_MARKDOWN_FILE = "MODEL_CARD.md"  # rendered from the card (export.card_markdown)
+TOKENIZER_FILE = "tokenizer.json"
+#: the Hugging Face files of a training checkpoint (the tokenizer and the card sit beside them)
+CHECKPOINT_FILES: tuple[str, ...] = ("config.json", "model.safetensors")
+CHECKPOINT_CONFIG_FILE = CHECKPOINT_FILES[0]
+
+Kind = Literal["onnx", "checkpoint"]
+
+
+def is_model_dir(path: str | Path) -> bool:
+    """A directory with a model card (an exported model directory or a checkpoint)."""
+    return (Path(path) / CARD_FILE).is_file()
+
+
+def is_checkpoint(path: str | Path) -> bool:
+    return all((Path(path) / f).is_file() for f in CHECKPOINT_FILES)
+
+
+def kind(path: str | Path) -> Kind:
+    """``"onnx"`` for an exported model directory, ``"checkpoint"`` for a training checkpoint."""
+    directory = Path(path)
+    if not directory.is_dir():
+        raise FileNotFoundError(f"{directory}: model directory does not exist")
+    if (directory / ARTIFACT_FILE).is_file():
+        return "onnx"
+    if is_checkpoint(directory):
+        return "checkpoint"
+    raise ValueError(
+        f"{directory}: neither an exported model directory (needs {ARTIFACT_FILE}) nor a training "
+        f"checkpoint (needs {' + '.join(CHECKPOINT_FILES)})"
+    )
