@@ -243,9 +243,15 @@ async def attack_slow_bodies(url: str, n: int, body_bytes: int, wait_s: float) -
     return did, {"statuses": dict(statuses)}
 
 
-async def attack_largest(url: str, clients: int, duration_s: float) -> tuple[str, dict[str, Any]]:
-    statuses: Counter[str] = Counter()
-    latencies: list[float] = []
+async def closed_loop(
+    url: str,
+    clients: int,
+    duration_s: float,
+    body: bytes,
+    on_answer: Callable[[int | None, float], Awaitable[None]],
+) -> None:
+    """``clients`` keep-alive clients POSTing ``body`` to /v1/classify back to back until the deadline;
+    ``on_answer(status, seconds)`` sees every answer (status None: the connection was closed)."""
     deadline = time.monotonic() + duration_s
 
     async def worker() -> None:
@@ -254,16 +260,27 @@ async def attack_largest(url: str, clients: int, duration_s: float) -> tuple[str
             while time.monotonic() < deadline:
                 start = time.perf_counter()
                 try:
-                    status, _ = await client.post("/v1/classify", LARGEST)
+                    status, _ = await client.post("/v1/classify", body)
                 except CLOSED:
-                    statuses["error"] += 1
+                    await on_answer(None, time.perf_counter() - start)
                     continue
-                statuses[str(status)] += 1
-                latencies.append(time.perf_counter() - start)
+                await on_answer(status, time.perf_counter() - start)
         finally:
             await client.close()
 
     await asyncio.gather(*(worker() for _ in range(clients)))
+
+
+async def attack_largest(url: str, clients: int, duration_s: float) -> tuple[str, dict[str, Any]]:
+    statuses: Counter[str] = Counter()
+    latencies: list[float] = []
+
+    async def on_answer(status: int | None, elapsed: float) -> None:
+        statuses["error" if status is None else str(status)] += 1
+        if status is not None:
+            latencies.append(elapsed)
+
+    await closed_loop(url, clients, duration_s, LARGEST, on_answer)
     did = f"{sum(statuses.values())} largest requests ({len(LARGEST) // 1024} KiB): " + ", ".join(
         f"{c} x {s}" for s, c in statuses.most_common()
     )
@@ -276,30 +293,17 @@ async def attack_overload(
     ok: list[float] = []
     refused: list[float] = []
     other: Counter[str] = Counter()
-    deadline = time.monotonic() + duration_s
 
-    async def worker() -> None:
-        client = RawHttpClient(url, 60.0)
-        try:
-            while time.monotonic() < deadline:
-                start = time.perf_counter()
-                try:
-                    status, _ = await client.post("/v1/classify", SMALL)
-                except CLOSED:
-                    other["error"] += 1
-                    continue
-                elapsed = time.perf_counter() - start
-                if status == 200:
-                    ok.append(elapsed)
-                elif status == 429:
-                    refused.append(elapsed)
-                    await asyncio.sleep(retry_after_s)  # a polite client backs off as told (Retry-After)
-                else:
-                    other[str(status)] += 1
-        finally:
-            await client.close()
+    async def on_answer(status: int | None, elapsed: float) -> None:
+        if status == 200:
+            ok.append(elapsed)
+        elif status == 429:
+            refused.append(elapsed)
+            await asyncio.sleep(retry_after_s)  # a polite client backs off as told (Retry-After)
+        else:
+            other["error" if status is None else str(status)] += 1
 
-    await asyncio.gather(*(worker() for _ in range(clients)))
+    await closed_loop(url, clients, duration_s, SMALL, on_answer)
     details = {
         "ok": len(ok),
         "429": len(refused),
