@@ -113,11 +113,3 @@ def harmonised_targets(
                 put(i, "hateful", 0.0)
     return y, mask
 
-
-def served_gold(
-    examples: Sequence[LabelledExample], heads: Sequence[str], abusive: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """Gold labels for the served (offensive) score and which examples have one."""
-    y, mask = harmonised_targets(examples, heads, abusive)
-    c = list(heads).index(SERVED_HEAD)
-    return y[:, c].astype(int), mask[:, c] > 0
