@@ -26,11 +26,8 @@ import json
 import os
 import re
 import shlex
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -194,41 +191,19 @@ def format_output(stdout: str) -> list[str]:
 # --- running -------------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextlib.contextmanager
 def running_server(model_dir: Path | None = None, timeout_s: float = 300.0) -> Iterator[str]:
     """``dialogue-safety serve`` with default settings on a free port; yields ``host:port`` once ready."""
+    from benchmarks.http import free_port  # the one server launcher
+    from benchmarks.http import running_server as serve
+
     port = free_port()
     cmd = [sys.executable, "-m", "cli.main", "serve", "--port", str(port), "--no-access-log", "--log-level", "warning"]
     if model_dir is not None:
         cmd += ["--model", str(model_dir)]
     env = {k: v for k, v in os.environ.items() if not k.startswith("SAFETY_")}  # the documented defaults
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env)
-    address = f"127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"the server exited with status {proc.returncode} before it was ready")
-            with contextlib.suppress(OSError), urllib.request.urlopen(f"http://{address}/ready", timeout=2) as r:
-                if r.status == 200:
-                    break
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the server was not ready within {timeout_s:.0f} s")
-            time.sleep(0.2)
-        yield address
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    with serve(cmd, env, port, start_timeout_s=timeout_s) as server:
+        yield server.url.removeprefix("http://")
 
 
 def run_example(example: Example, address: str) -> subprocess.CompletedProcess[str]:
