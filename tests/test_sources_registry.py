@@ -35,6 +35,7 @@ NAMES = [
     "hatemoji",
     "dynahate",
     "context_pairs",
+    "identity_mentions",
     "breakit",
     "hatecheck",
 ]
@@ -63,6 +64,7 @@ def test_available_sources_on_sample_layouts() -> None:
         "wtc": Status.SAMPLE,
         "bad": Status.SAMPLE,
         "dynahate": Status.PARTIAL,
+        "identity_mentions": Status.COMPLETE,  # written in the repository: always there
     }
     everything = available_sources(SAMPLES, include_missing=True)
     assert len(everything) == len(NAMES) and describe_source("hatecheck", SAMPLES).status is Status.MISSING
@@ -116,6 +118,7 @@ def test_real_statuses(data_dir: Path) -> None:
         "hatemoji": "complete",
         "dynahate": "partial",
         "context_pairs": "complete",
+        "identity_mentions": "complete",
         "hatecheck": "complete",
     }
 

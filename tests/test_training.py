@@ -99,6 +99,29 @@ def test_periodic_validation_keeps_the_best_weights(tmp_path: Path) -> None:
         load_recipe("tiny", ["keep_best=true"])
 
 
+def test_continued_training_starts_from_a_checkpoint(tmp_path: Path) -> None:
+    from training.trainer import head_names, load_task_data, validation_check
+
+    first = load_recipe("tiny", ["max_steps=4", "calibrate=false"])
+    train(first, FULL, tmp_path / "a", progress=False)
+    start = TorchClassifier(tmp_path / "a")
+    tasks, _ = load_task_data(first, FULL)
+    before = validation_check(start.model, start.encoder, tasks, first, head_names(first, tasks))
+
+    more = load_recipe("tiny", [f"init_from={tmp_path / 'a'}", "max_steps=2", "eval_every=2", "keep_best=true"])
+    train(more, FULL, tmp_path / "b", progress=False, stop_after_steps=None)
+    records = [json.loads(line) for line in (tmp_path / "b" / METRICS_FILE).read_text().splitlines()]
+    checks = [r for r in records if r["event"] == "valid"]
+    # step 0 is the checkpoint's own weights: the same validation score as scored directly
+    assert [r["step"] for r in checks] == [0, 2]
+    assert checks[0]["macro_f1"] == pytest.approx(before["macro_f1"], abs=1e-6)
+    with pytest.raises(ValueError, match="not a training checkpoint"):
+        train(load_recipe("tiny", [f"init_from={tmp_path}"]), FULL, tmp_path / "c", progress=False)
+    other_heads = load_recipe("tiny", [f"init_from={tmp_path / 'a'}", "heads=harmonised"])
+    with pytest.raises(ValueError, match="has heads"):
+        train(other_heads, FULL, tmp_path / "d", progress=False)
+
+
 def test_overrides_and_recipe_errors() -> None:
     r = load_recipe("tiny", ["epochs=1", "encoding.max_length=48", "tasks.wtc.weight=3"])
     assert r.epochs == 1 and r.encoding.max_length == 48

@@ -70,6 +70,7 @@ class Recipe:
     max_examples_per_task: int | None = None
     eval_batch_tokens: int = 16384
     num_threads: int | None = None
+    init_from: str | None = None  # a training checkpoint (same base and heads) to start from: continued training
     version: str = "0.1.0"
     model_name: str = "dialogue-safety"
     encoding: EncodingConfig = field(default_factory=EncodingConfig)

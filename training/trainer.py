@@ -28,6 +28,7 @@ from transformers import BertForSequenceClassification, get_linear_schedule_with
 
 from service.encoding import DialogueEncoder, EncodedExample, pad_batch
 from service.model_card import ModelCard
+from service.model_dir import CHECKPOINT_FILES, is_checkpoint
 from service.schema import LabelledExample, Split
 from service.scoring import head_probabilities, main_scores
 from training.calibration import choose_threshold, fit_temperature
@@ -269,6 +270,18 @@ def _save_state(
     tmp.rename(final)
 
 
+def initial_weights(path: str | Path, heads: list[str]) -> BertForSequenceClassification:
+    """The weights of a training checkpoint to continue from (``recipe.init_from``); its heads must
+    be the recipe's."""
+    if not is_checkpoint(path):
+        raise ValueError(f"init_from: {path} is not a training checkpoint (needs {', '.join(CHECKPOINT_FILES)})")
+    model = BertForSequenceClassification.from_pretrained(str(path))
+    found = [model.config.id2label[i] for i in range(model.config.num_labels)]
+    if found != heads:
+        raise ValueError(f"init_from: {path} has heads {found}, but the recipe trains {heads}")
+    return model
+
+
 def train(
     recipe: Recipe,
     data_dir: Path,
@@ -304,7 +317,11 @@ def train(
     steps_per_epoch = expected_steps_per_epoch(weights, recipe.batch_size)
     total_steps = recipe.max_steps or math.ceil(recipe.epochs * steps_per_epoch)
 
-    model: torch.nn.Module = build_model(recipe.base, heads, tokenizer.get_vocab_size(), recipe.dropout)
+    model: torch.nn.Module = (
+        initial_weights(recipe.init_from, heads)
+        if recipe.init_from
+        else build_model(recipe.base, heads, tokenizer.get_vocab_size(), recipe.dropout)
+    )
     model = model.to(device)
     optimizer = _optimizer(model, recipe)
     scheduler = get_linear_schedule_with_warmup(optimizer, int(recipe.warmup_ratio * total_steps), total_steps)
@@ -340,6 +357,14 @@ def train(
         },
     )
     amp = device.type == "cuda" and torch.cuda.is_bf16_supported()
+    if recipe.init_from and recipe.eval_every > 0 and step == 0:
+        # continued training: the starting weights are the first candidate keep_best compares against
+        check = validation_check(model, encoder, tasks, recipe, heads, rules)
+        best = {"macro_f1": check["macro_f1"], "step": 0}
+        if recipe.keep_best:
+            torch.save(model.state_dict(), out_dir / BEST_FILE)
+        log_event(metrics_path, {"event": "valid", "step": 0, "epoch": 0, **check, "best_step": 0})
+        tqdm.write(f"valid @ step 0 (init_from {recipe.init_from}): macro OFFENSIVE-F1 {check['macro_f1']:.2f}")
     model.train()
     bar = tqdm(total=total_steps, initial=step, disable=not progress, desc=f"train {recipe.name}", unit="step")
     running: list[float] = []

@@ -71,9 +71,9 @@ def _warn(infos: Sequence[SourceInfo]) -> None:
 def _source_lines(infos: Sequence[SourceInfo]) -> list[str]:
     lines = ["", "sources (no dataset is redistributed with this project):"]
     for info in infos:
-        lines.append(f"  {info.name:<16} {info.status.value:<12} {info.note}".rstrip())
-        lines.append(f"  {'':<16} licence: {info.licence}")
-        lines.append(f"  {'':<16} official files: {info.obtain}")
+        lines.append(f"  {info.name:<18} {info.status.value:<12} {info.note}".rstrip())
+        lines.append(f"  {'':<18} licence: {info.licence}")
+        lines.append(f"  {'':<18} official files: {info.obtain}")
     return lines
 
 

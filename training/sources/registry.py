@@ -9,7 +9,7 @@ Usage::
     by_name = load_sources(["convabuse", "hatemoji"], "/data")  # {name: [...]}
 
 Source names: bbf_single_turn, bbf_multi_turn, wtc, bad, olid, diasafety, convabuse, hatemoji,
-dynahate, context_pairs (derived), breakit (exported rounds of the break-it game),
+dynahate, context_pairs (derived), identity_mentions (written), breakit (exported rounds of the break-it game),
 hatecheck. Statuses: ``complete`` (the official files), ``partial`` (real data with
 splits or rows missing; loaded normally; DynaHate's subset is this), ``sample-only`` (format
 samples or fixtures; :func:`load_source` refuses them unless ``allow_samples=True``, and they
@@ -34,6 +34,7 @@ from training.sources import (
     dynahate,
     functional,
     hatemoji,
+    identity_mentions,
     olid,
     wtc,
 )
@@ -173,6 +174,15 @@ SOURCES: dict[str, Source] = {
             "derived at load time from olid, diasafety and convabuse; nothing to download",
             context_pairs.find,
             context_pairs.load,
+        ),
+        Source(
+            "identity_mentions",
+            LabelFamily.OFFENSIVE,
+            "written: benign and neutral sentences naming a group (frames x groups), all SAFE",
+            "this project's (Apache-2.0)",
+            "written in training/sources/identity_mentions.py; nothing to download",
+            identity_mentions.find,
+            identity_mentions.load,
         ),
         Source(
             "breakit",
