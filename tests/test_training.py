@@ -189,3 +189,30 @@ def test_harmonised_heads_serve_the_offensive_head_and_compare_on_validation(tmp
     result = compare([out, out], FULL)["checkpoints"][str(out)]
     assert set(result) >= {"source labels", "harmonised"}
     assert 0.0 <= result["harmonised"]["macro_f1"] <= 100.0
+
+
+def test_capacity_probes_checkpoints_and_ensembles_on_validation(tiny_run: Path, tmp_path: Path) -> None:
+    from training.capacity import main as capacity
+
+    out = tmp_path / "capacity"
+    args = ["--config", "tiny", "--data-dir", str(FULL), "--encoder", "minilm", "--checkpoint", str(tiny_run)]
+    assert capacity([*args, "--train-per-source", "12", "--valid-per-source", "8", "--out", str(out)]) == 0
+    report = json.loads((out / "capacity.json").read_text())
+    rows = report["rows"]
+    name = f"fine-tuned {tiny_run.name}"
+    assert set(rows) == {name, "frozen minilm", f"{name} + 0.25 x frozen minilm", f"{name} + 0.5 x frozen minilm"}
+    assert all(set(r["f1"]) <= set(report["valid_per_source"]) for r in rows.values())
+    # the checkpoint row is the trainer's own periodic check on the same rows (same threshold rule)
+    assert 0.0 <= rows[name]["macro_f1"] <= 100.0
+    assert len(list(out.glob("*.npy"))) == 2  # cached embeddings: train and valid sample
+
+
+def test_macro_threshold_leaves_out_sources_without_positives() -> None:
+    from training.calibration import choose_threshold
+
+    rng = np.random.default_rng(0)
+    gold = rng.integers(0, 2, 200)
+    scored = (gold, np.clip(gold * 0.3 + rng.random(200) * 0.7, 0, 1))
+    alone = choose_threshold({"a": scored}, "macro")
+    with_safe_only = choose_threshold({"a": scored, "safe": (np.zeros(50, dtype=int), rng.random(50))}, "macro")
+    assert with_safe_only == alone and "safe" not in with_safe_only[1]

@@ -45,7 +45,12 @@ def f1_at(gold: np.ndarray, scores: np.ndarray, thresholds: np.ndarray) -> np.nd
 def choose_threshold(
     per_source: Mapping[str, tuple[np.ndarray, np.ndarray]], objective: str = "macro"
 ) -> tuple[float, dict[str, float]]:
-    """Pick the threshold on validation (gold, score) pairs; return it and the per-source F1 there."""
+    """Pick the threshold on validation (gold, score) pairs; return it and the per-source F1 there.
+
+    A source without positives (a written set of SAFE sentences) has no F1: ``macro`` leaves it
+    out of the mean and of the returned F1s; ``pooled`` counts its examples as negatives."""
+    if objective == "macro":
+        per_source = {name: gs for name, gs in per_source.items() if np.asarray(gs[0]).any()}
     if not per_source:
         raise ValueError("no validation data to choose a threshold on")
     if objective == "pooled":

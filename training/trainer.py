@@ -30,7 +30,7 @@ from service.encoding import DialogueEncoder, EncodedExample, pad_batch
 from service.model_card import ModelCard
 from service.model_dir import CHECKPOINT_FILES, is_checkpoint
 from service.schema import LabelledExample, Split
-from service.scoring import head_probabilities, main_scores
+from service.scoring import head_probabilities, is_offensive, main_scores
 from training.calibration import choose_threshold, fit_temperature
 from training.checkpoint import save_checkpoint
 from training.harmonise import (
@@ -237,10 +237,17 @@ def validation_check(
     if not valid_sets:
         return {"macro_f1": 0.0, "threshold": 0.5, "offensive_f1": {}}
     threshold, per_source = choose_threshold(valid_sets, "macro")
+    # sources with no positives (written SAFE sets) have no F1: how many of them the model flags instead
+    flagged = {
+        name: float(np.mean(is_offensive(scores, threshold)))
+        for name, (gold, scores) in valid_sets.items()
+        if not gold.any() and len(gold)
+    }
     return {
         "macro_f1": float(np.mean(list(per_source.values()))),
         "threshold": threshold,
         "offensive_f1": per_source,
+        **({"flagged_rate": flagged} if flagged else {}),
     }
 
 
