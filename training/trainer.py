@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import random
 import shutil
 import time
@@ -289,6 +288,137 @@ def initial_weights(path: str | Path, heads: list[str]) -> BertForSequenceClassi
     return model
 
 
+@dataclass
+class _Data:
+    """What a run trains on, prepared once: the tasks, the encoded training examples and their targets."""
+
+    tasks: list[TaskData]
+    skipped: list[str]
+    tokenizer: Any
+    encoder: DialogueEncoder
+    heads: list[str]
+    rules: LabelRules
+    encoded: list[EncodedExample]
+    lengths: np.ndarray
+    targets: np.ndarray
+    target_mask: np.ndarray
+    weights: np.ndarray
+    total_steps: int
+
+
+@dataclass
+class _Position:
+    """Where the loop is (saved with every resumable state) and the best validation check so far."""
+
+    step: int = 0
+    epoch: int = 0
+    batch_in_epoch: int = 0
+    best: dict[str, Any] = field(default_factory=lambda: {"macro_f1": -1.0, "step": None})
+
+
+def _prepare(recipe: Recipe, data_dir: Path) -> _Data:
+    tasks, skipped = load_task_data(recipe, data_dir)
+    for s in skipped:
+        tqdm.write(f"warning: skipping task {s}")
+    tokenizer = load_base_tokenizer(recipe.base, recipe.vocab_file)
+    encoder = DialogueEncoder(tokenizer, recipe.encoding)
+    heads = head_names(recipe, tasks)
+    flat: list[LabelledExample] = [ex for t in tasks for ex in t.train]
+    encoded = encoder.encode_batch(flat)
+    rules = label_rules(recipe, heads, flat)
+    targets, target_mask = rules.targets(flat)
+    weights = np.concatenate(example_weights(tasks))
+    steps_per_epoch = expected_steps_per_epoch(weights, recipe.batch_size)
+    return _Data(
+        tasks=tasks,
+        skipped=skipped,
+        tokenizer=tokenizer,
+        encoder=encoder,
+        heads=heads,
+        rules=rules,
+        encoded=encoded,
+        lengths=np.array([len(e) for e in encoded]),
+        targets=targets,
+        target_mask=target_mask,
+        weights=weights,
+        total_steps=recipe.max_steps or math.ceil(recipe.epochs * steps_per_epoch),
+    )
+
+
+def _start(
+    recipe: Recipe, data: _Data, device: torch.device, last: Path, resume: bool
+) -> tuple[torch.nn.Module, torch.optim.Optimizer, Any, _Position]:
+    """The model, optimizer and schedule: fresh (from the base or ``init_from``) or resumed from ``last``."""
+    resuming = resume and (last / STATE_FILE).is_file()
+    if resuming:
+        model: torch.nn.Module = BertForSequenceClassification.from_pretrained(str(last))
+    elif recipe.init_from:
+        model = initial_weights(recipe.init_from, data.heads)
+    else:
+        model = build_model(recipe.base, data.heads, data.tokenizer.get_vocab_size(), recipe.dropout)
+    model = model.to(device)
+    optimizer = _optimizer(model, recipe)
+    warmup = int(recipe.warmup_ratio * data.total_steps)
+    scheduler = get_linear_schedule_with_warmup(optimizer, warmup, data.total_steps)
+    position = _Position()
+    if resuming:
+        state = torch.load(last / STATE_FILE, weights_only=False)
+        # after the scheduler: building it rewrites the learning rates the optimizer state restores
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        torch.set_rng_state(state["torch_rng"])
+        position = _Position(state["step"], state["epoch"], state["batch_in_epoch"], state.get("best", position.best))
+        tqdm.write(f"resuming from step {position.step} (epoch {position.epoch}, batch {position.batch_in_epoch})")
+    return model, optimizer, scheduler, position
+
+
+def _step(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any,
+    data: _Data,
+    idx: np.ndarray,
+    recipe: Recipe,
+    device: torch.device,
+    amp: bool,
+) -> float:
+    """One optimisation step on the batch ``idx``: masked multi-head BCE, clipped, scheduled."""
+    batch = pad_batch([data.encoded[i] for i in idx], data.encoder.pad_id)
+    inputs = {k: torch.from_numpy(v).to(device) for k, v in batch.items()}
+    y = torch.from_numpy(data.targets[idx]).to(device)
+    mask = torch.from_numpy(data.target_mask[idx]).to(device)
+    with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=amp):
+        logits = model(**inputs).logits.float()
+    loss = (torch.nn.functional.binary_cross_entropy_with_logits(logits, y, reduction="none") * mask).sum() / mask.sum()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), recipe.max_grad_norm)
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    return float(loss.item())
+
+
+def _validate(
+    model: torch.nn.Module, data: _Data, recipe: Recipe, position: _Position, out_dir: Path, metrics_path: Path
+) -> None:
+    """A periodic validation check; keeps the best weights (``keep_best``) and logs a ``valid`` event."""
+    check = validation_check(model, data.encoder, data.tasks, recipe, data.heads, data.rules)
+    if check["macro_f1"] > position.best["macro_f1"]:
+        if recipe.keep_best:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            torch.save(model.state_dict(), out_dir / BEST_FILE)
+        position.best = {"macro_f1": check["macro_f1"], "step": position.step}
+    step, epoch = position.step, position.epoch
+    log_event(
+        metrics_path, {"event": "valid", "step": step, "epoch": epoch, **check, "best_step": position.best["step"]}
+    )
+    where = f"step {step}" + (f" (init_from {recipe.init_from})" if step == 0 else "")
+    tqdm.write(
+        f"valid @ {where}: macro OFFENSIVE-F1 {check['macro_f1']:.2f} "
+        + " ".join(f"{k} {v:.1f}" for k, v in check["offensive_f1"].items())
+    )
+
+
 def train(
     recipe: Recipe,
     data_dir: Path,
@@ -307,159 +437,103 @@ def train(
         torch.set_num_threads(recipe.num_threads)
     _seed_everything(recipe.seed)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-    tasks, skipped = load_task_data(recipe, data_dir)
-    for s in skipped:
-        tqdm.write(f"warning: skipping task {s}")
-    tokenizer = load_base_tokenizer(recipe.base, recipe.vocab_file)
-    encoder = DialogueEncoder(tokenizer, recipe.encoding)
-    heads = head_names(recipe, tasks)
-
-    flat: list[LabelledExample] = [ex for t in tasks for ex in t.train]
-    encoded = encoder.encode_batch(flat)
-    lengths = np.array([len(e) for e in encoded])
-    rules = label_rules(recipe, heads, flat)
-    targets, target_mask = rules.targets(flat)
-    weights = np.concatenate(example_weights(tasks))
-    steps_per_epoch = expected_steps_per_epoch(weights, recipe.batch_size)
-    total_steps = recipe.max_steps or math.ceil(recipe.epochs * steps_per_epoch)
-
-    model: torch.nn.Module = (
-        initial_weights(recipe.init_from, heads)
-        if recipe.init_from
-        else build_model(recipe.base, heads, tokenizer.get_vocab_size(), recipe.dropout)
-    )
-    model = model.to(device)
-    optimizer = _optimizer(model, recipe)
-    scheduler = get_linear_schedule_with_warmup(optimizer, int(recipe.warmup_ratio * total_steps), total_steps)
-
-    step, epoch, batch_in_epoch = 0, 0, 0
-    best: dict[str, Any] = {"macro_f1": -1.0, "step": None}
+    data = _prepare(recipe, data_dir)
     last = out_dir / LAST_DIR
-    if resume and (last / STATE_FILE).is_file():
-        state = torch.load(last / STATE_FILE, weights_only=False)
-        model = BertForSequenceClassification.from_pretrained(str(last)).to(device)
-        optimizer = _optimizer(model, recipe)
-        scheduler = get_linear_schedule_with_warmup(optimizer, int(recipe.warmup_ratio * total_steps), total_steps)
-        # after the scheduler: building it rewrites the learning rates the optimizer state restores
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        torch.set_rng_state(state["torch_rng"])
-        step, epoch, batch_in_epoch = state["step"], state["epoch"], state["batch_in_epoch"]
-        best = state.get("best", best)
-        tqdm.write(f"resuming from step {step} (epoch {epoch}, batch {batch_in_epoch})")
-    elif metrics_path.exists():
+    model, optimizer, scheduler, position = _start(recipe, data, device, last, resume)
+    if position.step == 0 and metrics_path.exists():
         metrics_path.unlink()
-
     log_event(
         metrics_path,
         {
             "event": "start",
             "recipe": recipe.to_dict(),
-            "total_steps": total_steps,
-            "train_examples": len(flat),
-            "heads": heads,
-            "skipped": skipped,
-            "resumed_at": step,
+            "total_steps": data.total_steps,
+            "train_examples": len(data.encoded),
+            "heads": data.heads,
+            "skipped": data.skipped,
+            "resumed_at": position.step,
         },
     )
     amp = device.type == "cuda" and torch.cuda.is_bf16_supported()
-    if recipe.init_from and recipe.eval_every > 0 and step == 0:
+    if recipe.init_from and recipe.eval_every > 0 and position.step == 0:
         # continued training: the starting weights are the first candidate keep_best compares against
-        check = validation_check(model, encoder, tasks, recipe, heads, rules)
-        best = {"macro_f1": check["macro_f1"], "step": 0}
-        if recipe.keep_best:
-            torch.save(model.state_dict(), out_dir / BEST_FILE)
-        log_event(metrics_path, {"event": "valid", "step": 0, "epoch": 0, **check, "best_step": 0})
-        tqdm.write(f"valid @ step 0 (init_from {recipe.init_from}): macro OFFENSIVE-F1 {check['macro_f1']:.2f}")
+        _validate(model, data, recipe, position, out_dir, metrics_path)
     model.train()
-    bar = tqdm(total=total_steps, initial=step, disable=not progress, desc=f"train {recipe.name}", unit="step")
+    total = data.total_steps
+    bar = tqdm(total=total, initial=position.step, disable=not progress, desc=f"train {recipe.name}", unit="step")
     running: list[float] = []
-    while step < total_steps:
-        plan = epoch_batches(lengths, weights, recipe.batch_size, recipe.bucket_size, recipe.seed, epoch)
-        while batch_in_epoch < len(plan) and step < total_steps:
-            idx = plan[batch_in_epoch]
-            batch = pad_batch([encoded[i] for i in idx], encoder.pad_id)
-            inputs = {k: torch.from_numpy(v).to(device) for k, v in batch.items()}
-            y = torch.from_numpy(targets[idx]).to(device)
-            mask = torch.from_numpy(target_mask[idx]).to(device)
-            with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=amp):
-                logits = model(**inputs).logits.float()
-            loss = (
-                torch.nn.functional.binary_cross_entropy_with_logits(logits, y, reduction="none") * mask
-            ).sum() / mask.sum()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), recipe.max_grad_norm)
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
-            step += 1
-            batch_in_epoch += 1
-            running.append(float(loss.item()))
+    while position.step < total:
+        plan = epoch_batches(
+            data.lengths, data.weights, recipe.batch_size, recipe.bucket_size, recipe.seed, position.epoch
+        )
+        while position.batch_in_epoch < len(plan) and position.step < total:
+            running.append(_step(model, optimizer, scheduler, data, plan[position.batch_in_epoch], recipe, device, amp))
+            position.step += 1
+            position.batch_in_epoch += 1
+            step = position.step
             bar.update(1)
-            if step % recipe.log_every == 0 or step == total_steps:
+            if step % recipe.log_every == 0 or step == total:
                 avg = float(np.mean(running[-recipe.log_every :]))
-                bar.set_postfix(loss=f"{avg:.4f}", lr=f"{scheduler.get_last_lr()[0]:.2e}", epoch=epoch)
+                lr = scheduler.get_last_lr()[0]
+                bar.set_postfix(loss=f"{avg:.4f}", lr=f"{lr:.2e}", epoch=position.epoch)
                 log_event(
                     metrics_path,
                     {
                         "event": "train",
                         "step": step,
-                        "epoch": epoch,
+                        "epoch": position.epoch,
                         "loss": avg,
-                        "lr": scheduler.get_last_lr()[0],
+                        "lr": lr,
                         "elapsed_s": time.perf_counter() - t0,
                     },
                 )
-            if recipe.eval_every > 0 and (step % recipe.eval_every == 0 or step == total_steps):
-                check = validation_check(model, encoder, tasks, recipe, heads, rules)
-                improved = check["macro_f1"] > best["macro_f1"]
-                if improved and recipe.keep_best:
-                    out_dir.mkdir(parents=True, exist_ok=True)
-                    torch.save(model.state_dict(), out_dir / BEST_FILE)
-                if improved:
-                    best = {"macro_f1": check["macro_f1"], "step": step}
-                log_event(
-                    metrics_path, {"event": "valid", "step": step, "epoch": epoch, **check, "best_step": best["step"]}
-                )
-                tqdm.write(
-                    f"valid @ step {step}: macro OFFENSIVE-F1 {check['macro_f1']:.2f} "
-                    + " ".join(f"{k} {v:.1f}" for k, v in check["offensive_f1"].items())
-                )
-            stopping = stop_after_steps is not None and step >= stop_after_steps and step < total_steps
-            periodic = bool(recipe.checkpoint_every) and step % recipe.checkpoint_every == 0 and step < total_steps
+            if recipe.eval_every > 0 and (step % recipe.eval_every == 0 or step == total):
+                _validate(model, data, recipe, position, out_dir, metrics_path)
+            stopping = stop_after_steps is not None and step >= stop_after_steps and step < total
+            periodic = bool(recipe.checkpoint_every) and step % recipe.checkpoint_every == 0 and step < total
             if stopping or periodic:
-                state = {"step": step, "epoch": epoch, "batch_in_epoch": batch_in_epoch, "best": best}
+                state = {
+                    "step": step,
+                    "epoch": position.epoch,
+                    "batch_in_epoch": position.batch_in_epoch,
+                    "best": position.best,
+                }
                 _save_state(out_dir, model, optimizer, scheduler, state)
             if stopping:
                 bar.close()
                 card = ModelCard(
-                    name=recipe.model_name, version=recipe.version, heads=heads, score_heads=score_heads(recipe, heads)
+                    name=recipe.model_name,
+                    version=recipe.version,
+                    heads=data.heads,
+                    score_heads=score_heads(recipe, data.heads),
                 )
-                return TrainResult(out_dir, card, step, time.perf_counter() - t0, skipped)
-        if batch_in_epoch >= len(plan):
-            epoch, batch_in_epoch = epoch + 1, 0
+                return TrainResult(out_dir, card, step, time.perf_counter() - t0, data.skipped)
+        if position.batch_in_epoch >= len(plan):
+            position.epoch, position.batch_in_epoch = position.epoch + 1, 0
     bar.close()
-    if recipe.keep_best and best["step"] is not None and best["step"] != step:
+    best = position.best
+    if recipe.keep_best and best["step"] is not None and best["step"] != position.step:
         model.load_state_dict(torch.load(out_dir / BEST_FILE, map_location=device))
         log_event(metrics_path, {"event": "restored_best", "step": best["step"], "macro_f1": best["macro_f1"]})
         tqdm.write(f"restored the weights of step {best['step']} (valid macro OFFENSIVE-F1 {best['macro_f1']:.2f})")
 
-    card = evaluate_and_calibrate(model, encoder, tasks, recipe, heads, data_dir, metrics_path, progress, rules)
+    card = evaluate_and_calibrate(
+        model, data.encoder, data.tasks, recipe, data.heads, data_dir, metrics_path, progress, data.rules
+    )
     card.training.update(
         {
-            "steps": step,
+            "steps": position.step,
             "train_seconds": round(time.perf_counter() - t0, 1),
-            "skipped_tasks": skipped,
+            "skipped_tasks": data.skipped,
             "device": device.type,
-            "selected_step": best["step"] if recipe.keep_best else step,
+            "selected_step": best["step"] if recipe.keep_best else position.step,
         }
     )
-    save_checkpoint(out_dir, cast(BertForSequenceClassification, model.cpu()), tokenizer, card)
+    save_checkpoint(out_dir, cast(BertForSequenceClassification, model.cpu()), data.tokenizer, card)
     shutil.rmtree(last, ignore_errors=True)
     (out_dir / BEST_FILE).unlink(missing_ok=True)
     log_event(metrics_path, {"event": "done", "seconds": time.perf_counter() - t0, "threshold": card.threshold})
-    return TrainResult(out_dir, card, step, time.perf_counter() - t0, skipped)
+    return TrainResult(out_dir, card, position.step, time.perf_counter() - t0, data.skipped)
 
 
 def _logits_for(
@@ -624,7 +698,3 @@ def evaluate_and_calibrate(
         metrics_path, {"event": "eval", "threshold": threshold, "calibration": card.calibration, "metrics": metrics}
     )
     return card
-
-
-def default_threads() -> int:
-    return max(1, len(os.sched_getaffinity(0)))
