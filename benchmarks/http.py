@@ -247,13 +247,13 @@ def runtime_reference(
     variant: str | None,
     duration_s: float,
     batch: int,
-    token_budget: int,
+    max_batch_tokens: int,
 ) -> dict[str, Any]:
     """In-process OnnxClassifier: p50 of one-example predict and batched items/s (encoding included),
-    with the same per-call token budget as the service."""
+    with the same batching budget as the service."""
     from service.runtime import OnnxClassifier
 
-    clf = OnnxClassifier(model_dir, variant=variant, token_budget=token_budget)
+    clf = OnnxClassifier(model_dir, variant=variant, max_batch_tokens=max_batch_tokens)
     clf.warmup()
     singles: list[float] = []
     deadline = time.perf_counter() + duration_s
@@ -281,7 +281,7 @@ def runtime_reference(
         "single_p99_ms": _ms(percentile(singles, 99)),
         "single_requests": len(singles),
         "batch_size": batch,
-        "token_budget": token_budget,
+        "max_batch_tokens": max_batch_tokens,
         "batched_items_per_s": round(items / elapsed, 2),
     }
 
@@ -549,10 +549,10 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety bench h
     p.add_argument("--runtime-duration", type=float, default=5.0, help="seconds per runtime reference measure")
     p.add_argument("--runtime-batch", type=int, default=64)
     p.add_argument(
-        "--inference-token-budget",
+        "--max-batch-tokens",
         type=int,
-        default=ServiceSettings.model_fields["inference_token_budget"].default,
-        help="padded tokens per onnxruntime call, for the service and the runtime reference alike",
+        default=ServiceSettings.model_fields["max_batch_tokens"].default,
+        help="padded tokens per inference call, for the service and the runtime reference alike",
     )
     p.add_argument(
         "--server-setting",
@@ -620,7 +620,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety bench h
             variant=args.variant,
             duration_s=plan.runtime_duration_s,
             batch=plan.runtime_batch,
-            token_budget=args.inference_token_budget,
+            max_batch_tokens=args.max_batch_tokens,
         )
 
     extra = server_settings(args.server_setting)
@@ -628,7 +628,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety bench h
     port = free_port()
     with running_server(
         service_cmd(model_dir, port, args.variant),
-        service_env(**extra, inference_token_budget=args.inference_token_budget),
+        service_env(**extra, max_batch_tokens=args.max_batch_tokens),
         port,
         start_timeout_s=plan.start_timeout_s,
     ) as server:
@@ -644,7 +644,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety bench h
             queue_size=plan.overload_queue,
             max_batch_items=min(256, plan.overload_queue),
             max_batch_size=batch_size,
-            inference_token_budget=args.inference_token_budget,
+            max_batch_tokens=args.max_batch_tokens,
         )
         with running_server(
             service_cmd(model_dir, port, args.variant), env, port, start_timeout_s=plan.start_timeout_s

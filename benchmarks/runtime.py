@@ -6,7 +6,7 @@ and fp16 on CUDA when onnxruntime-gpu and a GPU are present. For each engine:
 * **single**: p50/p99 latency of ``predict([dialogue])`` over real dialogues, tokenisation
   included (what one chatbot turn costs), plus the model-only p50;
 * **throughput** over the whole dialogue set, tokenisation included, two batching policies:
-  length-sorted batches of 64, and token-budget batches (≤ 8192 padded tokens, ≤ 256 examples);
+  length-sorted batches of 64, and token-budget batches (≤ the service's max_batch_tokens padded tokens, ≤ 256 examples);
   examples/s, real tokens/s, padding overhead, useful GFLOP/s and fraction of peak;
 * **sweep**: batch size × sequence length on synthetic token ids (model only).
 
@@ -45,6 +45,7 @@ from benchmarks.flops import (
     non_embedding_parameters,
     sequence_flops,
 )
+from service.batch_budget import MAX_BATCH_TOKENS, token_budget_batches
 from service.encoding import DialogueEncoder, EncodedExample, pad_batch
 from service.model_card import ModelCard
 from service.model_dir import TOKENIZER_FILE, is_checkpoint, is_model_dir
@@ -123,7 +124,7 @@ class Engine:
     card: ModelCard
     file_bytes: int | None = None
 
-    def set_batching(self, token_budget: int, max_batch_size: int) -> None:
+    def set_batching(self, max_batch_tokens: int, max_batch_size: int) -> None:
         raise NotImplementedError
 
     def predict(self, examples: Sequence[Example]) -> Any:
@@ -147,8 +148,8 @@ class OnnxEngine(Engine):
         self.file_bytes = self.clf.path.stat().st_size
         self._names = {i.name for i in self.clf.session.get_inputs()}
 
-    def set_batching(self, token_budget: int, max_batch_size: int) -> None:
-        self.clf.token_budget, self.clf.max_batch_size = token_budget, max_batch_size
+    def set_batching(self, max_batch_tokens: int, max_batch_size: int) -> None:
+        self.clf.max_batch_tokens, self.clf.max_batch_size = max_batch_tokens, max_batch_size
 
     def predict(self, examples: Sequence[Example]) -> Any:
         return self.clf.predict(examples)
@@ -169,18 +170,17 @@ class TorchEngine(Engine):
         self.torch = torch
         self.model, self.encoder, self.card = load_checkpoint(checkpoint)
         self.name, self.variant, self.provider = "torch eager", "fp32", f"torch {torch.__version__} CPU"
-        self.token_budget, self.max_batch_size = 8192, 256
+        self.max_batch_tokens, self.max_batch_size = MAX_BATCH_TOKENS, 256
 
-    def set_batching(self, token_budget: int, max_batch_size: int) -> None:
-        self.token_budget, self.max_batch_size = token_budget, max_batch_size
+    def set_batching(self, max_batch_tokens: int, max_batch_size: int) -> None:
+        self.max_batch_tokens, self.max_batch_size = max_batch_tokens, max_batch_size
 
     def predict(self, examples: Sequence[Example]) -> Any:
-        from service.runtime import token_budget_batches
         from service.scoring import predictions_from_logits
 
         encoded = self.encoder.encode_batch(examples)
         logits = np.empty((len(encoded), len(self.card.heads)), dtype=np.float32)
-        for idx in token_budget_batches([len(e) for e in encoded], self.token_budget, self.max_batch_size):
+        for idx in token_budget_batches([len(e) for e in encoded], self.max_batch_tokens, self.max_batch_size):
             logits[idx] = self.run_padded(pad_batch([encoded[i] for i in idx], self.encoder.pad_id))
         return predictions_from_logits(logits, self.card)
 
@@ -219,12 +219,10 @@ def measure_single(engine: Engine, examples: Sequence[Example], plan: Plan) -> d
     }
 
 
-def batching_stats(lengths: Sequence[int], token_budget: int, max_batch_size: int) -> dict[str, Any]:
+def batching_stats(lengths: Sequence[int], max_batch_tokens: int, max_batch_size: int) -> dict[str, Any]:
     """Batches, padded tokens and padding overhead of the runtime's policy on these lengths."""
-    from service.runtime import token_budget_batches
-
     arr = np.asarray(lengths)
-    batches = list(token_budget_batches(arr, token_budget, max_batch_size))
+    batches = list(token_budget_batches(arr, max_batch_tokens, max_batch_size))
     padded = int(sum(len(b) * int(arr[b].max()) for b in batches))
     real = int(arr.sum())
     return {
@@ -245,8 +243,8 @@ def measure_throughput(
     peak: dict[str, Any],
 ) -> dict[str, Any]:
     """End-to-end examples/s (tokenisation included) over the whole set under one batching policy."""
-    token_budget, max_batch = policy
-    engine.set_batching(token_budget, max_batch)
+    max_batch_tokens, max_batch = policy
+    engine.set_batching(max_batch_tokens, max_batch)
     engine.predict(examples[: max(1, min(len(examples), max_batch))])  # warm-up at the largest shapes
     runs: list[float] = []
     for _ in range(plan.repeats):
@@ -254,10 +252,10 @@ def measure_throughput(
         engine.predict(examples)
         runs.append(time.perf_counter() - start)
     best = min(runs)
-    stats = batching_stats(lengths, token_budget, max_batch)
+    stats = batching_stats(lengths, max_batch_tokens, max_batch)
     flops = sequence_flops(geometry, lengths) if geometry else 0.0
     return {
-        "token_budget": token_budget,
+        "max_batch_tokens": max_batch_tokens,
         "max_batch_size": max_batch,
         **stats,
         "seconds": [round(r, 4) for r in runs],
@@ -436,7 +434,7 @@ def run(
         },
         "threads": threads,
         "allow_spinning": args.spin,
-        "token_budget": args.token_budget,
+        "max_batch_tokens": args.max_batch_tokens,
         "plan": asdict(plan),
         "versions": _versions(),
         "engines": [],
@@ -474,7 +472,7 @@ def run(
         say(f"  {name}: throughput")
         entry["sorted64"] = measure_throughput(engine, examples, lengths, (10**9, 64), plan, geometry, peak)
         entry["token_budget"] = measure_throughput(
-            engine, examples, lengths, (args.token_budget, 256), plan, geometry, peak
+            engine, examples, lengths, (args.max_batch_tokens, 256), plan, geometry, peak
         )
         report["engines"].append(entry)
         if not args.no_sweep:
@@ -534,7 +532,7 @@ def markdown(report: dict[str, Any]) -> str:
         f"(p50 {d['p50_tokens']}, p95 {d['p95_tokens']}, max {d['max_tokens']}).",
         "",
         "| engine | file MB | single p50 ms | single p99 ms | model-only p50 ms | sorted-64 ex/s | tokens/s "
-        f"| budget-{report['token_budget']} ex/s | tokens/s | GFLOP/s | % of peak |",
+        f"| budget-{report['max_batch_tokens']} ex/s | tokens/s | GFLOP/s | % of peak |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for e in report["engines"]:
@@ -597,10 +595,10 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=None, help="intra-op threads (default: physical cores)")
     p.add_argument("--spin", choices=("default", "on", "off"), default="default", help="onnxruntime thread spinning")
     p.add_argument(
-        "--token-budget",
+        "--max-batch-tokens",
         type=int,
-        default=8192,
-        help="padded tokens per batch in the budget policy (default: %(default)s)",
+        default=MAX_BATCH_TOKENS,
+        help="padded tokens per batch in the budget policy (default: %(default)s, the service's)",
     )
     p.add_argument("--no-sweep", action="store_true", help="skip the batch × length sweep")
     p.add_argument("--smoke", action="store_true", help="every step for a moment on a tiny model (tests)")

@@ -496,3 +496,20 @@ def test_settings_come_from_the_environment_when_the_app_is_built(monkeypatch: p
     assert app.state.safety.settings.max_batch_items == 3
     with pytest.raises(ValueError, match="queue_size"):
         ServiceSettings(queue_size=10, max_batch_items=20)
+
+
+def test_one_batching_budget_and_its_deprecated_names(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from service.batch_budget import MAX_BATCH_TOKENS
+
+    assert ServiceSettings().max_batch_tokens == MAX_BATCH_TOKENS  # the one default
+    monkeypatch.setenv("SAFETY_INFERENCE_TOKEN_BUDGET", "2048")
+    monkeypatch.setenv("SAFETY_TOKEN_BUDGET", "8192")
+    with caplog.at_level(logging.WARNING, logger="service.settings"):
+        assert ServiceSettings().max_batch_tokens == 2048
+    assert "SAFETY_INFERENCE_TOKEN_BUDGET is deprecated: use SAFETY_MAX_BATCH_TOKENS" in caplog.text
+    assert "SAFETY_TOKEN_BUDGET is no longer used" in caplog.text
+    monkeypatch.setenv("SAFETY_MAX_BATCH_TOKENS", "512")
+    assert ServiceSettings().max_batch_tokens == 512  # the new name wins
+    assert ServiceSettings(max_batch_tokens=256).max_batch_tokens == 256

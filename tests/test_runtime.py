@@ -15,7 +15,8 @@ from tokenizers import Tokenizer
 
 from service import variants
 from service.model_card import ModelCard
-from service.runtime import ModelLoadError, OnnxClassifier, physical_cores, token_budget_batches
+from service.batch_budget import token_budget_batches
+from service.runtime import ModelLoadError, OnnxClassifier, physical_cores
 from service.schema import Example, Label
 
 REPO = Path(__file__).resolve().parents[1]
@@ -110,7 +111,7 @@ def test_order_is_the_callers_under_any_batching(model_dir: Path, clf: OnnxClass
     many = DIALOGUES * 5
     random.Random(0).shuffle(many)
     expected = [clf.predict([ex])[0].score for ex in many]
-    small = OnnxClassifier(model_dir, variant="fp32", token_budget=200, max_batch_size=3)
+    small = OnnxClassifier(model_dir, variant="fp32", max_batch_tokens=200, max_batch_size=3)
     for c in (clf, small):
         got = [p.score for p in c.predict(many)]
         np.testing.assert_allclose(got, expected, atol=1e-5)
@@ -118,11 +119,14 @@ def test_order_is_the_callers_under_any_batching(model_dir: Path, clf: OnnxClass
     for idx in small.batches(encoded):
         width = max(len(encoded[i]) for i in idx)
         assert len(idx) <= 3 and (len(idx) == 1 or len(idx) * width <= 200)
+    # a call that fits the budget (what the micro-batcher sends) runs as one batch, in the caller's order
+    fitting = encoded[:3] if 3 * max(len(e) for e in encoded[:3]) <= 200 else encoded[:1]
+    assert [idx.tolist() for idx in small.batches(fitting)] == [list(range(len(fitting)))]
 
 
 def test_token_budget_batches_cover_everything_once() -> None:
     lengths = [5, 128, 7, 7, 64, 1, 300, 12]
-    batches = list(token_budget_batches(lengths, token_budget=140, max_batch_size=4))
+    batches = list(token_budget_batches(lengths, max_batch_tokens=140, max_batch_size=4))
     assert sorted(np.concatenate(batches).tolist()) == list(range(len(lengths)))
     assert batches[0].tolist() == [6]  # longer than the budget: alone
     for b in batches:
