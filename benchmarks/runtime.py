@@ -6,7 +6,8 @@ and fp16 on CUDA when onnxruntime-gpu and a GPU are present. For each engine:
 * **single**: p50/p99 latency of ``predict([dialogue])`` over real dialogues, tokenisation
   included (what one chatbot turn costs), plus the model-only p50;
 * **throughput** over the whole dialogue set, tokenisation included, two batching policies:
-  length-sorted batches of 64, and token-budget batches (≤ the service's max_batch_tokens padded tokens, ≤ 256 examples);
+  length-sorted batches of 64, and token-budget batches (≤ the service's max_batch_tokens padded
+  tokens, ≤ 256 examples);
   examples/s, real tokens/s, padding overhead, useful GFLOP/s and fraction of peak;
 * **sweep**: batch size × sequence length on synthetic token ids (model only).
 

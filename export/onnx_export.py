@@ -74,7 +74,6 @@ class ExportResult:
     card: ModelCard
     max_abs_diff: float
     variant_files: dict[str, Path] = field(default_factory=dict)
-    variant_diffs: dict[str, float | None] = field(default_factory=dict)
     comparison: dict[str, Any] | None = None
 
 
@@ -423,8 +422,7 @@ def _export_into(
             "model.*.onnx\n.*.tmp\n.variants.lock\n",
             encoding="utf-8",
         )
-    diffs = {k: v.get("max_abs_diff") for k, v in variant_report.items()}
-    return ExportResult(staging, card, parity["max_abs_diff"], variant_files, diffs, comparison)
+    return ExportResult(staging, card, parity["max_abs_diff"], variant_files, comparison)
 
 
 def _check_fp16(path: Path, reference: np.ndarray, encoded: Sequence[EncodedExample], pad_id: int) -> dict[str, Any]:

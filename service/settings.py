@@ -25,6 +25,8 @@ ENV_PREFIX = "SAFETY_"
 DEPRECATED_SETTINGS: dict[str, str | None] = {
     "inference_token_budget": "max_batch_tokens",  # after 0.3.0: one batching budget (TEI's max_batch_tokens)
     "token_budget": None,  # after 0.3.0: batches close at max_batch_size items; max_batch_tokens cuts them
+    # after 0.3.0: the request limit apart from the model's truncation setting (encoding.max_history_turns)
+    "max_history_turns": "max_request_history_turns",
 }
 log = logging.getLogger("service.settings")
 LogLevel = Literal["critical", "error", "warning", "info", "debug", "trace"]
@@ -127,7 +129,12 @@ class ServiceSettings(BaseSettings):
     )
 
     # request limits (see docs/api.md, "Limits and errors")
-    max_history_turns: int = Field(default=32, ge=0, description="history turns per item at most")
+    max_request_history_turns: int = Field(
+        default=32,
+        ge=0,
+        description="history turns per item at most; a request with more is refused (422). Not the model's "
+        "truncation (the card's encoding.max_history_turns keeps the newest turns the model reads)",
+    )
     max_turn_chars: int = Field(default=4000, ge=1, description="characters per history turn at most")
     max_utterance_chars: int = Field(default=4000, ge=1, description="characters per utterance at most")
     max_batch_items: int = Field(default=256, ge=1, description="items per /v1/classify/batch request at most")

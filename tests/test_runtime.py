@@ -14,8 +14,8 @@ import pytest
 from tokenizers import Tokenizer
 
 from service import variants
-from service.model_card import ModelCard
 from service.batch_budget import token_budget_batches
+from service.model_card import ModelCard
 from service.runtime import ModelLoadError, OnnxClassifier, physical_cores
 from service.schema import Example, Label
 
