@@ -41,11 +41,11 @@ from service.errors import (
 )
 from service.hot_swap import ModelSwapper, admin_router
 from service.limits import BodyGuardMiddleware, Limits, apply_to_openapi
-from service.metrics import RequestMetricsMiddleware, ServiceMetrics
 from service.model_card import ModelCard
 from service.schema import Example, Label, Prediction, Turn
 from service.scoring import is_offensive, threshold_in_force
 from service.settings import ServiceSettings
+from service.telemetry import RequestMetricsMiddleware, ServiceMetrics
 
 log = logging.getLogger("service.api")
 CLIENT_CLOSED = 499  # nginx's "client closed request": the caller left, nobody reads the answer

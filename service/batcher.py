@@ -56,7 +56,7 @@ PredictFn = Callable[[list[EncodedExample]], list[Prediction]]
 
 
 class BatchObserver(Protocol):
-    """What the batcher reports (implemented by :class:`service.metrics.ServiceMetrics`)."""
+    """What the batcher reports (implemented by :class:`service.telemetry.ServiceMetrics`)."""
 
     def observe_queue_depth(self, depth: int) -> None: ...
     def observe_queue_wait(self, seconds: float) -> None: ...

@@ -23,10 +23,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import platform
-import random
 import shutil
 import sys
 import tempfile
@@ -38,6 +36,8 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.dialogues import load_dialogues
+from benchmarks.emit import emit_report
 from benchmarks.flops import (
     AVX2_KEY,
     cpu_peak,
@@ -52,13 +52,12 @@ from service.model_card import ModelCard
 from service.model_dir import TOKENIZER_FILE, is_checkpoint, is_model_dir
 from service.schema import Example
 
-DIALOGUE_SOURCES = ("diasafety", "convabuse")
 TARGET_SINGLE_P50_MS = 5.0
 TARGET_SORTED64_EXAMPLES_PER_S = 220.0
 
 
 @dataclass(frozen=True)
-class Plan:
+class RuntimePlan:
     singles: int  # single-dialogue predictions timed per engine
     repeats: int  # throughput passes per policy (the best is reported, all are kept)
     examples: int  # dialogues in the realistic set at most
@@ -68,50 +67,8 @@ class Plan:
     warmup: int  # untimed calls before each measurement
 
 
-FULL = Plan(500, 3, 4000, (1, 8, 32, 64), (16, 32, 64, 128), 1.0, 20)
-SMOKE = Plan(4, 1, 16, (1, 4), (16,), 0.0, 1)
-
-
-# -- data --------------------------------------------------------------------------------------
-def load_dialogues(data_dir: str | Path | None, limit: int, seed: int = 0) -> tuple[list[Example], str]:
-    """DiaSafety + ConvAbuse test dialogues (shuffled, at most ``limit``), or synthetic ones, and a note."""
-    examples: list[Example] = []
-    notes: list[str] = []
-    try:
-        from training.sources.registry import load_source
-
-        for name in DIALOGUE_SOURCES:
-            try:
-                # the API refuses empty utterances (DiaSafety has one empty test response)
-                rows = load_source(name, data_dir, splits=["test"])
-                examples += [ex.as_example() for ex in rows if ex.utterance.strip()]
-            except Exception as exc:  # a missing source is not fatal: use what is there
-                notes.append(f"{name}: {type(exc).__name__}: {exc}")
-    except ImportError as exc:
-        notes.append(f"training.sources is not importable ({exc})")
-    if examples:
-        random.Random(seed).shuffle(examples)
-        note = f"{'+'.join(DIALOGUE_SOURCES)} test splits ({min(limit, len(examples))} dialogues)"
-        return examples[:limit], note + (f"; skipped: {'; '.join(notes)}" if notes else "")
-    return synthetic_dialogues(limit, seed), "SYNTHETIC dialogues (no dataset available: " + "; ".join(notes) + ")"
-
-
-_TEXT = (
-    "you are so kind thanks what do think about my new haircut it looks terrible honestly people like that "
-    "should never be allowed here I love this song the weather is nice today why would anyone say such a "
-    "stupid thing go away nobody wants you around lets talk about football instead sure"
-)
-_WORDS = _TEXT.split()
-
-
-def synthetic_dialogues(n: int, seed: int = 0) -> list[Example]:
-    """Dialogues of 0-3 history turns and 4-24-word sentences (~50 tokens on average, like the test sets)."""
-    rng = random.Random(seed)
-
-    def sentence() -> str:
-        return " ".join(rng.choice(_WORDS) for _ in range(rng.randint(4, 24)))
-
-    return [Example.from_texts(sentence(), [sentence() for _ in range(rng.randint(0, 3))]) for _ in range(n)]
+FULL = RuntimePlan(500, 3, 4000, (1, 8, 32, 64), (16, 32, 64, 128), 1.0, 20)
+SMOKE = RuntimePlan(4, 1, 16, (1, 4), (16,), 0.0, 1)
 
 
 # -- engines -----------------------------------------------------------------------------------
@@ -195,7 +152,7 @@ def _percentile(values: Sequence[float], q: float) -> float:
     return float(np.percentile(np.asarray(values), q)) if values else float("nan")
 
 
-def measure_single(engine: Engine, examples: Sequence[Example], plan: Plan) -> dict[str, Any]:
+def measure_single(engine: Engine, examples: Sequence[Example], plan: RuntimePlan) -> dict[str, Any]:
     """Latency of one-dialogue predictions, tokenisation included, and the model-only part."""
     sample = [examples[i % len(examples)] for i in range(plan.singles)]
     for ex in sample[: plan.warmup]:
@@ -239,7 +196,7 @@ def measure_throughput(
     examples: Sequence[Example],
     lengths: Sequence[int],
     policy: tuple[int, int],
-    plan: Plan,
+    plan: RuntimePlan,
     geometry: dict[str, int],
     peak: dict[str, Any],
 ) -> dict[str, Any]:
@@ -278,7 +235,7 @@ def synthetic_feeds(batch: int, seq_len: int, vocab_size: int, seed: int = 0) ->
 
 
 def sweep(
-    engine: Engine, plan: Plan, geometry: dict[str, int], vocab_size: int, peak: dict[str, Any]
+    engine: Engine, plan: RuntimePlan, geometry: dict[str, int], vocab_size: int, peak: dict[str, Any]
 ) -> list[dict[str, Any]]:
     cells: list[dict[str, Any]] = []
     for batch in plan.sweep_batches:
@@ -387,9 +344,9 @@ def run(
 
     plan = SMOKE if args.smoke else FULL
     if args.examples:
-        plan = Plan(**{**asdict(plan), "examples": args.examples})
+        plan = RuntimePlan(**{**asdict(plan), "examples": args.examples})
     if args.singles:
-        plan = Plan(**{**asdict(plan), "singles": args.singles})
+        plan = RuntimePlan(**{**asdict(plan), "singles": args.singles})
     threads = args.threads or (1 if args.smoke else physical_cores())  # smoke: robust on a busy machine
     spin = {"on": True, "off": False, "default": None}[args.spin]
     card = ModelCard.load(subject.model_dir)
@@ -650,17 +607,6 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety bench r
         report = run(args, subject, variant_names, say)
     emit_report(report, markdown(report), args.json)
     return 0
-
-
-def emit_report(report: dict[str, Any], table: str, json_path: Path | None) -> None:
-    """Print a benchmark's JSON and markdown; also write the JSON to ``json_path`` if given."""
-    text = json.dumps(report, indent=2)
-    print(text)
-    print()
-    print(table)
-    if json_path:
-        json_path.parent.mkdir(parents=True, exist_ok=True)
-        json_path.write_text(text + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":
