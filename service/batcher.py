@@ -39,7 +39,7 @@ import asyncio
 import logging
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -537,14 +537,15 @@ class MicroBatcher:
                 item.future.set_result(prediction)
 
     def _predict_calls(
-        self, encoded: list[EncodedExample], calls: list[Sequence[int]]
+        self, encoded: list[EncodedExample], calls: Sequence[Iterable[int]]
     ) -> tuple[list[Prediction], list[tuple[int, int, float]]]:
         """Run the inference calls of one batch (in the inference thread): predictions in the
         batch's order, and (items, padded tokens, seconds) of each call."""
         predictions: list[Prediction | None] = [None] * len(encoded)
         timings: list[tuple[int, int, float]] = []
-        for idx in calls:
+        for call in calls:
             start = time.perf_counter()
+            idx = list(call)
             run = [encoded[i] for i in idx]
             got = self._predict(run)
             if len(got) != len(run):

@@ -366,8 +366,9 @@ def test_a_read_only_model_dir_error_says_which_setting_fixes_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from service import variants
+    from service.variants import cache as variant_cache
 
-    monkeypatch.setattr(variants, "_writable", lambda _directory: False)  # as for a non-root user
+    monkeypatch.setattr(variant_cache, "writable", lambda _directory: False)  # as for a non-root user
     monkeypatch.setenv("DIALOGUE_SAFETY_CACHE_DIR", str(tmp_path / "cache"))
     with pytest.raises(variants.VariantError, match="DIALOGUE_SAFETY_CACHE_DIR"):
         variants.ensure_variant(tiny_model_dir, "int8")

@@ -10,7 +10,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 MODULES = sorted(
-    ".".join(path.relative_to(ROOT).with_suffix("").parts)
+    ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__main__")
     for package in ("benchmarks", "cli", "corpus", "evaluation", "export", "service", "training")
     for path in (ROOT / package).rglob("*.py")
     if 'if __name__ == "__main__":' in path.read_text(encoding="utf-8")
