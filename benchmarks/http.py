@@ -42,6 +42,7 @@ from benchmarks.http_client import HOST
 from benchmarks.http_report import markdown
 from benchmarks.load_generator import Phase, closed_loop, loop_name, ms, percentile, request_body, run_async
 from benchmarks.local_server import Server, free_port, mib, running_server, server_settings, service_cmd, service_env
+from service.model_dir import model_dir_problem
 from service.schema import Example
 from service.settings import ServiceSettings, default_model_dir
 
@@ -282,10 +283,9 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety bench h
     args = p.parse_args(argv)
     plan = make_plan(args)
     model_dir = (args.model or default_model_dir()).resolve()
-    if not model_dir.is_dir():
-        print(
-            f"{prog}: no model directory at {model_dir}; pass --model DIR (see dialogue-safety export)", file=sys.stderr
-        )
+    problem = model_dir_problem(model_dir)
+    if problem:
+        print(f"{prog}: {problem}; pass --model DIR (see dialogue-safety export)", file=sys.stderr)
         return 2
     if args.naive_checkpoint is not None:  # checked now, not after every load phase has run
         from training.checkpoint_layout import checkpoint_problem

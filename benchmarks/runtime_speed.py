@@ -49,7 +49,7 @@ from benchmarks.flops import (
 from service.batch_budget import MAX_BATCH_TOKENS, token_budget_batches
 from service.encoding import DialogueEncoder, EncodedExample, pad_batch
 from service.model_card import ModelCard
-from service.model_dir import TOKENIZER_FILE, is_checkpoint, is_model_dir
+from service.model_dir import TOKENIZER_FILE, is_checkpoint, is_model_dir, model_dir_problem
 from service.schema import Example
 
 TARGET_SINGLE_P50_MS = 5.0
@@ -585,8 +585,9 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety bench r
     if not variant_names or set(variant_names) - allowed:
         print(f"{prog}: --variants must name some of {sorted(allowed)}", file=sys.stderr)
         return 2
-    if args.model is not None and not args.model.is_dir():
-        print(f"{prog}: no model directory at {args.model} (dialogue-safety export writes one)", file=sys.stderr)
+    problem = model_dir_problem(args.model) if args.model is not None else None
+    if problem:
+        print(f"{prog}: {problem} (dialogue-safety export writes one)", file=sys.stderr)
         return 2
     if args.checkpoint is not None:
         from training.checkpoint_layout import checkpoint_problem
