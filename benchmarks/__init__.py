@@ -1,1 +1,4 @@
-"""Benchmarks are programs, not tests: speed (runtime, http) and robustness; each prints JSON and markdown."""
+"""Speed benchmarks, programs not tests: runtime, HTTP, hostile clients, corpus scoring (JSON and markdown).
+
+The robustness evaluation (functional suites, AAA, rounds, context) is :mod:`evaluation`.
+"""

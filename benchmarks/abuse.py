@@ -37,17 +37,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.http import (
-    HOST,
-    RawHttpClient,
-    Server,
-    free_port,
-    percentile,
-    running_server,
-    server_settings,
-    service_cmd,
-    service_env,
-)
+from benchmarks.http_client import HOST, RawHttpClient
+from benchmarks.load_generator import percentile
+from benchmarks.local_server import Server, free_port, running_server, server_settings, service_cmd, service_env
 from service.settings import ServiceSettings, default_model_dir
 
 # what a client sees when the server closes its connection (a cap, a timeout) mid-request

@@ -33,7 +33,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.runtime import emit_report, load_dialogues
+from benchmarks.dialogues import load_dialogues
+from benchmarks.emit import emit_report
 from corpus.job import DEFAULT_CHUNK_SIZE, ScoreJob, run_local
 from service.schema import Example
 
@@ -236,12 +237,12 @@ def write_short_comments(path: Path, n: int, seed: int = 0) -> Path:
     """``n`` rows of 2-6-word comments, streamed to ``path`` (never held in memory)."""
     import random
 
-    from benchmarks.runtime import _WORDS
+    from benchmarks.dialogues import WORDS
 
     rng = random.Random(seed)
     with open(path, "w", encoding="utf-8") as f:
         for i in range(n):
-            f.write(json.dumps({"id": i, "text": " ".join(rng.choice(_WORDS) for _ in range(rng.randint(2, 6)))}))
+            f.write(json.dumps({"id": i, "text": " ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 6)))}))
             f.write("\n")
     return path
 

@@ -76,27 +76,18 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
 def load_test_sets(
     data_dir: Path | None, sources: Sequence[str], split: str = "test"
 ) -> tuple[dict[str, list[LabelledExample]], list[str]]:
-    """{"<source>/<split>": examples} for the sources that are present, and notes about the others."""
+    """{"<source>/<split>": examples} for the sources that are present, and notes about the others
+    (missing sources are skipped, malformed files raise: :func:`training.sources.registry.load_present_sources`)."""
     from training.sources.data_dir import resolve_data_dir
-    from training.sources.registry import load_source
+    from training.sources.registry import load_present_sources
 
-    notes: list[str] = []
     try:
         root = resolve_data_dir(data_dir)
     except FileNotFoundError as exc:
         return {}, [f"no data directory ({exc})"]
-    sets: dict[str, list[LabelledExample]] = {}
-    for name in sources:
-        try:
-            examples = load_source(name, root, splits=[split])
-        except (FileNotFoundError, ValueError, KeyError) as exc:
-            notes.append(f"{name}: not used ({exc})")
-            continue
-        if examples:
-            sets[f"{name}/{split}"] = examples
-        else:
-            notes.append(f"{name}: no {split} examples")
-    return sets, notes
+    present = load_present_sources(sources, root, splits=[split])
+    sets = {f"{name}/{split}": examples for name, examples in present.examples.items()}
+    return sets, [f"{name}: not used ({why})" for name, why in present.skipped.items()]
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety export") -> int:
@@ -119,7 +110,11 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety export"
     test_sets: dict[str, list[LabelledExample]] = {}
     if not args.no_eval and any(v in names for v in ("int8", "optimized")):
         sources = [s.strip() for s in args.eval_sources.split(",") if s.strip()]
-        test_sets, notes = load_test_sets(args.data_dir, sources)
+        try:
+            test_sets, notes = load_test_sets(args.data_dir, sources)
+        except ValueError as exc:  # a malformed dataset file (DatasetFormatError) or an unknown source
+            print(f"{prog}: {exc}", file=sys.stderr)
+            return 2
         for note in notes:
             say(f"{prog}: variant comparison: {note}")
         if test_sets:

@@ -10,7 +10,7 @@ Steps (all in a staging folder next to ``out_dir``; ``out_dir`` is replaced only
 2. export with optimum (``optimum.exporters.onnx.export``, the model's ``text-classification``
    ONNX config): inputs ``input_ids``, ``attention_mask``, ``token_type_ids`` (int64,
    ``[batch_size, sequence_length]``), output ``logits`` ``[batch_size, n_heads]``;
-   with ``ship=True`` store the weights as fp16 + Cast (:func:`service.variants.store_weights_fp16`);
+   with ``ship=True`` store the weights as fp16 + Cast (:func:`service.variants.graphs.store_weights_fp16`);
 3. **parity**: encode a fixed set of dialogues (different lengths, with and without history,
    truncated, emoji) with the checkpoint's tokenizer and card encoding, run torch and
    onnxruntime on one padded batch and on each dialogue alone, and raise :class:`ParityError`
@@ -46,6 +46,8 @@ from service.encoding import DialogueEncoder, EncodedExample, pad_batch
 from service.model_card import ModelCard
 from service.model_dir import CARD_MARKDOWN_FILE, TOKENIZER_FILE, is_model_dir
 from service.schema import Example, LabelledExample
+from service.variants.graphs import quiet_loggers, store_weights_fp16
+from service.variants.stamps import file_sha256, save_atomic, set_meta
 
 log = logging.getLogger("export")
 
@@ -74,7 +76,6 @@ class ExportResult:
     card: ModelCard
     max_abs_diff: float
     variant_files: dict[str, Path] = field(default_factory=dict)
-    variant_diffs: dict[str, float | None] = field(default_factory=dict)
     comparison: dict[str, Any] | None = None
 
 
@@ -134,7 +135,7 @@ def export_torch_to_onnx(model: torch.nn.Module, path: Path, opset: int = DEFAUL
     except (KeyError, ValueError) as exc:
         raise ExportError(f"optimum cannot export {type(model).__name__} for text-classification: {exc}") from exc
     onnx_config = constructor(model.config)
-    with warnings.catch_warnings(), variants.quiet_loggers("optimum", "torch.onnx"):
+    with warnings.catch_warnings(), quiet_loggers("optimum", "torch.onnx"):
         warnings.simplefilter("ignore")
         optimum_export(model.eval(), onnx_config, path, opset=opset)
 
@@ -354,11 +355,11 @@ def _export_into(
     raw.unlink()
     converted = 0
     if ship:
-        graph, converted = variants.store_weights_fp16(graph)
+        graph, converted = store_weights_fp16(graph)
     graph.producer_name = "dialogue-safety export"
-    variants._set_meta(graph, {"model_id": source_card.model_id, "weights_storage": "fp16" if ship else "fp32"})
+    set_meta(graph, {"model_id": source_card.model_id, "weights_storage": "fp16" if ship else "fp32"})
     onnx.checker.check_model(graph)
-    variants.save_atomic(graph, artifact)
+    save_atomic(graph, artifact)
     del graph
     parity = check_parity(variants.ARTIFACT_FILE, artifact, reference, encoded, pad_id, tolerance)
 
@@ -373,7 +374,7 @@ def _export_into(
     card.variants = files
     card.export = {
         "artifact": variants.ARTIFACT_FILE,
-        "artifact_sha256": variants.file_sha256(artifact),
+        "artifact_sha256": file_sha256(artifact),
         "artifact_bytes": artifact.stat().st_size,
         "weights_storage": "fp16" if ship else "fp32",
         "fp16_initializers": converted,
@@ -419,12 +420,11 @@ def _export_into(
     if ship:
         # only model.onnx, tokenizer.json and the cards are meant to be committed
         (staging / ".gitignore").write_text(
-            "# derived from model.onnx by service/variants.py (first start of the service)\n"
+            "# derived from model.onnx by service/variants (first start of the service)\n"
             "model.*.onnx\n.*.tmp\n.variants.lock\n",
             encoding="utf-8",
         )
-    diffs = {k: v.get("max_abs_diff") for k, v in variant_report.items()}
-    return ExportResult(staging, card, parity["max_abs_diff"], variant_files, diffs, comparison)
+    return ExportResult(staging, card, parity["max_abs_diff"], variant_files, comparison)
 
 
 def _check_fp16(path: Path, reference: np.ndarray, encoded: Sequence[EncodedExample], pad_id: int) -> dict[str, Any]:

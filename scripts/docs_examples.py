@@ -194,8 +194,8 @@ def format_output(stdout: str) -> list[str]:
 @contextlib.contextmanager
 def running_server(model_dir: Path | None = None, timeout_s: float = 300.0) -> Iterator[str]:
     """``dialogue-safety serve`` with default settings on a free port; yields ``host:port`` once ready."""
-    from benchmarks.http import free_port  # the one server launcher
-    from benchmarks.http import running_server as serve
+    from benchmarks.local_server import free_port  # the one server launcher
+    from benchmarks.local_server import running_server as serve
 
     port = free_port()
     cmd = [sys.executable, "-m", "cli.main", "serve", "--port", str(port), "--no-access-log", "--log-level", "warning"]

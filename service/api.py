@@ -41,11 +41,11 @@ from service.errors import (
 )
 from service.hot_swap import ModelSwapper, admin_router
 from service.limits import BodyGuardMiddleware, Limits, apply_to_openapi
-from service.metrics import RequestMetricsMiddleware, ServiceMetrics
 from service.model_card import ModelCard
 from service.schema import Example, Label, Prediction, Turn
 from service.scoring import is_offensive, threshold_in_force
 from service.settings import ServiceSettings
+from service.telemetry import RequestMetricsMiddleware, ServiceMetrics
 
 log = logging.getLogger("service.api")
 CLIENT_CLOSED = 499  # nginx's "client closed request": the caller left, nobody reads the answer
@@ -84,7 +84,7 @@ def load_onnx_classifier(settings: ServiceSettings) -> Classifier:
     kwargs: dict[str, Any] = {
         "variant": settings.variant,
         "providers": settings.provider_list,
-        "token_budget": settings.inference_token_budget,
+        "max_batch_tokens": settings.max_batch_tokens,
         "max_batch_size": settings.max_batch_size,
         "derive_in_subprocess": True,  # a derived variant's peak memory stays in a child process
     }
@@ -327,7 +327,7 @@ class ServiceState:
             classifier.encode,
             classifier.predict_encoded,
             max_batch_size=s.max_batch_size,
-            token_budget=s.token_budget,
+            max_batch_tokens=s.max_batch_tokens,
             max_wait_s=s.max_wait_s,
             queue_size=s.queue_size,
             observer=self.metrics,
@@ -528,8 +528,7 @@ def _build_router(state: ServiceState) -> APIRouter:
             "provider": classifier.provider,
             "threshold": state.default_threshold,
             "max_batch_size": state.settings.max_batch_size,
-            "token_budget": state.settings.token_budget,
-            "inference_token_budget": state.settings.inference_token_budget,
+            "max_batch_tokens": state.settings.max_batch_tokens,
         }
         return card
 

@@ -4,8 +4,10 @@ An ``asyncio.Queue`` of pending items (an encoded example and the future its cal
 bounded: a submission that does not fit is refused with :class:`Overloaded` instead of
 growing the queue. One background task (started and stopped in the app's lifespan) forms
 batches and runs them, one at a time, in a single inference thread. A batch closes when it
-reaches ``max_batch_size`` items, when one more item would take it past ``token_budget``
-padded tokens (items x longest), or at its deadline (``max_wait_s`` after its oldest item).
+reaches ``max_batch_size`` items or at its deadline (``max_wait_s`` after its oldest item); it
+runs in length-sorted inference calls of at most ``max_batch_tokens`` padded tokens each (items
+x longest), cut by the one batching rule (:func:`service.batch_budget.token_budget_batches`),
+so the runtime runs each call as it is.
 
 Admission is bounded by time, not only by items: with ``max_queue_wait_s`` set, the batcher
 keeps a running estimate of its throughput (seconds per token, from the batches it ran) and
@@ -37,11 +39,12 @@ import asyncio
 import logging
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from service.batch_budget import MAX_BATCH_TOKENS, token_budget_batches
 from service.encoding import EncodedExample
 from service.errors import InferenceFailed, NotReady, Overloaded
 from service.schema import Example, Prediction
@@ -53,7 +56,7 @@ PredictFn = Callable[[list[EncodedExample]], list[Prediction]]
 
 
 class BatchObserver(Protocol):
-    """What the batcher reports (implemented by :class:`service.metrics.ServiceMetrics`)."""
+    """What the batcher reports (implemented by :class:`service.telemetry.ServiceMetrics`)."""
 
     def observe_queue_depth(self, depth: int) -> None: ...
     def observe_queue_wait(self, seconds: float) -> None: ...
@@ -97,27 +100,17 @@ class _Pending:
 @dataclass(slots=True)
 class _Batch:
     max_items: int
-    token_budget: int
     items: list[_Pending] = field(default_factory=list)
-    longest: int = 0
-
-    @property
-    def padded_tokens(self) -> int:
-        return len(self.items) * self.longest
 
     def fits(self, item: _Pending) -> bool:
-        if not self.items:
-            return True  # an item alone always runs, even past the budget
-        longest = max(self.longest, len(item.encoded))
-        return len(self.items) < self.max_items and (len(self.items) + 1) * longest <= self.token_budget
+        return len(self.items) < self.max_items
 
     def add(self, item: _Pending) -> None:
         self.items.append(item)
-        self.longest = max(self.longest, len(item.encoded))
 
     @property
     def full(self) -> bool:
-        return len(self.items) >= self.max_items or self.padded_tokens >= self.token_budget
+        return len(self.items) >= self.max_items
 
 
 class MicroBatcher:
@@ -134,7 +127,7 @@ class MicroBatcher:
         predict: PredictFn,
         *,
         max_batch_size: int = 64,
-        token_budget: int = 8192,
+        max_batch_tokens: int = MAX_BATCH_TOKENS,
         max_wait_s: float = 0.002,
         queue_size: int = 1024,
         observer: BatchObserver | None = None,
@@ -142,14 +135,14 @@ class MicroBatcher:
         inline_encode_items: int = 0,
         max_queue_wait_s: float | None = None,
     ) -> None:
-        if max_batch_size < 1 or token_budget < 1 or queue_size < 1 or max_wait_s < 0:
-            raise ValueError("max_batch_size, token_budget and queue_size must be >= 1, max_wait_s >= 0")
+        if max_batch_size < 1 or max_batch_tokens < 1 or queue_size < 1 or max_wait_s < 0:
+            raise ValueError("max_batch_size, max_batch_tokens and queue_size must be >= 1, max_wait_s >= 0")
         if max_queue_wait_s is not None and max_queue_wait_s <= 0:
             raise ValueError("max_queue_wait_s must be > 0 (or None: bounded by queue_size only)")
         self._encode = encode
         self._predict = predict
         self.max_batch_size = max_batch_size
-        self.token_budget = token_budget
+        self.max_batch_tokens = max_batch_tokens
         self.max_wait_s = max_wait_s
         self.queue_size = queue_size
         self.retry_after_s = retry_after_s
@@ -434,7 +427,7 @@ class MicroBatcher:
 
     async def _next_batch(self) -> _Batch:
         assert self._queue is not None
-        batch = _Batch(self.max_batch_size, self.token_budget)
+        batch = _Batch(self.max_batch_size)
         while not batch.items:  # skip items whose caller is gone
             if self._carry is not None:
                 first, self._carry = self._carry, None
@@ -461,7 +454,7 @@ class MicroBatcher:
         return batch
 
     def _drain(self, batch: _Batch) -> bool:
-        """Take what is already queued; True once the batch is closed (full or over budget)."""
+        """Take what is already queued; True once the batch is closed (full)."""
         assert self._queue is not None
         while not batch.full:
             if self._queue.empty():
@@ -516,13 +509,13 @@ class MicroBatcher:
             return
         for item in live:
             self._observer.observe_queue_wait(now - item.enqueued)
-        padded = len(live) * max(len(item.encoded) for item in live)
+        encoded = [item.encoded for item in live]
+        calls = list(token_budget_batches([len(e) for e in encoded], self.max_batch_tokens, self.max_batch_size))
+        padded = sum(len(idx) * max(len(encoded[i]) for i in idx) for idx in calls)
         self._running_batch, self._arrived_while_running = True, 0
         start = time.perf_counter()
         try:
-            predictions = await loop.run_in_executor(self._infer_pool, self._predict, [i.encoded for i in live])
-            if len(predictions) != len(live):
-                raise RuntimeError(f"predict returned {len(predictions)} predictions for {len(live)} items")
+            predictions, timings = await loop.run_in_executor(self._infer_pool, self._predict_calls, encoded, calls)
         except Exception:
             # Log the failure without the inputs; fail only this batch's callers.
             log.exception("inference failed for a batch of %d items (%d padded tokens)", len(live), padded)
@@ -537,10 +530,30 @@ class MicroBatcher:
         per_token = elapsed / max(1, padded)
         old = self._seconds_per_token
         self._seconds_per_token = per_token if old is None else 0.8 * old + 0.2 * per_token
-        self._observer.observe_batch(len(live), padded, elapsed)
+        for size, tokens, seconds in timings:
+            self._observer.observe_batch(size, tokens, seconds)
         for item, prediction in zip(live, predictions, strict=True):
             if not item.future.done():
                 item.future.set_result(prediction)
+
+    def _predict_calls(
+        self, encoded: list[EncodedExample], calls: Sequence[Iterable[int]]
+    ) -> tuple[list[Prediction], list[tuple[int, int, float]]]:
+        """Run the inference calls of one batch (in the inference thread): predictions in the
+        batch's order, and (items, padded tokens, seconds) of each call."""
+        predictions: list[Prediction | None] = [None] * len(encoded)
+        timings: list[tuple[int, int, float]] = []
+        for call in calls:
+            start = time.perf_counter()
+            idx = list(call)
+            run = [encoded[i] for i in idx]
+            got = self._predict(run)
+            if len(got) != len(run):
+                raise RuntimeError(f"predict returned {len(got)} predictions for {len(run)} items")
+            for i, prediction in zip(idx, got, strict=True):
+                predictions[i] = prediction
+            timings.append((len(run), len(run) * max(len(e) for e in run), time.perf_counter() - start))
+        return [p for p in predictions if p is not None], timings
 
     def _loop_ended(self, task: asyncio.Task[None]) -> None:
         if not task.cancelled() and task.exception() is not None:

@@ -10,12 +10,11 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
 from pydantic import ValidationError
 
-from service.model_card import CARD_FILE
+from service.model_dir import model_dir_problem
 from service.settings import ENV_PREFIX, ServiceSettings, default_model_dir, model_dir_candidates
 
 
@@ -69,17 +68,6 @@ def settings_from_args(args: argparse.Namespace) -> ServiceSettings:
     return ServiceSettings(**overrides)
 
 
-def check_model_dir(model_dir: Path) -> str | None:
-    """A message saying what is missing, or None when the directory looks like a model."""
-    if not model_dir.is_dir():
-        return f"no model directory at {model_dir}"
-    if not (model_dir / CARD_FILE).is_file():
-        return f"{model_dir} has no {CARD_FILE}: not an exported model directory"
-    if not any(model_dir.glob("*.onnx")):
-        return f"{model_dir} has no .onnx file: export the checkpoint first"
-    return None
-
-
 def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety serve") -> int:
     args = build_parser(prog).parse_args(argv)
     try:
@@ -87,7 +75,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety serve")
     except ValidationError as exc:
         print(f"{prog}: invalid settings:\n{exc}", file=sys.stderr)
         return 2
-    problem = check_model_dir(settings.model_dir)
+    problem = model_dir_problem(settings.model_dir)
     if problem:
         hint = model_hint() if args.model_dir is None else "dialogue-safety export writes a model directory"
         print(f"{prog}: {problem}; {hint}", file=sys.stderr)

@@ -43,7 +43,7 @@ import unicodedata
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import emoji
 import numpy as np
@@ -51,7 +51,6 @@ from tokenizers import Tokenizer
 
 from service.schema import Example, Turn
 
-ContextMode = Literal["segments", "concat", "utterance_only"]
 CONTEXT_MODES: tuple[str, ...] = ("segments", "concat", "utterance_only")
 
 

@@ -77,12 +77,12 @@ class ModelSwapper:
 
     async def swap(self, model_dir: str | Path | None = None) -> SwapResult:
         """Serve ``model_dir`` (default: the current model directory, re-read) or raise InvalidInput."""
-        from service.cli import check_model_dir  # the one check of a model directory's layout
+        from service.model_dir import model_dir_problem  # the one check of a model directory's layout
 
         async with self._lock:
             state = self.state
             target = Path(model_dir) if model_dir is not None else state.settings.model_dir
-            problem = check_model_dir(target)
+            problem = model_dir_problem(target)
             settings = state.settings.model_copy(update={"model_dir": target})
             classifier = None
             if problem is None:

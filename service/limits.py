@@ -46,34 +46,9 @@ _SURROGATE = re.compile("[\\ud800-\\udfff]")
 SMALL_BODY_BYTES = 64 * 1024  # = uvicorn's per-connection read buffer high-water mark
 
 
-@dataclass(frozen=True)
-class LimitRow:
-    setting: str
-    code: str
-    status: int
-    what: str
-
-
-# The table docs/api.md reproduces.
-LIMIT_TABLE: tuple[LimitRow, ...] = (
-    LimitRow("max_body_bytes", "payload_too_large", 413, "request body bytes (Content-Length or streamed)"),
-    LimitRow("max_batch_items", "too_many_items", 422, "items in one /v1/classify/batch request"),
-    LimitRow("max_history_turns", "too_many_history_turns", 422, "history turns per item"),
-    LimitRow("max_turn_chars", "turn_too_long", 422, "characters in one history turn"),
-    LimitRow("max_utterance_chars", "utterance_too_long", 422, "characters in the utterance"),
-    LimitRow("-", "empty_utterance", 422, "the utterance is empty or shows nothing (whitespace, zero-width, control)"),
-    LimitRow("-", "invalid_text", 422, "a text holds a lone surrogate (e.g. \\ud800): not Unicode text"),
-    LimitRow("-", "empty_batch", 422, "a batch request with no items"),
-    LimitRow("-", "invalid_threshold", 422, "threshold is not a number in [0, 1]"),
-    LimitRow("body_timeout_s", "request_timeout", 408, "seconds to receive the whole body"),
-    LimitRow("max_inflight_body_bytes", "overloaded", 429, "bytes all unfinished request bodies hold together"),
-    LimitRow("-", "unsupported_media_type", 415, "a Content-Encoding (gzip...) or a Content-Type other than JSON"),
-)
-
-
 @dataclass(frozen=True, slots=True)
 class Limits:
-    max_history_turns: int = 32
+    max_request_history_turns: int = 32
     max_turn_chars: int = 4000
     max_utterance_chars: int = 4000
     max_batch_items: int = 256
@@ -82,7 +57,7 @@ class Limits:
     @classmethod
     def from_settings(cls, settings: ServiceSettings) -> Limits:
         return cls(
-            max_history_turns=settings.max_history_turns,
+            max_request_history_turns=settings.max_request_history_turns,
             max_turn_chars=settings.max_turn_chars,
             max_utterance_chars=settings.max_utterance_chars,
             max_batch_items=settings.max_batch_items,
@@ -113,10 +88,10 @@ class Limits:
                 code="utterance_too_long",
                 field=f"{prefix}utterance",
             )
-        if len(turns) > self.max_history_turns:
+        if len(turns) > self.max_request_history_turns:
             raise InvalidInput(
-                f"the history has {len(turns)} turns; send at most the {self.max_history_turns} most recent "
-                "(SAFETY_MAX_HISTORY_TURNS)",
+                f"the history has {len(turns)} turns; send at most the {self.max_request_history_turns} most recent "
+                "(or raise SAFETY_MAX_REQUEST_HISTORY_TURNS)",
                 code="too_many_history_turns",
                 field=f"{prefix}history",
             )
@@ -289,7 +264,7 @@ def apply_to_openapi(schema: dict[str, Any], limits: Limits) -> dict[str, Any]:
     if "utterance" in request:
         request["utterance"].update(minLength=1, maxLength=limits.max_utterance_chars, pattern=VISIBLE_PATTERN)
     if "history" in request:
-        request["history"]["maxItems"] = limits.max_history_turns
+        request["history"]["maxItems"] = limits.max_request_history_turns
         for branch in request["history"].get("items", {}).get("oneOf", []):
             if branch.get("type") == "string":
                 branch["maxLength"] = limits.max_turn_chars

@@ -4,7 +4,8 @@ The one owner of these names (DESIGN.md, house style 1). A *model directory* (wh
 writes and the service serves) holds the ONNX artifact, the tokenizer and the JSON card (plus
 the human-readable card and derived variants); a *training checkpoint* holds the Hugging Face
 weights and config beside the same tokenizer and card. Torch-free: commands ask here whether a
-path is one or the other before importing anything heavy.
+path is one or the other (:func:`kind`), or what is wrong with it (:func:`model_dir_problem`),
+before importing anything heavy.
 """
 
 from __future__ import annotations
@@ -45,3 +46,15 @@ def kind(path: str | Path) -> Kind:
         f"{directory}: neither an exported model directory (needs {ARTIFACT_FILE}) nor a training "
         f"checkpoint (needs {' + '.join(CHECKPOINT_FILES)})"
     )
+
+
+def model_dir_problem(path: str | Path) -> str | None:
+    """One line saying why ``path`` is not an exported model directory, or None when it looks like one."""
+    directory = Path(path)
+    if not directory.is_dir():
+        return f"no model directory at {directory}"
+    if not (directory / CARD_FILE).is_file():
+        return f"{directory} has no {CARD_FILE}: not an exported model directory"
+    if not any(directory.glob("*.onnx")):
+        return f"{directory} has no .onnx file: export the checkpoint first"
+    return None

@@ -4,8 +4,9 @@
     clf.predict([Example.from_texts("you're a clown", ["what do you think of me?"])])
 
 It reads everything from the model directory (card, tokenizer, ONNX graph), encodes with the
-one input contract (:mod:`service.encoding`), sorts examples by length, cuts them into batches
-under a token budget (padded tokens = batch size × longest; never padded to ``max_length``),
+one input contract (:mod:`service.encoding`), runs a call larger than one batch in length-sorted
+batches under the one batching budget (:mod:`service.batch_budget`: padded tokens = batch size ×
+longest; never padded to ``max_length``),
 runs onnxruntime and returns predictions in the caller's order, with scores computed by
 :mod:`service.scoring`. A variant missing from the directory is derived on first load
 (:mod:`service.variants`). Nothing here imports torch, transformers, ``training`` or ``export``.
@@ -26,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from service.batch_budget import MAX_BATCH_TOKENS, fits, token_budget_batches
 from service.encoding import DialogueEncoder, EncodedExample, pad_batch
 from service.model_card import TOKENIZER_FILE, ModelCard
 from service.schema import Example, Prediction
@@ -136,24 +138,6 @@ def cuda_available() -> bool:
     return Path("/dev/nvidiactl").exists() or Path("/proc/driver/nvidia").exists()
 
 
-# -- batching ----------------------------------------------------------------------------------
-def token_budget_batches(
-    lengths: Sequence[int] | np.ndarray, token_budget: int, max_batch_size: int
-) -> Iterator[np.ndarray]:
-    """Indices sorted longest first, cut so that batch size × longest ≤ ``token_budget``.
-
-    An example longer than the budget gets a batch of its own.
-    """
-    lengths = np.asarray(lengths, dtype=np.int64)
-    order = np.argsort(-lengths, kind="stable")
-    start, n = 0, order.size
-    while start < n:
-        width = int(lengths[order[start]])
-        size = max(1, min(max_batch_size, token_budget // max(width, 1), n - start))
-        yield order[start : start + size]
-        start += size
-
-
 # -- the classifier ----------------------------------------------------------------------------
 class OnnxClassifier:
     """Predictions from an exported model directory with onnxruntime (no torch)."""
@@ -164,17 +148,19 @@ class OnnxClassifier:
         variant: str | None = None,
         providers: Sequence[str] | None = None,
         intra_op_threads: int | None = None,
-        token_budget: int = 8192,
+        max_batch_tokens: int = MAX_BATCH_TOKENS,
         max_batch_size: int = 256,
         *,
         allow_spinning: bool | None = None,
         derive_in_subprocess: bool = False,
     ) -> None:
-        if token_budget < 1 or max_batch_size < 1:
-            raise ValueError(f"token_budget and max_batch_size must be >= 1, got {token_budget}, {max_batch_size}")
+        if max_batch_tokens < 1 or max_batch_size < 1:
+            raise ValueError(
+                f"max_batch_tokens and max_batch_size must be >= 1, got {max_batch_tokens}, {max_batch_size}"
+            )
         self.model_dir = Path(model_dir)
         self.derive_in_subprocess = derive_in_subprocess  # the service: derivation memory is not kept
-        self.token_budget = int(token_budget)
+        self.max_batch_tokens = int(max_batch_tokens)
         self.max_batch_size = int(max_batch_size)
         self.card = self._load_card()
         self.encoder = self._load_encoder()
@@ -303,9 +289,13 @@ class OnnxClassifier:
         return self.encoder.encode_batch(examples)
 
     def batches(self, encoded: Sequence[EncodedExample]) -> Iterator[np.ndarray]:
-        """Index arrays of the batches :meth:`logits_encoded` runs (longest first, token budget)."""
+        """Index arrays of the batches :meth:`logits_encoded` runs: one batch in the caller's order when
+        the examples fit the budget (the micro-batcher's batches do), else longest first, cut by
+        :func:`service.batch_budget.token_budget_batches`."""
         lengths = np.fromiter((len(e) for e in encoded), dtype=np.int64, count=len(encoded))
-        return token_budget_batches(lengths, self.token_budget, self.max_batch_size)
+        if fits(len(encoded), int(lengths.max(initial=0)), self.max_batch_tokens, self.max_batch_size):
+            return iter([np.arange(len(encoded))])
+        return token_budget_batches(lengths, self.max_batch_tokens, self.max_batch_size)
 
     def run_batch(self, encoded: Sequence[EncodedExample]) -> np.ndarray:
         """[n, heads] float32 logits of one batch, padded to its longest example."""
@@ -320,8 +310,8 @@ class OnnxClassifier:
         n = len(encoded)
         if n == 0:
             return np.zeros((0, self._n_heads), dtype=np.float32)
-        if n == 1:
-            return self.run_batch(encoded)
+        if fits(n, max(len(e) for e in encoded), self.max_batch_tokens, self.max_batch_size):
+            return self.run_batch(encoded)  # one batch (the micro-batcher's always are)
         out = np.empty((n, self._n_heads), dtype=np.float32)
         for idx in self.batches(encoded):
             out[idx] = self.run_batch([encoded[i] for i in idx])

@@ -7,18 +7,28 @@ Built by :func:`service.api.create_app` (or the CLI), never at import time::
 
 from __future__ import annotations
 
+import logging
 import os
 import sysconfig
 from contextlib import suppress
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 import service
+from service.batch_budget import MAX_BATCH_TOKENS
 
 ENV_PREFIX = "SAFETY_"
+#: settings renamed, read under their old name with a warning: old name -> new name (None: no longer used)
+DEPRECATED_SETTINGS: dict[str, str | None] = {
+    "inference_token_budget": "max_batch_tokens",  # after 0.3.0: one batching budget (TEI's max_batch_tokens)
+    "token_budget": None,  # after 0.3.0: batches close at max_batch_size items; max_batch_tokens cuts them
+    # after 0.3.0: the request limit apart from the model's truncation setting (encoding.max_history_turns)
+    "max_history_turns": "max_request_history_turns",
+}
+log = logging.getLogger("service.settings")
 LogLevel = Literal["critical", "error", "warning", "info", "debug", "trace"]
 
 
@@ -76,14 +86,11 @@ class ServiceSettings(BaseSettings):
 
     # micro-batching
     max_batch_size: int = Field(default=64, ge=1, le=4096, description="items per inference batch at most")
-    token_budget: int = Field(
-        default=8192, ge=1, description="padded tokens per batch at most (batch size x longest item)"
-    )
-    inference_token_budget: int = Field(
-        default=1024,
+    max_batch_tokens: int = Field(
+        default=MAX_BATCH_TOKENS,
         ge=1,
-        description="padded tokens per onnxruntime call: the runtime sorts each batch by length and splits it into "
-        "runs this big (less padding waste on CPU; raise it on GPU)",
+        description="padded tokens per inference call at most (items x longest): each batch runs in length-sorted "
+        "calls this big (less padding waste on CPU; raise it on GPU)",
     )
     max_wait_ms: float = Field(
         default=2.0, ge=0.0, le=1000.0, description="how long a batch may wait for company once traffic is concurrent"
@@ -122,7 +129,12 @@ class ServiceSettings(BaseSettings):
     )
 
     # request limits (see docs/api.md, "Limits and errors")
-    max_history_turns: int = Field(default=32, ge=0, description="history turns per item at most")
+    max_request_history_turns: int = Field(
+        default=32,
+        ge=0,
+        description="history turns per item at most; a request with more is refused (422). Not the model's "
+        "truncation (the card's encoding.max_history_turns keeps the newest turns the model reads)",
+    )
     max_turn_chars: int = Field(default=4000, ge=1, description="characters per history turn at most")
     max_utterance_chars: int = Field(default=4000, ge=1, description="characters per utterance at most")
     max_batch_items: int = Field(default=256, ge=1, description="items per /v1/classify/batch request at most")
@@ -148,6 +160,28 @@ class ServiceSettings(BaseSettings):
         description="enables the break-it game at /break-it: an SQLite file (created, WAL) or a database URL "
         "(postgresql://user@host/db; put a URL with a password in the environment, not on the command line)",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _deprecated_names(cls, data: Any) -> Any:
+        """Old ``SAFETY_*`` variables still work for a while: the value moves to the new name, with a warning."""
+        if not isinstance(data, dict):
+            return data
+        for old, new in DEPRECATED_SETTINGS.items():
+            env = f"{ENV_PREFIX}{old.upper()}"
+            value = data.pop(old, None)
+            if value is None:
+                value = next((v for k, v in os.environ.items() if k.upper() == env), None)
+            if value is None:
+                continue
+            if new is None:
+                log.warning("%s is no longer used and is ignored", env)
+            elif new in data:
+                log.warning("%s is deprecated and ignored: %s%s is set", env, ENV_PREFIX, new.upper())
+            else:
+                log.warning("%s is deprecated: use %s%s", env, ENV_PREFIX, new.upper())
+                data[new] = value
+        return data
 
     @model_validator(mode="after")
     def _api_key_is_not_empty(self) -> ServiceSettings:

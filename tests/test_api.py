@@ -135,7 +135,7 @@ def test_health_and_openapi(client: httpx.Client) -> None:
 
 # -- limits and errors -------------------------------------------------------------------------
 LIMITED: dict[str, Any] = dict(
-    max_history_turns=2, max_turn_chars=20, max_utterance_chars=30, max_batch_items=3, max_body_bytes=1000
+    max_request_history_turns=2, max_turn_chars=20, max_utterance_chars=30, max_batch_items=3, max_body_bytes=1000
 )
 
 
@@ -496,3 +496,36 @@ def test_settings_come_from_the_environment_when_the_app_is_built(monkeypatch: p
     assert app.state.safety.settings.max_batch_items == 3
     with pytest.raises(ValueError, match="queue_size"):
         ServiceSettings(queue_size=10, max_batch_items=20)
+
+
+def test_one_batching_budget_and_its_deprecated_names(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from service.batch_budget import MAX_BATCH_TOKENS
+
+    assert ServiceSettings().max_batch_tokens == MAX_BATCH_TOKENS  # the one default
+    monkeypatch.setenv("SAFETY_INFERENCE_TOKEN_BUDGET", "2048")
+    monkeypatch.setenv("SAFETY_TOKEN_BUDGET", "8192")
+    with caplog.at_level(logging.WARNING, logger="service.settings"):
+        assert ServiceSettings().max_batch_tokens == 2048
+    assert "SAFETY_INFERENCE_TOKEN_BUDGET is deprecated: use SAFETY_MAX_BATCH_TOKENS" in caplog.text
+    assert "SAFETY_TOKEN_BUDGET is no longer used" in caplog.text
+    monkeypatch.setenv("SAFETY_MAX_BATCH_TOKENS", "512")
+    assert ServiceSettings().max_batch_tokens == 512  # the new name wins
+    assert ServiceSettings(max_batch_tokens=256).max_batch_tokens == 256
+
+
+def test_the_request_history_limit_is_not_the_encoding_setting(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    assert "max_history_turns" not in ServiceSettings.model_fields  # the card's encoding setting only
+    monkeypatch.setenv("SAFETY_MAX_HISTORY_TURNS", "4")
+    with caplog.at_level(logging.WARNING, logger="service.settings"):
+        assert ServiceSettings().max_request_history_turns == 4
+    assert "SAFETY_MAX_HISTORY_TURNS is deprecated: use SAFETY_MAX_REQUEST_HISTORY_TURNS" in caplog.text
+    from service.errors import InvalidInput
+    from service.limits import Limits
+
+    with pytest.raises(InvalidInput, match="SAFETY_MAX_REQUEST_HISTORY_TURNS") as refused:
+        Limits(max_request_history_turns=1).check_item("x", ["a", "b"])
+    assert refused.value.code == "too_many_history_turns"

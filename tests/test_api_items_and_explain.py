@@ -10,7 +10,7 @@ import httpx
 import pytest
 from service_conftest import FakeClassifier, LiveServer, live_server
 
-LIMITS: dict[str, Any] = dict(max_history_turns=2, max_turn_chars=20, max_utterance_chars=30, max_batch_items=8)
+LIMITS: dict[str, Any] = dict(max_request_history_turns=2, max_turn_chars=20, max_utterance_chars=30, max_batch_items=8)
 
 
 @pytest.fixture(scope="module")

@@ -159,16 +159,16 @@ def test_batches_close_at_max_batch_size() -> None:
     assert model.batches == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
 
 
-def test_batches_close_at_the_token_budget_padded_to_the_longest() -> None:
+def test_a_batch_runs_in_length_sorted_calls_under_the_token_budget_padded_to_the_longest() -> None:
     async def body(b: MicroBatcher, m: FakeModel, o: RecordingObserver) -> list[Prediction]:
-        # lengths 10, 10, 30, 10: [10,10] = 20 tokens; adding 30 would make 3 x 30 = 90 > 50
-        # a 60-token item alone exceeds the budget and still runs (alone)
+        # one batch of six, sorted longest first: 60 alone exceeds the budget and still runs (alone);
+        # 30 with a 10 would make 2 x 30 = 60 > 50; the four 10s make 40 <= 50
         return await b.submit([item(1, 10), item(2, 10), item(3, 30), item(4, 10), item(5, 60), item(6, 10)])
 
-    preds, model, obs = run(body, token_budget=50)
-    assert [p.score for p in preds] == [0.001, 0.002, 0.003, 0.004, 0.005, 0.006]
-    assert model.batches == [[1, 2], [3], [4], [5], [6]]
-    assert [tokens for _, tokens in obs.batches] == [20, 30, 10, 60, 10]
+    preds, model, obs = run(body, max_batch_tokens=50)
+    assert [p.score for p in preds] == [0.001, 0.002, 0.003, 0.004, 0.005, 0.006]  # the caller's order
+    assert model.batches == [[5], [3], [1, 2, 4, 6]]
+    assert obs.batches == [(1, 60), (1, 30), (4, 40)]
 
 
 def test_lone_request_does_not_wait_but_concurrent_traffic_waits_for_company() -> None:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.cli import main as bench_main
 from benchmarks.flops import cpu_peak, flops_per_token, non_embedding_parameters
+from cli.bench import main as bench_main
 from training.modeling import GEOMETRIES
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-import cli.main
+import cli.dispatch
 import service
 import service.settings
 from cli import extras
@@ -57,8 +57,8 @@ def test_a_command_whose_extra_is_missing_names_it_in_one_line(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     imported: list[str] = []
-    monkeypatch.setattr(cli.main, "missing_distributions", lambda extra: ["torch"] if extra == "train" else [])
-    monkeypatch.setattr(cli.main.importlib, "import_module", lambda name: imported.append(name) or never())
+    monkeypatch.setattr(cli.dispatch, "missing_distributions", lambda extra: ["torch"] if extra == "train" else [])
+    monkeypatch.setattr(cli.dispatch.importlib, "import_module", lambda name: imported.append(name) or never())
     assert dispatch(COMMANDS, ["export", "--help"], extras=EXTRAS) == 2
     line = one_line(capsys.readouterr().err)
     assert line.startswith("dialogue-safety export: needs the 'train' extra (not installed: torch)")
@@ -110,7 +110,7 @@ def test_export_checks_its_checkpoint_before_reading_any_data(
 def test_evaluate_checks_files_and_model_before_any_work(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    from benchmarks import evaluate
+    from evaluation import evaluate
 
     monkeypatch.setattr(evaluate, "run_evaluation", never)
     monkeypatch.setattr(evaluate, "load_scorer", never)
@@ -128,7 +128,7 @@ def test_evaluate_checks_files_and_model_before_any_work(
 def test_evaluate_writes_under_runs_by_default(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    from benchmarks import evaluate
+    from evaluation import evaluate
 
     seen: dict[str, Path] = {}
 
@@ -160,7 +160,7 @@ def test_bench_http_checks_the_naive_checkpoint_before_any_phase(
 def test_bench_runtime_checks_the_checkpoint_first(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    from benchmarks import runtime
+    from benchmarks import runtime_speed as runtime
 
     monkeypatch.setattr(runtime, "subject_for", never)
     assert runtime.main(["--checkpoint", str(tmp_path / "ckpt")]) == 2

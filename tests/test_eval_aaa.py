@@ -9,7 +9,7 @@ import pytest
 from scipy.stats import chi2
 from test_eval_support import FIXTURE_DATA, KeywordScorer, ex
 
-from benchmarks.aaa import (
+from evaluation.aaa import (
     AAAResources,
     aaa_scores,
     build_attacks,

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from test_eval_support import FIXTURE_DATA, KeywordScorer, ex, read_fixture_source
 
-from benchmarks import evaluate
-from benchmarks.baseline import TfidfBaseline, baseline_text
-from benchmarks.evaluate import EvaluationConfig, run_evaluation, subsample
-from benchmarks.scorers import CachedScorer, ClassifierScorer, card_training_sources, model_kind
+from evaluation import evaluate
+from evaluation.baseline import TfidfBaseline, baseline_text
+from evaluation.evaluate import EvaluationConfig, run_evaluation, subsample
+from evaluation.scorers import CachedScorer, ClassifierScorer, card_training_sources, model_kind
 from service.schema import Example, Split
 
 CONFIG = EvaluationConfig(
@@ -192,7 +192,7 @@ def test_subsample_is_seeded_and_keeps_order() -> None:
 @pytest.mark.slow
 def test_load_scorer_on_a_training_checkpoint(tiny_checkpoint: Path, tmp_path: Path) -> None:
     """The torch path end to end: a (random) tiny checkpoint evaluated on the fixture data."""
-    from benchmarks.scorers import load_scorer
+    from evaluation.scorers import load_scorer
 
     scorer = load_scorer(tiny_checkpoint)
     assert scorer.threshold == 0.5

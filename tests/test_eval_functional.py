@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from test_eval_support import FIXTURE_DATA, KeywordScorer, ex
 
-from benchmarks.evaluate import load_suite_csv
-from benchmarks.functional import SuiteKeys, emoji_difference, evaluate_functional, normalise_set, target_groups
+from evaluation.evaluate import load_suite_csv
+from evaluation.functional_suites import SuiteKeys, emoji_difference, evaluate_functional, normalise_set, target_groups
 
 # keyword "hate" → predicted hateful
 HATECHECK_LIKE = [

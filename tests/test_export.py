@@ -18,6 +18,8 @@ from service import variants
 from service.encoding import DialogueEncoder
 from service.model_card import ModelCard
 from service.schema import Example, Label, LabelledExample, Split
+from service.variants.graphs import fold_fp16_weights, store_weights_fp16
+from service.variants.stamps import file_sha256
 from training.checkpoint import load_checkpoint
 
 FRESH = [
@@ -59,7 +61,7 @@ def test_export_writes_a_self_describing_model_directory(shipped: onnx_export.Ex
     assert export["tolerance"] == 1e-4
     assert 0 <= export["max_abs_diff"] <= 1e-4
     assert export["onnxruntime"] and export["weights_storage"] == "fp16"
-    assert export["artifact_sha256"] == variants.file_sha256(out / "model.onnx")
+    assert export["artifact_sha256"] == file_sha256(out / "model.onnx")
     assert export["geometry"]["num_attention_heads"] == 2
     assert set(export["recipes"]) == set(variants.VARIANT_NAMES)
     assert export["variants"]["optimized"]["max_abs_diff"] <= onnx_export.OPTIMIZED_TOLERANCE
@@ -95,7 +97,7 @@ def test_shipped_weights_are_fp16_and_fold_back_exactly(shipped: onnx_export.Exp
     artifact = onnx.load(str(out / "model.onnx"))
     types = [i.data_type for i in artifact.graph.initializer if len(i.dims) >= 1 and np.prod(i.dims) >= 16]
     assert types.count(TensorProto.FLOAT16) >= 0.9 * len(types)
-    folded = variants.fold_fp16_weights(artifact)
+    folded = fold_fp16_weights(artifact)
     assert not any(i.data_type == TensorProto.FLOAT16 for i in folded.graph.initializer)
     assert not any(n.op_type == "Cast" and n.name.endswith("/cast_fp32") for n in folded.graph.node)
     # the shipped graph and the derived fp32 graph compute the same numbers
@@ -116,11 +118,11 @@ def test_store_weights_fp16_keeps_values_fp16_cannot_hold() -> None:
     graph = helper.make_graph(
         [node], "g", [], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])], [big, fine]
     )
-    stored, converted = variants.store_weights_fp16(helper.make_model(graph))
+    stored, converted = store_weights_fp16(helper.make_model(graph))
     assert converted == 1
     kinds = {i.name: i.data_type for i in stored.graph.initializer}
     assert kinds["big"] == TensorProto.FLOAT and kinds["fine__fp16"] == TensorProto.FLOAT16
-    folded = variants.fold_fp16_weights(stored)
+    folded = fold_fp16_weights(stored)
     arr = {i.name: numpy_helper.to_array(i) for i in folded.graph.initializer}
     np.testing.assert_array_equal(arr["fine"], np.arange(32, dtype=np.float32).reshape(4, 8) / 4)
 

@@ -10,6 +10,7 @@ import pytest
 from service_conftest import tiny_model_dir  # noqa: F401  (fixture)
 
 from benchmarks import http as bench_http
+from benchmarks import local_server
 
 
 def test_http_benchmark_smoke(
@@ -56,12 +57,12 @@ def test_http_benchmark_smoke(
 
 
 def test_server_settings_are_checked_against_the_service_settings() -> None:
-    assert bench_http.server_settings(["allow_spinning=false", "SAFETY_MAX_BATCH_SIZE=32"]) == {
+    assert local_server.server_settings(["allow_spinning=false", "SAFETY_MAX_BATCH_SIZE=32"]) == {
         "allow_spinning": "false",
         "max_batch_size": "32",
     }
-    env = bench_http.service_env(**bench_http.server_settings(["max_batch_size=32"]))
+    env = local_server.service_env(**local_server.server_settings(["max_batch_size=32"]))
     assert env["SAFETY_MAX_BATCH_SIZE"] == "32"
     for bad in ("max_batch_size", "no_such_setting=1"):
         with pytest.raises(SystemExit, match="--server-setting"):
-            bench_http.server_settings([bad])
+            local_server.server_settings([bad])

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from conftest import require
 
-from benchmarks.context_flips import SUITE_FILE, evaluate_context_flips, load_pairs
+from evaluation.context_flips import SUITE_FILE, evaluate_context_flips, load_pairs
 from service.schema import Label, LabelFamily, LabelledExample, Split, Turn
 from training.harmonise import AbuseTeacher, abusive_hate_negatives, harmonised_targets
 from training.sources import context_pairs, olid

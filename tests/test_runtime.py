@@ -14,9 +14,13 @@ import pytest
 from tokenizers import Tokenizer
 
 from service import variants
+from service.batch_budget import token_budget_batches
 from service.model_card import ModelCard
-from service.runtime import ModelLoadError, OnnxClassifier, physical_cores, token_budget_batches
+from service.runtime import ModelLoadError, OnnxClassifier, physical_cores
 from service.schema import Example, Label
+from service.variants import cache as variant_cache
+from service.variants import cli as variants_cli
+from service.variants.stamps import file_sha256, read_stamp
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -110,7 +114,7 @@ def test_order_is_the_callers_under_any_batching(model_dir: Path, clf: OnnxClass
     many = DIALOGUES * 5
     random.Random(0).shuffle(many)
     expected = [clf.predict([ex])[0].score for ex in many]
-    small = OnnxClassifier(model_dir, variant="fp32", token_budget=200, max_batch_size=3)
+    small = OnnxClassifier(model_dir, variant="fp32", max_batch_tokens=200, max_batch_size=3)
     for c in (clf, small):
         got = [p.score for p in c.predict(many)]
         np.testing.assert_allclose(got, expected, atol=1e-5)
@@ -118,11 +122,14 @@ def test_order_is_the_callers_under_any_batching(model_dir: Path, clf: OnnxClass
     for idx in small.batches(encoded):
         width = max(len(encoded[i]) for i in idx)
         assert len(idx) <= 3 and (len(idx) == 1 or len(idx) * width <= 200)
+    # a call that fits the budget (what the micro-batcher sends) runs as one batch, in the caller's order
+    fitting = encoded[:3] if 3 * max(len(e) for e in encoded[:3]) <= 200 else encoded[:1]
+    assert [idx.tolist() for idx in small.batches(fitting)] == [list(range(len(fitting)))]
 
 
 def test_token_budget_batches_cover_everything_once() -> None:
     lengths = [5, 128, 7, 7, 64, 1, 300, 12]
-    batches = list(token_budget_batches(lengths, token_budget=140, max_batch_size=4))
+    batches = list(token_budget_batches(lengths, max_batch_tokens=140, max_batch_size=4))
     assert sorted(np.concatenate(batches).tolist()) == list(range(len(lengths)))
     assert batches[0].tolist() == [6]  # longer than the budget: alone
     for b in batches:
@@ -196,24 +203,24 @@ def test_variants_are_derived_once_stamped_and_refreshed(model_dir: Path, tmp_pa
     int8 = OnnxClassifier(work, variant="int8")
     assert int8.path == work / "model.int8.onnx" and (work / "model.fp32.onnx").is_file()
     assert (work / "model.optimized.onnx").is_file()
-    stamp = variants.read_stamp(int8.path)
+    stamp = read_stamp(int8.path)
     assert stamp["variant"] == "int8"
-    assert stamp["artifact_sha256"] == variants.file_sha256(work / "model.onnx")
+    assert stamp["artifact_sha256"] == file_sha256(work / "model.onnx")
     first = int8.path.stat().st_mtime_ns
     scores = int8.predict_proba(DIALOGUES)  # (the heads of this model amplify int8 noise: no closeness check)
     assert scores.shape == (len(DIALOGUES),) and np.all((scores >= 0) & (scores <= 1))
     # cached: a second load does not derive again
     assert OnnxClassifier(work, variant="int8").path.stat().st_mtime_ns == first
     # deterministic: deriving again gives the same bytes
-    before = variants.file_sha256(work / "model.int8.onnx")
+    before = file_sha256(work / "model.int8.onnx")
     variants.ensure_variant(work, "int8", force=True)
-    assert variants.file_sha256(work / "model.int8.onnx") == before
+    assert file_sha256(work / "model.int8.onnx") == before
     # a changed recipe makes the cached file stale
     card = ModelCard.load(work)
     card.export["recipes"]["int8"]["per_channel"] = False
     card.save(work)
     OnnxClassifier(work, variant="int8")
-    assert variants.read_stamp(work / "model.int8.onnx")["recipe"] != stamp["recipe"]
+    assert read_stamp(work / "model.int8.onnx")["recipe"] != stamp["recipe"]
     # a damaged derived file is derived again
     (work / "model.optimized.onnx").write_bytes(b"garbage")
     assert OnnxClassifier(work, variant="optimized").predict_proba(DIALOGUES[:2]).shape == (2,)
@@ -227,7 +234,7 @@ def test_read_only_model_dir_derives_into_the_cache(
     for f in work.glob("model.*.onnx"):
         f.unlink()
     monkeypatch.setenv("DIALOGUE_SAFETY_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(variants, "_writable", lambda d: d != work)
+    monkeypatch.setattr(variant_cache, "writable", lambda d: d != work)
     clf = OnnxClassifier(work, variant="optimized")
     assert clf.path.parent.parent == tmp_path / "cache"
     assert not (work / "model.optimized.onnx").exists()
@@ -284,9 +291,9 @@ def test_variants_can_be_derived_ahead_of_time(
 ) -> None:
     work = tmp_path / "model"
     shutil.copytree(model_dir, work)
-    assert variants.main([str(work), "optimized"]) == 0
+    assert variants_cli.main([str(work), "optimized"]) == 0
     assert "optimized:" in capsys.readouterr().out and (work / "model.optimized.onnx").is_file()
-    assert variants.main([str(tmp_path / "absent")]) == 2
+    assert variants_cli.main([str(tmp_path / "absent")]) == 2
 
 
 def test_int8_with_8bit_weights_needs_vnni() -> None:
@@ -311,7 +318,7 @@ def test_an_image_keeps_one_variant_and_never_derives_at_start(
     shutil.copytree(model_dir, work)
     for f in work.glob("model.*.onnx"):
         f.unlink()
-    assert variants.main([str(work), "cpu", "--prune"]) == 0  # what the Dockerfile runs
+    assert variants_cli.main([str(work), "cpu", "--prune"]) == 0  # what the Dockerfile runs
     card = ModelCard.load(work)
     kept = work / variants.variant_file(card.cpu_variant, card, work / "model.onnx")
     derived = sorted(p.name for p in work.glob("model.*.onnx"))
@@ -320,7 +327,7 @@ def test_an_image_keeps_one_variant_and_never_derives_at_start(
     before = kept.stat().st_mtime_ns
     # as in the image: the service user cannot write the model directory
     monkeypatch.setenv("DIALOGUE_SAFETY_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(variants, "_writable", lambda d: d != work)
+    monkeypatch.setattr(variant_cache, "writable", lambda d: d != work)
     clf = OnnxClassifier(work)
     assert clf.path == kept and kept.stat().st_mtime_ns == before
     assert sorted(p.name for p in work.glob("model.*.onnx")) == [kept.name]

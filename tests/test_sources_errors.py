@@ -241,3 +241,30 @@ def test_bbf_sample_lines_report_their_line(tmp_path: Path) -> None:
 def test_bad_line_errors(tmp_path: Path, line: str, problem: str) -> None:
     path = write(tmp_path, "train.txt", f"text:fine\tlabels:__ok__\tspeaker_to_eval:human\n{line}\n")
     assert error_of(lambda: bad.read_file(path, Split.TRAIN)) == f"{path}:2: {problem}"
+
+
+# --- one policy for missing and malformed sources -----------------------------------------------
+
+
+def test_one_policy_for_missing_and_malformed_sources(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+    import shutil
+
+    from training.sources.errors import SourceUnavailableError
+    from training.sources.registry import load_present_sources
+
+    full = Path(__file__).parent / "fixtures" / "sources" / "full"
+    shutil.copytree(full / "diasafety", tmp_path / "diasafety")
+    # a missing optional source: skipped with a warning
+    with caplog.at_level(logging.WARNING, logger="training.sources"):
+        present = load_present_sources(["diasafety", "convabuse"], tmp_path, splits=["test"])
+    assert list(present.examples) == ["diasafety"] and present.examples["diasafety"]
+    assert {ex.split for ex in present.examples["diasafety"]} == {Split.TEST}
+    assert list(present.skipped) == ["convabuse"] and "skipping source convabuse" in caplog.text
+    # a missing required source: an error naming where it was looked for
+    with pytest.raises(SourceUnavailableError, match=str(tmp_path)):
+        load_present_sources(["diasafety", "convabuse"], tmp_path, required=["convabuse"])
+    # a malformed file: always raised, never skipped (optional or not)
+    (tmp_path / "diasafety" / "test.json").write_text("{not json", encoding="utf-8")
+    with pytest.raises(DatasetFormatError, match="test.json"):
+        load_present_sources(["diasafety", "convabuse"], tmp_path, splits=["test"])

@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import load_file
 
 from service.schema import Example
-from training.predictor import TorchClassifier
+from training.inference import TorchClassifier
 from training.recipe import load_recipe
 from training.trainer import LAST_DIR, METRICS_FILE, DataError, train
 

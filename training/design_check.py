@@ -27,7 +27,7 @@ import numpy as np
 from service.model_dir import is_checkpoint
 from training.calibration import choose_threshold
 from training.harmonise import HARMONISED
-from training.predictor import TorchClassifier
+from training.inference import TorchClassifier
 from training.recipe import recipe_from_dict
 from training.sources.data_dir import resolve_data_dir
 from training.trainer import head_names, label_rules, load_task_data

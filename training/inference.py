@@ -1,15 +1,24 @@
-"""Torch inference on encoded examples: length-sorted batches under a token budget."""
+"""Torch inference on a training checkpoint: logits of encoded examples, and ``TorchClassifier``.
+
+``predict_logits`` runs a Hugging Face classifier on encoded examples in length-sorted batches
+under the one batching budget (:mod:`service.batch_budget`); ``TorchClassifier`` puts a
+checkpoint behind the ONNX runtime's interface (``predict``, ``predict_proba``) for evaluation.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from service.batch_budget import MAX_BATCH_TOKENS, token_budget_batches
 from service.encoding import EncodedExample, pad_batch
-from service.runtime import token_budget_batches  # one owner of the batching rule
+from service.schema import Example, Prediction
+from service.scoring import head_probabilities, main_scores, predictions_from_logits
+from training.checkpoint import load_checkpoint
 
 
 def num_labels(model: torch.nn.Module) -> int:
@@ -20,7 +29,10 @@ def num_labels(model: torch.nn.Module) -> int:
 
 @torch.inference_mode()
 def predict_logits(
-    model: torch.nn.Module, encoded: Sequence[EncodedExample], token_budget: int = 16384, pad_id: int = 0
+    model: torch.nn.Module,
+    encoded: Sequence[EncodedExample],
+    max_batch_tokens: int = MAX_BATCH_TOKENS,
+    pad_id: int = 0,
 ) -> np.ndarray:
     """[n, heads] logits in the input order."""
     was_training = model.training
@@ -29,10 +41,38 @@ def predict_logits(
     n_heads = num_labels(model)
     out = np.zeros((len(encoded), n_heads), dtype=np.float32)
     lengths = [len(e) for e in encoded]
-    for idx in token_budget_batches(lengths, token_budget, max_batch_size=256):
+    for idx in token_budget_batches(lengths, max_batch_tokens, max_batch_size=256):
         batch = pad_batch([encoded[i] for i in idx], pad_id)
         tensors = {k: torch.from_numpy(v).to(device) for k, v in batch.items()}
         out[idx] = model(**tensors).logits.float().cpu().numpy()
     if was_training:
         model.train()
     return out
+
+
+class TorchClassifier:
+    """Predictions from a training checkpoint, same interface as the ONNX runtime."""
+
+    def __init__(self, checkpoint_dir: str | Path, max_batch_tokens: int = MAX_BATCH_TOKENS) -> None:
+        self.model, self.encoder, self.card = load_checkpoint(checkpoint_dir)
+        self.max_batch_tokens = max_batch_tokens
+        self.model_id = self.card.model_id
+        self.name = f"{self.model_id} (torch checkpoint)"
+
+    @property
+    def threshold(self) -> float:
+        return self.card.threshold
+
+    def logits(self, examples: Sequence[Example]) -> np.ndarray:
+        if not examples:
+            return np.zeros((0, len(self.card.heads)), dtype=np.float32)
+        encoded = self.encoder.encode_batch(examples)
+        with torch.inference_mode():
+            return predict_logits(self.model, encoded, self.max_batch_tokens, self.encoder.pad_id)
+
+    def predict_proba(self, examples: Sequence[Example]) -> np.ndarray:
+        logits = self.logits(examples)
+        return main_scores(head_probabilities(logits, self.card), self.card) if len(logits) else np.zeros(0)
+
+    def predict(self, examples: Sequence[Example], threshold: float | None = None) -> list[Prediction]:
+        return predictions_from_logits(self.logits(examples), self.card, threshold)

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from service.encoding import EncodedExample
 from service.schema import LabelledExample
 from training.recipe import TaskSpec
 
@@ -27,14 +26,6 @@ class TaskData:
     train: list[LabelledExample]
     valid: list[LabelledExample]
     test: list[LabelledExample]
-
-
-@dataclass(frozen=True)
-class TrainItem:
-    encoded: EncodedExample
-    target: float
-    head: int
-    task: int
 
 
 def draw_counts(weights: np.ndarray, rng: np.random.Generator) -> np.ndarray:

@@ -1,12 +1,18 @@
-"""The datasets this project reads, one entry per source, and the three calls training needs.
+"""The datasets this project reads, one entry per source, and the calls that read them.
 
 Usage::
 
-    from training.sources.registry import available_sources, load_source, load_sources
+    from training.sources.registry import available_sources, load_present_sources, load_source, load_sources
 
     [(s.name, s.status.value) for s in available_sources("/data")]  # what is there
     valid = load_source("diasafety", "/data", splits=["valid"])  # list[LabelledExample]
     by_name = load_sources(["convabuse", "hatemoji"], "/data")  # {name: [...]}
+    present = load_present_sources(["convabuse", "hatemoji"], "/data")  # .examples, .skipped
+
+One policy for missing or malformed sources (:func:`load_present_sources` owns it): a missing
+optional source is skipped with a warning; a missing required source raises
+:class:`SourceUnavailableError` naming the path; a malformed file always raises
+:class:`DatasetFormatError` naming the file, the line and the problem.
 
 Source names: bbf_single_turn, bbf_multi_turn, wtc, bad, olid, diasafety, convabuse, hatemoji,
 dynahate, context_pairs (derived), identity_mentions (written), breakit (exported rounds of the break-it game),
@@ -19,8 +25,9 @@ project: ``SourceInfo.obtain`` says where the official files come from.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from service.schema import LabelFamily, LabelledExample, Split
@@ -42,6 +49,8 @@ from training.sources.data_dir import resolve_data_dir
 from training.sources.errors import SourceUnavailableError
 from training.sources.layout import SourceFiles, Status
 from training.sources.splitting import parse_split, split_names
+
+log = logging.getLogger("training.sources")
 
 Finder = Callable[[Path], SourceFiles]
 Loader = Callable[[SourceFiles, frozenset[Split]], Iterable[LabelledExample]]
@@ -297,3 +306,62 @@ def load_sources(
     """:func:`load_source` for each name, keyed by name (in the order given)."""
     root = resolve_data_dir(data_dir)
     return {name: load_source(name, root, splits, allow_samples=allow_samples) for name in names}
+
+
+@dataclass
+class PresentSources:
+    """What :func:`load_present_sources` read: examples by source, and why each skipped source was skipped."""
+
+    examples: dict[str, list[LabelledExample]] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+
+
+def load_present_sources(
+    names: Iterable[str],
+    data_dir: str | Path | None = None,
+    splits: Iterable[Split | str] | None = None,
+    *,
+    required: Iterable[str] = (),
+    loader: Callable[[str, Path], list[LabelledExample]] | None = None,
+) -> PresentSources:
+    """The one policy for "load these sources, skip what is missing" (every such caller comes here).
+
+    * an optional source that is missing (or only samples are there) is skipped: a warning is
+      logged and the reason kept in ``skipped``; so is one with no examples in ``splits``;
+    * a ``required`` source that is missing raises :class:`SourceUnavailableError` (it names the
+      data directory searched and where the files come from);
+    * a malformed file always raises :class:`DatasetFormatError` (file, line, problem): never skipped.
+
+    ``loader(name, data_dir)`` replaces :func:`load_source` (tests, fixtures); ``splits`` then
+    filters what it returns.
+    """
+    root = resolve_data_dir(data_dir)
+    must = set(required)
+    wanted = _splits(splits)
+    out = PresentSources()
+    for name in names:
+        try:
+            if loader is None:
+                examples = load_source(name, root, wanted)
+            else:
+                examples = [ex for ex in loader(name, root) if ex.split in wanted]
+        except FileNotFoundError as exc:  # SourceUnavailableError, or a loader's own "not there"
+            if name in must and isinstance(exc, SourceUnavailableError):
+                raise
+            if name in must:
+                raise SourceUnavailableError(f"{name}: {exc}") from exc
+            out.skipped[name] = _skip(name, f"{type(exc).__name__}: {exc}")
+            continue
+        if not examples:
+            if name in must:
+                wanted_splits = "/".join(sorted(s.value for s in wanted))
+                raise SourceUnavailableError(f"{name}: no {wanted_splits} examples under {root}")
+            out.skipped[name] = _skip(name, "no examples")
+            continue
+        out.examples[name] = examples
+    return out
+
+
+def _skip(name: str, why: str) -> str:
+    log.warning("skipping source %s: %s", name, why)
+    return why

@@ -1,4 +1,4 @@
-"""One markdown page from an evaluation's ``results.json`` (see ``benchmarks.evaluate``).
+"""One markdown page from an evaluation's ``results.json`` (see ``evaluation.evaluate``).
 
 Cells show ``model / baseline`` when the baseline suite ran. F1, precision, recall and
 accuracy are percentages; ROC-AUC, PR-AUC and AAA scores are in [0, 1].
@@ -10,8 +10,8 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from benchmarks.aaa import ATTACK_TITLES, ATTACKS
-from benchmarks.rounds import ALL_ROUNDS, round_sort_key
+from evaluation.aaa import ATTACK_TITLES, ATTACKS
+from evaluation.rounds import ALL_ROUNDS, round_sort_key
 
 METRIC_COLUMNS: tuple[tuple[str, str, int], ...] = (
     ("offensive_f1", "OFF-F1", 1),
@@ -372,7 +372,7 @@ def context_flips_section(results: Mapping[str, Any]) -> list[str]:
     out += [
         _roles_note(results, roles),
         "",
-        f"{data['pairs']} hand-written pairs (`benchmarks/suites/context_flips.csv`, never trained on). "
+        f"{data['pairs']} hand-written pairs (`evaluation/suites/context_flips.csv`, never trained on). "
         "**Both right**: OFFENSIVE after the harmful turn and SAFE after the harmless one, at each "
         "scorer's own threshold. A scorer that ignores the history gets at most one side of a pair right.",
         "",

@@ -1,6 +1,6 @@
 """The context-flip suite: the same reply after a harmful and after a harmless turn.
 
-``benchmarks/suites/context_flips.csv`` holds hand-written, hand-checked pairs (columns ``id``,
+``evaluation/suites/context_flips.csv`` holds hand-written, hand-checked pairs (columns ``id``,
 ``category``, ``harmful_context``, ``harmless_context``, ``reply``): the reply is OFFENSIVE after
 the harmful context (it encourages, agrees with or laughs along with harm) and SAFE after the
 harmless one. Categories: self-harm, violence, harassment, hate, risky advice, sarcasm/quotes.
@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.scorers import Scorer, score
+from evaluation.scorers import Scorer, score
 from service.schema import Example, Turn
 from service.scoring import is_offensive
 

@@ -17,7 +17,7 @@ PEER_PACKAGE = "alt-profanity-check"
 
 
 class ProfanityCheckScorer:
-    """:class:`benchmarks.scorers.Scorer` over ``profanity_check.predict_prob`` (utterance only)."""
+    """:class:`evaluation.scorers.Scorer` over ``profanity_check.predict_prob`` (utterance only)."""
 
     name = "alt-profanity-check"
     threshold = 0.5

@@ -12,9 +12,9 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from benchmarks.baseline import gold
-from benchmarks.rounds import scored_metrics, split_sort_key
-from benchmarks.scorers import Scorer, score
+from evaluation.baseline import gold
+from evaluation.rounds import scored_metrics, split_sort_key
+from evaluation.scorers import Scorer, score
 from service.schema import LabelledExample
 
 COMPARED: tuple[str, ...] = (

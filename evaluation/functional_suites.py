@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.baseline import gold
-from benchmarks.scorers import Scorer, score
+from evaluation.baseline import gold
+from evaluation.scorers import Scorer, score
 from service.schema import LabelledExample
 from service.scoring import is_offensive
 

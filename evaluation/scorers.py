@@ -2,7 +2,7 @@
 
 The suites depend only on the small :class:`Scorer` protocol, so they run the same on the
 torch-free ONNX runtime (``service.runtime.OnnxClassifier``), a training checkpoint
-(``training.predictor.TorchClassifier``), the TF-IDF baseline or a fake scorer in tests.
+(``training.inference.TorchClassifier``), the TF-IDF baseline or a fake scorer in tests.
 :func:`load_scorer` turns a ``MODEL`` path into a scorer; :class:`CachedScorer` batches calls
 (with a progress bar) and remembers scores, because several suites score the same examples.
 """
@@ -81,7 +81,7 @@ def load_scorer(path: str | Path) -> Scorer:
         from service.runtime import OnnxClassifier
 
         return ClassifierScorer(OnnxClassifier(path))
-    from training.predictor import TorchClassifier
+    from training.inference import TorchClassifier
 
     return ClassifierScorer(TorchClassifier(path))
 

@@ -43,9 +43,9 @@ from scipy.stats import chi2_contingency
 from sklearn.feature_extraction.text import CountVectorizer
 from sklearn.linear_model import LogisticRegression
 
-from benchmarks.baseline import gold
-from benchmarks.rounds import scored_metrics
-from benchmarks.scorers import Scorer, score
+from evaluation.baseline import gold
+from evaluation.rounds import scored_metrics
+from evaluation.scorers import Scorer, score
 from service.schema import Label, LabelledExample
 from service.scoring import is_offensive
 

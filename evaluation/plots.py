@@ -20,7 +20,7 @@ import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
-from benchmarks.aaa import ATTACK_TITLES, ATTACKS  # noqa: E402
+from evaluation.aaa import ATTACK_TITLES, ATTACKS  # noqa: E402
 
 ROLE_COLOURS = {"model": "#1f77b4", "baseline": "#9e9e9e", "peer": "#8c564b"}
 ROLE_BELOW = {"model": "#d62728", "baseline": "#f4a6a6", "peer": "#e7b9a5"}

@@ -19,28 +19,27 @@ Derived files are cached next to the artifact (or in a per-user cache directory 
 directory is read-only), written to a temporary file and renamed into place, and stamped with
 the artifact's sha256 and the recipe (ONNX ``metadata_props``): a derived file whose stamp does
 not match the current artifact or recipe is derived again.
+
+This package: the variants, their recipes and their derivation (here); the graph transforms
+(:mod:`.graphs`); the stamps and atomic writes (:mod:`.stamps`); the cache directory and the
+lock (:mod:`.cache`); ``python -m service.variants`` (:mod:`.cli`).
 """
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import json
 import logging
-import os
-import re
-import sys
-import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
 
 from service.model_card import ModelCard
 from service.model_dir import ARTIFACT_FILE
+from service.variants import cache as variant_cache
+from service.variants.graphs import copy_model, fold_fp16_weights, optimize, quantize, to_float16, weights_storage
+from service.variants.stamps import file_sha256, read_stamp, save_atomic, set_meta
 
 log = logging.getLogger("service.variants")
 
@@ -52,7 +51,6 @@ DEFAULT_FILES: dict[str, str] = {
     "int8": "model.int8.onnx",
     "fp16": "model.fp16.onnx",
 }
-META = "dialogue_safety."  # prefix of the metadata_props this project writes
 RECIPE_VERSION = 1
 
 # int8 recipes measured on the trained MiniLM-L6 (docs/runtime.md, "int8 recipes"): quantising
@@ -117,90 +115,6 @@ class VariantError(RuntimeError):
     """A variant cannot be derived (unknown name, bad recipe, or the source graph is unusable)."""
 
 
-# -- fp16 weight storage (the size-cap design) ---------------------------------------------------
-def store_weights_fp16(model: onnx.ModelProto, min_elements: int = 16) -> tuple[onnx.ModelProto, int]:
-    """Store every fp32 initializer that fp16 represents *exactly* as fp16 followed by a Cast.
-
-    Returns the new model and the number of initializers converted. Initializers whose values
-    do not survive the fp16 round trip (e.g. ``-3.4e38`` mask constants) and tiny ones stay fp32,
-    so the graph computes exactly what it computed before; round the weights to fp16 first
-    (``export --ship`` does) to make all of them representable.
-    """
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    graph = out.graph
-    graph_inputs = {i.name for i in graph.input}
-    kept: list[onnx.TensorProto] = []
-    casts: list[onnx.NodeProto] = []
-    for init in graph.initializer:
-        if init.data_type != TensorProto.FLOAT or init.name in graph_inputs:
-            kept.append(init)
-            continue
-        arr = numpy_helper.to_array(init)
-        if arr.size < min_elements:
-            kept.append(init)
-            continue
-        with np.errstate(over="ignore"):
-            half = arr.astype(np.float16)
-        if not np.array_equal(half.astype(np.float32), arr):
-            kept.append(init)
-            continue
-        stored = f"{init.name}{_FP16_SUFFIX}"
-        kept.append(numpy_helper.from_array(half, stored))
-        casts.append(
-            helper.make_node("Cast", [stored], [init.name], name=f"{init.name}/cast_fp32", to=TensorProto.FLOAT)
-        )
-    del graph.initializer[:]
-    graph.initializer.extend(kept)
-    nodes = list(graph.node)
-    del graph.node[:]
-    graph.node.extend(casts + nodes)
-    _set_meta(out, {"weights_storage": "fp16"})
-    return out, len(casts)
-
-
-_FP16_SUFFIX = "__fp16"
-
-
-def fold_fp16_weights(model: onnx.ModelProto) -> onnx.ModelProto:
-    """Inverse of :func:`store_weights_fp16`: fp16 initializer + Cast → fp32 initializer (exact)."""
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    graph = out.graph
-    inits = {i.name: i for i in graph.initializer}
-    consumers: dict[str, int] = {}
-    for node in graph.node:
-        for name in node.input:
-            consumers[name] = consumers.get(name, 0) + 1
-    folded: dict[str, onnx.TensorProto] = {}
-    drop_nodes: set[int] = set()
-    for i, node in enumerate(graph.node):
-        if node.op_type != "Cast" or len(node.input) != 1 or node.input[0] not in inits:
-            continue
-        src = inits[node.input[0]]
-        to = next((a.i for a in node.attribute if a.name == "to"), None)
-        if src.data_type != TensorProto.FLOAT16 or to != TensorProto.FLOAT:
-            continue
-        folded[node.output[0]] = numpy_helper.from_array(numpy_helper.to_array(src).astype(np.float32), node.output[0])
-        consumers[src.name] -= 1
-        drop_nodes.add(i)
-    if not folded:
-        return out
-    remaining = [n for i, n in enumerate(graph.node) if i not in drop_nodes]
-    kept = [i for i in graph.initializer if not (i.data_type == TensorProto.FLOAT16 and consumers.get(i.name, 0) == 0)]
-    del graph.node[:]
-    graph.node.extend(remaining)
-    del graph.initializer[:]
-    graph.initializer.extend(kept + list(folded.values()))
-    _set_meta(out, {"weights_storage": "fp32"})
-    return out
-
-
-def weights_storage(model: onnx.ModelProto) -> str:
-    """``"fp16"`` for a graph written by :func:`store_weights_fp16`, else ``"fp32"``."""
-    return _get_meta(model).get("weights_storage", "fp32")
-
-
 # -- recipes -----------------------------------------------------------------------------------
 def recipe_for(name: str, card: ModelCard | None = None) -> dict[str, Any]:
     """The recipe of variant ``name``: the card's export.recipes entry, else the default."""
@@ -245,161 +159,16 @@ def derive(
     if kind == "fold_fp16_weights":
         return fold_fp16_weights(source)
     if kind == "ort_optimizer":
-        return _optimize(source, recipe, num_heads, hidden_size)
+        return optimize(source, recipe, num_heads, hidden_size)
     if kind == "quantize_dynamic":
-        return _quantize(source, recipe)
+        return quantize(source, recipe)
     if kind == "float16":
-        optimized = _optimize(source, {**recipe, "opt_level": 0}, num_heads, hidden_size)
-        return _to_float16(optimized, recipe)
+        optimized = optimize(source, {**recipe, "opt_level": 0}, num_heads, hidden_size)
+        return to_float16(optimized, recipe)
     raise VariantError(f"unknown recipe kind {kind!r} in {dict(recipe)}")
 
 
-@contextlib.contextmanager
-def quiet_loggers(*names: str) -> Iterator[None]:
-    """Raise the named loggers to ERROR while the block runs, then restore their levels."""
-    loggers = [logging.getLogger(name) for name in names]
-    levels = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        for lg, level in zip(loggers, levels, strict=True):
-            lg.setLevel(level)
-
-
-def _quiet_onnxruntime_tools() -> contextlib.AbstractContextManager[None]:
-    """Silence the optimizer's and quantizer's chatter while they run.
-
-    onnxruntime.transformers puts its folder on sys.path, so its modules log under top-level
-    names (``onnx_model_bert``...); the quantizer logs to the root logger.
-    """
-    import onnxruntime
-
-    package = os.path.dirname(onnxruntime.__file__)
-    names = {"", "onnxruntime"}
-    for name, module in list(sys.modules.items()):
-        if (getattr(module, "__file__", None) or "").startswith(package):
-            names.add(name)
-    return quiet_loggers(*sorted(names))
-
-
-def _optimize(model: onnx.ModelProto, recipe: Mapping[str, Any], num_heads: int, hidden_size: int) -> onnx.ModelProto:
-    # imported here: onnxruntime.transformers puts its own folder on sys.path when imported
-    from onnxruntime.transformers.optimizer import optimize_model
-
-    with _quiet_onnxruntime_tools():
-        optimizer = optimize_model(
-            _copy(model),
-            model_type=str(recipe.get("model_type", "bert")),
-            num_heads=num_heads,
-            hidden_size=hidden_size,
-            opt_level=int(recipe.get("opt_level", 0)),
-            use_gpu=bool(recipe.get("use_gpu", False)),
-        )
-    optimizer.topological_sort()
-    fused = {k: v for k, v in optimizer.get_fused_operator_statistics().items() if v}
-    if (
-        recipe.get("model_type", "bert") == "bert"
-        and not fused.get("Attention")
-        and not fused.get("MultiHeadAttention")
-    ):
-        log.warning("the optimizer fused no attention in this graph: %s", fused)
-    return _with_ms_domain(optimizer.model)
-
-
-def _with_ms_domain(model: onnx.ModelProto) -> onnx.ModelProto:
-    """Declare the com.microsoft opset when fused contrib ops are present (as OnnxModel.save does)."""
-    uses_ms = any(node.domain == "com.microsoft" for node in model.graph.node)
-    if uses_ms and not any(opset.domain == "com.microsoft" for opset in model.opset_import):
-        model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
-    return model
-
-
-def _quantize(model: onnx.ModelProto, recipe: Mapping[str, Any]) -> onnx.ModelProto:
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    weight_type = getattr(QuantType, str(recipe.get("weight_type", "QInt8")))
-    patterns = [re.compile(p) for p in recipe.get("exclude_patterns") or []]
-    excluded = [n.name for n in model.graph.node if n.name and any(p.search(n.name) for p in patterns)]
-    if patterns and not excluded:
-        log.warning("int8 recipe: exclude_patterns %s match no node; quantising everything", recipe["exclude_patterns"])
-    with tempfile.TemporaryDirectory(prefix="dialogue-safety-int8-") as tmp, _quiet_onnxruntime_tools():
-        src, dst = Path(tmp) / "in.onnx", Path(tmp) / "out.onnx"
-        onnx.save(model, str(src))
-        quantize_dynamic(
-            src,
-            dst,
-            op_types_to_quantize=list(recipe.get("op_types") or []) or None,
-            per_channel=bool(recipe.get("per_channel", False)),
-            reduce_range=bool(recipe.get("reduce_range", False)),
-            weight_type=weight_type,
-            nodes_to_exclude=excluded or None,
-            # fused contrib ops (Attention, SkipLayerNormalization) defeat onnx shape inference
-            extra_options={"DefaultTensorType": TensorProto.FLOAT},
-        )
-        return onnx.load(str(dst))
-
-
-def _to_float16(model: onnx.ModelProto, recipe: Mapping[str, Any]) -> onnx.ModelProto:
-    from onnxruntime.transformers.onnx_model import OnnxModel
-
-    wrapped = OnnxModel(model)
-    with _quiet_onnxruntime_tools():
-        wrapped.convert_float_to_float16(keep_io_types=bool(recipe.get("keep_io_types", True)))
-    wrapped.topological_sort()
-    return _with_ms_domain(wrapped.model)
-
-
-def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    return out
-
-
 # -- metadata stamps ---------------------------------------------------------------------------
-def _set_meta(model: onnx.ModelProto, values: Mapping[str, str]) -> None:
-    existing = {p.key: p for p in model.metadata_props}
-    for key, value in values.items():
-        full = META + key
-        if full in existing:
-            existing[full].value = value
-        else:
-            prop = model.metadata_props.add()
-            prop.key, prop.value = full, value
-
-
-def _get_meta(model: onnx.ModelProto) -> dict[str, str]:
-    return {p.key[len(META) :]: p.value for p in model.metadata_props if p.key.startswith(META)}
-
-
-def read_stamp(path: str | Path) -> dict[str, str]:
-    """The ``dialogue_safety.*`` metadata of an ONNX file (variant, artifact_sha256, recipe...)."""
-    return _get_meta(onnx.load(str(path), load_external_data=False))
-
-
-def file_sha256(path: str | Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def save_atomic(model: onnx.ModelProto, path: str | Path) -> Path:
-    """Write to a temporary file in the same folder, then rename: readers never see half a file."""
-    dest = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
-    os.close(fd)
-    try:
-        onnx.save(model, tmp)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, dest)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    return dest
 
 
 # -- the model directory -----------------------------------------------------------------------
@@ -416,38 +185,6 @@ def variant_file(name: str, card: ModelCard | None = None, artifact: str | Path 
     if name == "fp32" and artifact is not None and read_stamp(artifact).get("weights_storage", "fp32") == "fp32":
         return ARTIFACT_FILE
     return DEFAULT_FILES[name]
-
-
-def cache_root() -> Path:
-    """Where derived variants go when the model directory is read-only.
-
-    ``$DIALOGUE_SAFETY_CACHE_DIR``, else ``${XDG_CACHE_HOME:-~/.cache}/dialogue-safety/variants``.
-    """
-    explicit = os.environ.get("DIALOGUE_SAFETY_CACHE_DIR")
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME")
-    return (Path(base) if base else Path.home() / ".cache") / "dialogue-safety" / "variants"
-
-
-@contextlib.contextmanager
-def _lock(directory: Path) -> Iterator[None]:
-    """An exclusive lock so that two processes starting together derive a variant once."""
-    try:
-        import fcntl
-    except ImportError:  # not POSIX: atomic renames still keep every file whole
-        yield
-        return
-    with open(directory / ".variants.lock", "a+") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def _writable(directory: Path) -> bool:
-    return os.access(directory, os.W_OK | os.X_OK)
 
 
 def ensure_variant(model_dir: str | Path, name: str, card: ModelCard | None = None, *, force: bool = False) -> Path:
@@ -468,10 +205,10 @@ def ensure_variant(model_dir: str | Path, name: str, card: ModelCard | None = No
         return artifact
     chain = recipe_chain(name, card)
     artifact_sha = file_sha256(artifact)
-    out_dir = directory if _writable(directory) else cache_root() / artifact_sha[:16]
+    out_dir = directory if variant_cache.writable(directory) else variant_cache.cache_root() / artifact_sha[:16]
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
-        if not _writable(out_dir):
+        if not variant_cache.writable(out_dir):
             raise PermissionError(f"{out_dir} is not writable")
     except OSError as exc:
         raise VariantError(
@@ -479,7 +216,7 @@ def ensure_variant(model_dir: str | Path, name: str, card: ModelCard | None = No
             f"{out_dir} cannot be written ({exc}): set DIALOGUE_SAFETY_CACHE_DIR to a writable directory, "
             f"make {directory} writable, or derive the variant in advance (see the Dockerfile)"
         ) from exc
-    with _lock(out_dir):
+    with variant_cache.lock(out_dir):
         return _ensure_chain(directory, out_dir, card, chain, artifact_sha, force=force)
 
 
@@ -532,11 +269,11 @@ def _ensure_chain(
                 continue
         graph = source if source is not None else _load(source_path)
         if recipe.get("kind") == "fold_fp16_weights" and weights_storage(graph) != "fp16":
-            derived = _copy(graph)  # an fp32 artifact: nothing to fold
+            derived = copy_model(graph)  # an fp32 artifact: nothing to fold
         else:
             log.info("deriving the %s variant of %s", name, model_dir)
             derived = derive(graph, recipe, num_heads=num_heads, hidden_size=hidden_size)
-        _set_meta(
+        set_meta(
             derived, {"variant": name, "artifact_sha256": artifact_sha, "recipe": key, "onnxruntime": _ort_version()}
         )
         source, source_path = derived, save_atomic(derived, out_dir / filename)
@@ -594,42 +331,3 @@ def prune(model_dir: str | Path, keep: dict[str, Path], card: ModelCard | None =
     for path in removed:
         path.unlink()
     return removed
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m service.variants MODEL_DIR [VARIANT ...]``: derive variants ahead of time (Docker build)."""
-    import argparse
-
-    p = argparse.ArgumentParser(prog="python -m service.variants", description=main.__doc__)
-    p.add_argument("model_dir", type=Path)
-    p.add_argument(
-        "variants",
-        nargs="*",
-        default=["fp32", "optimized", "int8"],
-        help="variant names, or cpu / gpu for the model card's default on that device (default: the CPU variants)",
-    )
-    p.add_argument(
-        "--prune",
-        action="store_true",
-        help="then remove every other derived file (intermediates too): an image ships one",
-    )
-    args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    try:
-        card = ModelCard.load(args.model_dir)
-        defaults = {"cpu": card.cpu_variant, "gpu": card.gpu_variant}
-        names = [defaults.get(name, name) for name in args.variants]
-        derived = derive_all(args.model_dir, names, card)
-        for name, path in derived.items():
-            print(f"{name}: {path} ({path.stat().st_size / 1e6:.1f} MB)")
-        if args.prune:
-            for path in prune(args.model_dir, derived, card):
-                print(f"removed {path}")
-    except (VariantError, FileNotFoundError, ValueError) as exc:
-        print(f"python -m service.variants: {exc}", file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

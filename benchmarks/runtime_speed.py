@@ -6,7 +6,8 @@ and fp16 on CUDA when onnxruntime-gpu and a GPU are present. For each engine:
 * **single**: p50/p99 latency of ``predict([dialogue])`` over real dialogues, tokenisation
   included (what one chatbot turn costs), plus the model-only p50;
 * **throughput** over the whole dialogue set, tokenisation included, two batching policies:
-  length-sorted batches of 64, and token-budget batches (≤ 8192 padded tokens, ≤ 256 examples);
+  length-sorted batches of 64, and token-budget batches (≤ the service's max_batch_tokens padded
+  tokens, ≤ 256 examples);
   examples/s, real tokens/s, padding overhead, useful GFLOP/s and fraction of peak;
 * **sweep**: batch size × sequence length on synthetic token ids (model only).
 
@@ -22,10 +23,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import platform
-import random
 import shutil
 import sys
 import tempfile
@@ -37,6 +36,8 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.dialogues import load_dialogues
+from benchmarks.emit import emit_report
 from benchmarks.flops import (
     AVX2_KEY,
     cpu_peak,
@@ -45,18 +46,18 @@ from benchmarks.flops import (
     non_embedding_parameters,
     sequence_flops,
 )
+from service.batch_budget import MAX_BATCH_TOKENS, token_budget_batches
 from service.encoding import DialogueEncoder, EncodedExample, pad_batch
 from service.model_card import ModelCard
-from service.model_dir import TOKENIZER_FILE, is_checkpoint, is_model_dir
+from service.model_dir import TOKENIZER_FILE, is_checkpoint, is_model_dir, model_dir_problem
 from service.schema import Example
 
-DIALOGUE_SOURCES = ("diasafety", "convabuse")
 TARGET_SINGLE_P50_MS = 5.0
 TARGET_SORTED64_EXAMPLES_PER_S = 220.0
 
 
 @dataclass(frozen=True)
-class Plan:
+class RuntimePlan:
     singles: int  # single-dialogue predictions timed per engine
     repeats: int  # throughput passes per policy (the best is reported, all are kept)
     examples: int  # dialogues in the realistic set at most
@@ -66,50 +67,8 @@ class Plan:
     warmup: int  # untimed calls before each measurement
 
 
-FULL = Plan(500, 3, 4000, (1, 8, 32, 64), (16, 32, 64, 128), 1.0, 20)
-SMOKE = Plan(4, 1, 16, (1, 4), (16,), 0.0, 1)
-
-
-# -- data --------------------------------------------------------------------------------------
-def load_dialogues(data_dir: str | Path | None, limit: int, seed: int = 0) -> tuple[list[Example], str]:
-    """DiaSafety + ConvAbuse test dialogues (shuffled, at most ``limit``), or synthetic ones, and a note."""
-    examples: list[Example] = []
-    notes: list[str] = []
-    try:
-        from training.sources.registry import load_source
-
-        for name in DIALOGUE_SOURCES:
-            try:
-                # the API refuses empty utterances (DiaSafety has one empty test response)
-                rows = load_source(name, data_dir, splits=["test"])
-                examples += [ex.as_example() for ex in rows if ex.utterance.strip()]
-            except Exception as exc:  # a missing source is not fatal: use what is there
-                notes.append(f"{name}: {type(exc).__name__}: {exc}")
-    except ImportError as exc:
-        notes.append(f"training.sources is not importable ({exc})")
-    if examples:
-        random.Random(seed).shuffle(examples)
-        note = f"{'+'.join(DIALOGUE_SOURCES)} test splits ({min(limit, len(examples))} dialogues)"
-        return examples[:limit], note + (f"; skipped: {'; '.join(notes)}" if notes else "")
-    return synthetic_dialogues(limit, seed), "SYNTHETIC dialogues (no dataset available: " + "; ".join(notes) + ")"
-
-
-_TEXT = (
-    "you are so kind thanks what do think about my new haircut it looks terrible honestly people like that "
-    "should never be allowed here I love this song the weather is nice today why would anyone say such a "
-    "stupid thing go away nobody wants you around lets talk about football instead sure"
-)
-_WORDS = _TEXT.split()
-
-
-def synthetic_dialogues(n: int, seed: int = 0) -> list[Example]:
-    """Dialogues of 0-3 history turns and 4-24-word sentences (~50 tokens on average, like the test sets)."""
-    rng = random.Random(seed)
-
-    def sentence() -> str:
-        return " ".join(rng.choice(_WORDS) for _ in range(rng.randint(4, 24)))
-
-    return [Example.from_texts(sentence(), [sentence() for _ in range(rng.randint(0, 3))]) for _ in range(n)]
+FULL = RuntimePlan(500, 3, 4000, (1, 8, 32, 64), (16, 32, 64, 128), 1.0, 20)
+SMOKE = RuntimePlan(4, 1, 16, (1, 4), (16,), 0.0, 1)
 
 
 # -- engines -----------------------------------------------------------------------------------
@@ -123,7 +82,7 @@ class Engine:
     card: ModelCard
     file_bytes: int | None = None
 
-    def set_batching(self, token_budget: int, max_batch_size: int) -> None:
+    def set_batching(self, max_batch_tokens: int, max_batch_size: int) -> None:
         raise NotImplementedError
 
     def predict(self, examples: Sequence[Example]) -> Any:
@@ -147,8 +106,8 @@ class OnnxEngine(Engine):
         self.file_bytes = self.clf.path.stat().st_size
         self._names = {i.name for i in self.clf.session.get_inputs()}
 
-    def set_batching(self, token_budget: int, max_batch_size: int) -> None:
-        self.clf.token_budget, self.clf.max_batch_size = token_budget, max_batch_size
+    def set_batching(self, max_batch_tokens: int, max_batch_size: int) -> None:
+        self.clf.max_batch_tokens, self.clf.max_batch_size = max_batch_tokens, max_batch_size
 
     def predict(self, examples: Sequence[Example]) -> Any:
         return self.clf.predict(examples)
@@ -169,18 +128,17 @@ class TorchEngine(Engine):
         self.torch = torch
         self.model, self.encoder, self.card = load_checkpoint(checkpoint)
         self.name, self.variant, self.provider = "torch eager", "fp32", f"torch {torch.__version__} CPU"
-        self.token_budget, self.max_batch_size = 8192, 256
+        self.max_batch_tokens, self.max_batch_size = MAX_BATCH_TOKENS, 256
 
-    def set_batching(self, token_budget: int, max_batch_size: int) -> None:
-        self.token_budget, self.max_batch_size = token_budget, max_batch_size
+    def set_batching(self, max_batch_tokens: int, max_batch_size: int) -> None:
+        self.max_batch_tokens, self.max_batch_size = max_batch_tokens, max_batch_size
 
     def predict(self, examples: Sequence[Example]) -> Any:
-        from service.runtime import token_budget_batches
         from service.scoring import predictions_from_logits
 
         encoded = self.encoder.encode_batch(examples)
         logits = np.empty((len(encoded), len(self.card.heads)), dtype=np.float32)
-        for idx in token_budget_batches([len(e) for e in encoded], self.token_budget, self.max_batch_size):
+        for idx in token_budget_batches([len(e) for e in encoded], self.max_batch_tokens, self.max_batch_size):
             logits[idx] = self.run_padded(pad_batch([encoded[i] for i in idx], self.encoder.pad_id))
         return predictions_from_logits(logits, self.card)
 
@@ -194,7 +152,7 @@ def _percentile(values: Sequence[float], q: float) -> float:
     return float(np.percentile(np.asarray(values), q)) if values else float("nan")
 
 
-def measure_single(engine: Engine, examples: Sequence[Example], plan: Plan) -> dict[str, Any]:
+def measure_single(engine: Engine, examples: Sequence[Example], plan: RuntimePlan) -> dict[str, Any]:
     """Latency of one-dialogue predictions, tokenisation included, and the model-only part."""
     sample = [examples[i % len(examples)] for i in range(plan.singles)]
     for ex in sample[: plan.warmup]:
@@ -219,12 +177,10 @@ def measure_single(engine: Engine, examples: Sequence[Example], plan: Plan) -> d
     }
 
 
-def batching_stats(lengths: Sequence[int], token_budget: int, max_batch_size: int) -> dict[str, Any]:
+def batching_stats(lengths: Sequence[int], max_batch_tokens: int, max_batch_size: int) -> dict[str, Any]:
     """Batches, padded tokens and padding overhead of the runtime's policy on these lengths."""
-    from service.runtime import token_budget_batches
-
     arr = np.asarray(lengths)
-    batches = list(token_budget_batches(arr, token_budget, max_batch_size))
+    batches = list(token_budget_batches(arr, max_batch_tokens, max_batch_size))
     padded = int(sum(len(b) * int(arr[b].max()) for b in batches))
     real = int(arr.sum())
     return {
@@ -240,13 +196,13 @@ def measure_throughput(
     examples: Sequence[Example],
     lengths: Sequence[int],
     policy: tuple[int, int],
-    plan: Plan,
+    plan: RuntimePlan,
     geometry: dict[str, int],
     peak: dict[str, Any],
 ) -> dict[str, Any]:
     """End-to-end examples/s (tokenisation included) over the whole set under one batching policy."""
-    token_budget, max_batch = policy
-    engine.set_batching(token_budget, max_batch)
+    max_batch_tokens, max_batch = policy
+    engine.set_batching(max_batch_tokens, max_batch)
     engine.predict(examples[: max(1, min(len(examples), max_batch))])  # warm-up at the largest shapes
     runs: list[float] = []
     for _ in range(plan.repeats):
@@ -254,10 +210,10 @@ def measure_throughput(
         engine.predict(examples)
         runs.append(time.perf_counter() - start)
     best = min(runs)
-    stats = batching_stats(lengths, token_budget, max_batch)
+    stats = batching_stats(lengths, max_batch_tokens, max_batch)
     flops = sequence_flops(geometry, lengths) if geometry else 0.0
     return {
-        "token_budget": token_budget,
+        "max_batch_tokens": max_batch_tokens,
         "max_batch_size": max_batch,
         **stats,
         "seconds": [round(r, 4) for r in runs],
@@ -279,7 +235,7 @@ def synthetic_feeds(batch: int, seq_len: int, vocab_size: int, seed: int = 0) ->
 
 
 def sweep(
-    engine: Engine, plan: Plan, geometry: dict[str, int], vocab_size: int, peak: dict[str, Any]
+    engine: Engine, plan: RuntimePlan, geometry: dict[str, int], vocab_size: int, peak: dict[str, Any]
 ) -> list[dict[str, Any]]:
     cells: list[dict[str, Any]] = []
     for batch in plan.sweep_batches:
@@ -388,9 +344,9 @@ def run(
 
     plan = SMOKE if args.smoke else FULL
     if args.examples:
-        plan = Plan(**{**asdict(plan), "examples": args.examples})
+        plan = RuntimePlan(**{**asdict(plan), "examples": args.examples})
     if args.singles:
-        plan = Plan(**{**asdict(plan), "singles": args.singles})
+        plan = RuntimePlan(**{**asdict(plan), "singles": args.singles})
     threads = args.threads or (1 if args.smoke else physical_cores())  # smoke: robust on a busy machine
     spin = {"on": True, "off": False, "default": None}[args.spin]
     card = ModelCard.load(subject.model_dir)
@@ -436,7 +392,7 @@ def run(
         },
         "threads": threads,
         "allow_spinning": args.spin,
-        "token_budget": args.token_budget,
+        "max_batch_tokens": args.max_batch_tokens,
         "plan": asdict(plan),
         "versions": _versions(),
         "engines": [],
@@ -474,7 +430,7 @@ def run(
         say(f"  {name}: throughput")
         entry["sorted64"] = measure_throughput(engine, examples, lengths, (10**9, 64), plan, geometry, peak)
         entry["token_budget"] = measure_throughput(
-            engine, examples, lengths, (args.token_budget, 256), plan, geometry, peak
+            engine, examples, lengths, (args.max_batch_tokens, 256), plan, geometry, peak
         )
         report["engines"].append(entry)
         if not args.no_sweep:
@@ -534,7 +490,7 @@ def markdown(report: dict[str, Any]) -> str:
         f"(p50 {d['p50_tokens']}, p95 {d['p95_tokens']}, max {d['max_tokens']}).",
         "",
         "| engine | file MB | single p50 ms | single p99 ms | model-only p50 ms | sorted-64 ex/s | tokens/s "
-        f"| budget-{report['token_budget']} ex/s | tokens/s | GFLOP/s | % of peak |",
+        f"| budget-{report['max_batch_tokens']} ex/s | tokens/s | GFLOP/s | % of peak |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for e in report["engines"]:
@@ -597,10 +553,10 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=None, help="intra-op threads (default: physical cores)")
     p.add_argument("--spin", choices=("default", "on", "off"), default="default", help="onnxruntime thread spinning")
     p.add_argument(
-        "--token-budget",
+        "--max-batch-tokens",
         type=int,
-        default=8192,
-        help="padded tokens per batch in the budget policy (default: %(default)s)",
+        default=MAX_BATCH_TOKENS,
+        help="padded tokens per batch in the budget policy (default: %(default)s, the service's)",
     )
     p.add_argument("--no-sweep", action="store_true", help="skip the batch × length sweep")
     p.add_argument("--smoke", action="store_true", help="every step for a moment on a tiny model (tests)")
@@ -629,8 +585,9 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety bench r
     if not variant_names or set(variant_names) - allowed:
         print(f"{prog}: --variants must name some of {sorted(allowed)}", file=sys.stderr)
         return 2
-    if args.model is not None and not args.model.is_dir():
-        print(f"{prog}: no model directory at {args.model} (dialogue-safety export writes one)", file=sys.stderr)
+    problem = model_dir_problem(args.model) if args.model is not None else None
+    if problem:
+        print(f"{prog}: {problem} (dialogue-safety export writes one)", file=sys.stderr)
         return 2
     if args.checkpoint is not None:
         from training.checkpoint_layout import checkpoint_problem
@@ -651,17 +608,6 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety bench r
         report = run(args, subject, variant_names, say)
     emit_report(report, markdown(report), args.json)
     return 0
-
-
-def emit_report(report: dict[str, Any], table: str, json_path: Path | None) -> None:
-    """Print a benchmark's JSON and markdown; also write the JSON to ``json_path`` if given."""
-    text = json.dumps(report, indent=2)
-    print(text)
-    print()
-    print(table)
-    if json_path:
-        json_path.parent.mkdir(parents=True, exist_ok=True)
-        json_path.write_text(text + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

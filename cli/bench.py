@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from cli.main import dispatch
+from cli.dispatch import dispatch
 
 BENCHMARKS: dict[str, tuple[str, str]] = {
-    "runtime": ("benchmarks.runtime", "OnnxClassifier/torch speed: latency, throughput, batch x length sweep"),
+    "runtime": ("benchmarks.runtime_speed", "OnnxClassifier/torch speed: latency, throughput, batch x length sweep"),
     "http": ("benchmarks.http", "the HTTP service under load (micro-batching, overload, naive baseline)"),
     "abuse": ("benchmarks.abuse", "hostile clients against a local server: idle, slow, largest, overload..."),
     "score": ("benchmarks.score", "corpus scoring: local engine and Ray vs the runtime, peak RSS by file size"),

@@ -26,16 +26,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from benchmarks.context_flips import SUITE_FILE, evaluate_context_flips, load_pairs
-from benchmarks.scorers import CachedScorer, Scorer, card_training_sources, load_scorer, model_kind
+from evaluation.context_flips import SUITE_FILE, evaluate_context_flips, load_pairs
+from evaluation.scorers import CachedScorer, Scorer, card_training_sources, load_scorer, model_kind
 from service.schema import LabelledExample, Split
 
 if TYPE_CHECKING:
-    from benchmarks.baseline import TfidfBaseline
+    from evaluation.baseline import TfidfBaseline
 # The suites (scikit-learn, SciPy) are imported where they run, so that a bad argument fails in
 # well under a second instead of after the imports.
 
-log = logging.getLogger("benchmarks.evaluate")
+log = logging.getLogger("evaluation.evaluate")
 
 SUITES: tuple[str, ...] = ("rounds", "functional", "aaa", "context", "context_flips", "baseline", "peer")
 #: sources evaluated by the rounds and context suites (missing ones are skipped with a note)
@@ -139,17 +139,14 @@ class DataCache:
             return self._loaded[name]
         if name in self.skipped:
             return None
-        try:
-            examples = self.loader(name, self.data_dir)
-        except FileNotFoundError as exc:  # missing or sample-only (SourceUnavailableError); format errors propagate
-            self.skipped[name] = f"{type(exc).__name__}: {exc}"
-            log.warning("skipping source %s: %s", name, self.skipped[name])
+        from training.sources.registry import load_present_sources  # the one missing/malformed policy
+
+        present = load_present_sources([name], self.data_dir, loader=self.loader)
+        if name in present.skipped:
+            self.skipped[name] = present.skipped[name]
             return None
-        if not examples:
-            self.skipped[name] = "no examples"
-            return None
-        self._loaded[name] = examples
-        return examples
+        self._loaded[name] = present.examples[name]
+        return self._loaded[name]
 
     def split(self, name: str, split: Split) -> list[LabelledExample]:
         return [e for e in self.get(name) or [] if e.split == split]
@@ -165,7 +162,7 @@ def subsample(examples: Sequence[LabelledExample], limit: int | None, seed: int)
 
 def fit_baseline(data: DataCache, sources: Iterable[str]) -> tuple[TfidfBaseline, dict[str, Any]]:
     """TF-IDF + LR on the train splits of ``sources``, threshold tuned on their valid splits."""
-    from benchmarks.baseline import TfidfBaseline
+    from evaluation.baseline import TfidfBaseline
 
     train: list[LabelledExample] = []
     valid: list[LabelledExample] = []
@@ -215,10 +212,10 @@ def run_evaluation(
     model card's) decides the baseline's training data unless ``config.baseline_sources`` is
     set; ``baseline`` passes a ready-made baseline scorer instead of fitting one.
     """
-    from benchmarks.baseline import DEFAULT_TRAINING_SOURCES
-    from benchmarks.context import evaluate_context
-    from benchmarks.functional import evaluate_functional
-    from benchmarks.rounds import evaluate_rounds
+    from evaluation.baseline import DEFAULT_TRAINING_SOURCES
+    from evaluation.context_ablation import evaluate_context
+    from evaluation.functional_suites import evaluate_functional
+    from evaluation.rounds import evaluate_rounds
 
     data_dir = Path(data_dir)
     data = DataCache(data_dir, loader or registry_loader)
@@ -251,7 +248,7 @@ def run_evaluation(
     if "baseline" in config.suites and baseline is not None and baseline is not scorer:
         scorers["baseline"] = CachedScorer(baseline, config.batch_size, config.progress)
     if "peer" in config.suites:
-        from benchmarks.peer import ProfanityCheckScorer
+        from evaluation.peer import ProfanityCheckScorer
 
         try:
             peer = ProfanityCheckScorer()
@@ -305,7 +302,7 @@ def run_evaluation(
 
 
 def _run_aaa(data: DataCache, config: EvaluationConfig, scorers: Mapping[str, Scorer]) -> dict[str, Any]:
-    from benchmarks.aaa import AAAResources, evaluate_aaa
+    from evaluation.aaa import AAAResources, evaluate_aaa
 
     try:
         resources = AAAResources.load(data.data_dir)
@@ -326,8 +323,8 @@ def _run_aaa(data: DataCache, config: EvaluationConfig, scorers: Mapping[str, Sc
 
 def write_outputs(results: Mapping[str, Any], out_dir: Path) -> None:
     """results.json, the PNG plots and report.md."""
-    from benchmarks.plots import write_plots
-    from benchmarks.report import render_report
+    from evaluation.plots import write_plots
+    from evaluation.report import render_report
 
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "results.json").write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")

@@ -33,7 +33,7 @@ def gold(examples: Sequence[LabelledExample]) -> np.ndarray:
 
 
 class TfidfBaseline:
-    """A fitted TF-IDF + logistic-regression scorer (implements ``benchmarks.scorers.Scorer``)."""
+    """A fitted TF-IDF + logistic-regression scorer (implements ``evaluation.scorers.Scorer``)."""
 
     def __init__(
         self, vectorizer: TfidfVectorizer, classifier: LogisticRegression, threshold: float, name: str = BASELINE_NAME

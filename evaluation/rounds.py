@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 from sklearn.metrics import f1_score
 
-from benchmarks.baseline import gold
-from benchmarks.scorers import Scorer, score
+from evaluation.baseline import gold
+from evaluation.scorers import Scorer, score
 from service.schema import LabelledExample
 from service.scoring import is_offensive
 from training.metrics import binary_metrics, expected_calibration_error, reliability_bins

@@ -1,0 +1,54 @@
+"""The HTTP benchmark's markdown table (from its JSON report)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def markdown(report: dict[str, Any]) -> str:
+    lines = [
+        f"HTTP benchmark — model `{report['model_dir']}`, data: {report['data']}, {report['machine']['cpus']} CPUs"
+        + (" (SMOKE: no timing meaning)" if report["smoke"] else ""),
+        "",
+    ]
+    runtime = report.get("runtime")
+    if runtime:
+        lines += [
+            f"Runtime reference ({runtime['model']}, {runtime['variant']}, {runtime['provider']}): "
+            f"single p50 {runtime['single_p50_ms']} ms, "
+            f"batched ({runtime['batch_size']}) {runtime['batched_items_per_s']} items/s",
+            "",
+        ]
+    lines += [
+        "| phase | concurrency | requests | errors | 429 | p50 ms | p95 ms | p99 ms | req/s | items/s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    rows = list(report.get("service", []))
+    overload = report.get("overload")
+    if overload:
+        rows += [overload["phase"], overload["recovery"]]
+    if report.get("naive"):
+        rows.append(report["naive"])
+    for ph in rows:
+        lines.append(
+            f"| {ph['name']} | {ph['concurrency']} | {ph['requests']} | {ph['errors']} | "
+            f"{ph['status_counts'].get('429', 0)} | {ph['p50_ms']} | {ph['p95_ms']} | {ph['p99_ms']} | "
+            f"{ph['throughput_rps']} | {ph['items_per_s']} |"
+        )
+    if overload:
+        lines += [
+            "",
+            f"Overload: queue {overload['queue_size']}, concurrency {overload['concurrency']}: "
+            f"{overload['rejected_429']} x 429 (p50 {overload['phase']['rejected_p50_ms']} ms, p99 "
+            f"{overload['phase']['rejected_p99_ms']} ms); RSS {overload['rss_before_mib']} -> peak "
+            f"{overload['rss_peak_mib']} -> {overload['rss_after_mib']} MiB (bounded: {overload['rss_bounded']}); "
+            f"recovered: {overload['recovered']}",
+        ]
+    if report.get("naive_note"):
+        lines += ["", f"Naive baseline {report['naive_note']}"]
+    if report.get("targets"):
+        lines += ["", "| target | value | limit | met |", "|---|---:|---:|---|"]
+        for name, t in report["targets"].items():
+            met = t.get("met", t.get("note", ""))
+            lines.append(f"| {name} | {t.get('value', '')} | {t.get('limit', '')} | {met} |")
+    return "\n".join(lines)
