@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.context_flips import load_pairs
+from evaluation.context_flips import load_pairs
 from service.schema import Label, LabelFamily, Split
 from tests.conftest import require
 from training.sources import identity_mentions

@@ -40,8 +40,8 @@ from tqdm.auto import tqdm
 from service.schema import LabelledExample
 from service.scoring import is_offensive
 from training.calibration import choose_threshold
+from training.inference import TorchClassifier
 from training.modeling import MINILM, minilm_dir
-from training.predictor import TorchClassifier
 from training.recipe import add_override_argument, load_recipe
 from training.trainer import LabelRules, head_names, label_rules, load_task_data
 

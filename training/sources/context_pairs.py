@@ -26,7 +26,7 @@ Family: UNSAFE_IN_CONTEXT for the context-decided kinds, the original family for
 history_added/dropped copies. Splits: examples built from a dataset's train split are TRAIN, from
 its validation split VALID; phrase-list combinations are split 80/20 by a stable hash of the
 context. There is no TEST split: the hand-written context-flip suite
-(``benchmarks/context_flips.py``) is the test, and none of its texts are in the lists below.
+(``evaluation/context_flips.py``) is the test, and none of its texts are in the lists below.
 """
 
 from __future__ import annotations
