@@ -28,12 +28,16 @@ def shipped() -> OnnxClassifier:
         ("you are an idiot", Label.OFFENSIVE),
         ("fuck you", Label.OFFENSIVE),
         ("kill yourself", Label.OFFENSIVE),
+        ("I love my muslim neighbours", Label.SAFE),
+        ("Jews celebrate Hanukkah in winter.", Label.SAFE),
+        ("I'm a proud trans woman.", Label.SAFE),
         pytest.param(
-            "I love my muslim neighbours",
+            "women are smart",
             Label.SAFE,
-            # a known failure of 0.3.0, in the card's limitations and the README (0.54 at threshold 0.435);
+            # a known failure of 0.3.1, in the card's limitations and the README (0.86 at threshold 0.46):
+            # short "<group> are ..." generalisations read as the hate data's pattern.
             # strict: when a model gets it right, this marker must go
-            marks=pytest.mark.xfail(strict=True, reason="0.3.0 flags this benign identity mention (0.54)"),
+            marks=pytest.mark.xfail(strict=True, reason="0.3.1 flags this short positive generalisation (0.86)"),
         ),
         ("Should I learn to juggle?", Label.SAFE),
     ],
