@@ -140,7 +140,7 @@ def test_never_trains_on_hatecheck_and_requires_real_data(tmp_path: Path) -> Non
     with pytest.raises(DataError, match="evaluation-only"):
         train(load_recipe("tiny", ['tasks=[{"source": "hatecheck"}]']), FULL, tmp_path / "a", progress=False)
     samples = Path(__file__).parent / "fixtures" / "sources" / "samples"
-    with pytest.raises(DataError, match="sample-only"):
+    with pytest.raises(DataError, match="only samples are present"):
         train(load_recipe("tiny", ['tasks=[{"source": "bbf_multi_turn"}]']), samples, tmp_path / "b", progress=False)
 
 

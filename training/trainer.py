@@ -77,29 +77,23 @@ def _subsample(examples: list[LabelledExample], limit: int | None, seed: int) ->
 
 def load_task_data(recipe: Recipe, data_dir: Path) -> tuple[list[TaskData], list[str]]:
     """Load every task of the recipe; missing/sample-only optional tasks are skipped (and named)."""
-    infos = {info.name: info for info in registry.available_sources(data_dir)}
-    cache: dict[str, list[LabelledExample]] = {}
-    tasks: list[TaskData] = []
-    skipped: list[str] = []
     for spec in recipe.tasks:
         if spec.source in EVAL_ONLY_SOURCES:
             raise DataError(f"task {spec.name!r}: {spec.source} is an evaluation-only suite; never train on it")
-        info = infos.get(spec.source)
-        problem = None
-        if info is None:
-            problem = f"{spec.source} not found in {data_dir}"
-        elif not info.usable:
-            problem = f"{spec.source} in {data_dir} is sample-only (format samples, not a dataset)"
-        if problem:
+    # the one missing/malformed policy: malformed files raise; what is missing is decided per task below
+    present = registry.load_present_sources(dict.fromkeys(spec.source for spec in recipe.tasks), data_dir)
+    tasks: list[TaskData] = []
+    skipped: list[str] = []
+    for spec in recipe.tasks:
+        if spec.source not in present.examples:
+            problem = f"{spec.source} in {data_dir}: {present.skipped[spec.source]}"
             if spec.required:
                 raise DataError(f"task {spec.name!r}: {problem}")
             skipped.append(f"{spec.name}: {problem}")
             continue
-        if spec.source not in cache:
-            cache[spec.source] = registry.load_source(spec.source, data_dir)
         rows = [
             ex
-            for ex in cache[spec.source]
+            for ex in present.examples[spec.source]
             if (spec.task is None or ex.task_name == spec.task)
             and (spec.rounds is None or str(ex.round) in spec.rounds)
         ]
