@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from service.batch_budget import MAX_BATCH_TOKENS
 from service.encoding import EncodingConfig
 
 RECIPES_DIR = Path(__file__).resolve().parents[1] / "recipes"
@@ -68,7 +69,7 @@ class Recipe:
     checkpoint_every: int = 200
     log_every: int = 10
     max_examples_per_task: int | None = None
-    eval_batch_tokens: int = 16384
+    eval_batch_tokens: int = MAX_BATCH_TOKENS  # the serving budget (service.batch_budget); raise it on a GPU
     num_threads: int | None = None
     init_from: str | None = None  # a training checkpoint (same base and heads) to start from: continued training
     version: str = "0.1.0"
