@@ -382,7 +382,7 @@ class OpenLoop:
         self.request = request
         self.max_connections = max_connections
         self.loop = asyncio.get_running_loop()
-        self.idle: list[_Connection] = []
+        self.idle: deque[_Connection] = deque()  # first in, first out: none idles past the keep-alive timeout
         self.connections = 0
         self.waiting: deque[float] = deque()  # due times of requests waiting for a connection
         self.latency: dict[int, list[float]] = {}  # status -> seconds from due to answer
@@ -402,7 +402,7 @@ class OpenLoop:
         self.in_flight += 1
         self._settled.clear()
         if self.idle:
-            self._write(self.idle.pop(), due)
+            self._write(self.idle.popleft(), due)
         elif self.connections < self.max_connections:
             self.connections += 1
             self.loop.create_task(self._connect_and_send(due))
