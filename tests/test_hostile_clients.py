@@ -390,6 +390,22 @@ def test_an_overloaded_service_answers_429_from_the_head_before_the_body_and_kee
     assert fake.batches == [fake.batches[0]]  # only the first request reached the model
 
 
+def test_any_asgi_server_refuses_before_the_body_too(overloaded: tuple[LiveServer, FakeClassifier]) -> None:
+    live, _ = overloaded
+    guard = live.extra["guard"]
+    guard.early_admission = None  # as under a plain ASGI server: the app's middleware refuses
+    sock = connect(live)
+    try:
+        sock.sendall(head(CLASSIFY, 100, "X-API-Key: s3cret\r\n"))  # the head only
+        status, _, error = read_response(sock)
+    finally:
+        sock.close()
+    assert status == 429 and error["error"]["code"] == "overloaded"
+    assert guard.refused_early == 0
+    with live.client() as c:
+        assert 'safety_requests_total{route="/v1/classify",status="429"} 1.0' in c.get("/metrics").text
+
+
 def test_overload_does_not_hide_a_wrong_api_key(overloaded: tuple[LiveServer, FakeClassifier]) -> None:
     live, _ = overloaded
     with live.client(headers={"X-API-Key": "wrong"}) as c:
