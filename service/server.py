@@ -17,8 +17,8 @@ builds the one configuration the CLI and the tests use, with a protocol class th
   than answering them (the body that follows is skipped; the connection stays open);
 
 and an access-log filter that drops query strings. :func:`settle_heap` keeps what is loaded at
-start out of the garbage collector's way (the CLI calls it once the model serves). Request bodies are guarded by
-:class:`service.limits.BodyGuardMiddleware` (size, time, in-flight bytes).
+start out of the garbage collector's way (the CLI calls it once the model serves). Request bodies
+are guarded by :class:`service.limits.BodyGuardMiddleware` (size, time, in-flight bytes).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from typing import Any
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from service.errors import ServiceError, error_response_bytes
+from service.errors import ServiceError, error_response_bytes, status_of
 from service.settings import ServiceSettings
 
 #: (method, raw request target, headers, scope) -> the error to answer at once, or None to serve the
@@ -191,7 +191,7 @@ def guarded_protocol(guard: ConnectionGuard) -> type[HttpToolsProtocol]:
                     self.parser.get_method().decode("ascii"),
                     self.url.partition(b"?")[0].decode("ascii", "replace"),
                     self.parser.get_http_version(),
-                    429,
+                    status_of(refusal),
                 )
             if keep_alive:
                 self.on_response_complete()
