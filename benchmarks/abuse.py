@@ -11,11 +11,16 @@ keep-alive connections) while idle, then during each attack, and samples the ser
   utterance of 4,000 emoji each) (``--largest``);
 * ``overload``: many clients sending single requests back to back (``--overload``, the closed
   loop of the issue: latency there is clients / throughput, whatever the server does);
-* ``overload 4x``: an open loop offering ``--overload-factor`` times the throughput measured
-  just before (requests are timed from when they were due, so client-side waits count);
+* ``overload 4x``: an open loop offering ``--overload-factor`` times the capacity measured just
+  before (:class:`OpenLoop`: pre-serialised requests over pre-opened raw connections; latency
+  counts from when each request was due, and the generator's own lateness is reported);
 * ``hang-ups``: batch requests whose client hangs up before the answer (``--hangups``);
 * ``bad-inputs``: hand-made bad requests (lone surrogates, invisible texts, loose types,
   unreadable, compressed, short and empty bodies).
+
+So that the load generator's own work cannot pass for the server's, the server runs on half of
+the CPUs and the clients on the other half (``--pin``; 1 + 1 on a 2-core machine), and every
+attack runs in its own process: the well-behaved client never shares an event loop with it.
 
 It prints JSON and a markdown table: attack, what the service did, the well-behaved client's
 p99 idle and during the attack, RSS before / peak / after. Counts and durations are bounded by
@@ -28,17 +33,21 @@ import argparse
 import asyncio
 import gzip
 import json
+import multiprocessing
+import os
 import resource
+import socket
 import time
-from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
-from contextlib import suppress
+from collections import Counter, deque
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from benchmarks.http_client import HOST, RawHttpClient
-from benchmarks.load_generator import percentile
+from benchmarks.load_generator import percentile, run_async
 from benchmarks.local_server import Server, free_port, running_server, server_settings, service_cmd, service_env
 from service.settings import ServiceSettings, default_model_dir
 
@@ -314,86 +323,294 @@ async def attack_overload(
     return did, details
 
 
-async def measure_capacity(url: str, clients: int, duration_s: float) -> float:
-    """Successful /v1/classify requests per second with ``clients`` closed-loop clients."""
-    done = 0
-    deadline = time.monotonic() + duration_s
+class _Connection(asyncio.Protocol):
+    """One keep-alive connection of :class:`OpenLoop`: one request in flight at a time."""
 
-    async def worker() -> None:
-        nonlocal done
-        client = RawHttpClient(url, 60.0)
+    def __init__(self, owner: OpenLoop) -> None:
+        self.owner = owner
+        self.transport: asyncio.Transport | None = None
+        self.buffer = bytearray()
+        self.due = 0.0
+        self.busy = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # a TCP transport (uvloop's is no asyncio.Transport)
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        end = self.buffer.find(b"\r\n\r\n")
+        if end < 0:
+            return
+        head = bytes(self.buffer[:end]).lower()
+        at = head.find(b"content-length:")
+        length = int(head[at + 15 :].split(b"\r\n", 1)[0]) if at >= 0 else 0
+        if len(self.buffer) < end + 4 + length:
+            return
+        del self.buffer[: end + 4 + length]
+        self.busy = False
+        self.owner.answered(self, int(head[9:12]), b"connection: close" in head)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.owner.lost(self)
+
+
+class OpenLoop:
+    """A load generator cheap enough to offer thousands of requests per second from one core.
+
+    One pre-serialised request, sent over pre-opened keep-alive connections (raw asyncio protocols,
+    no HTTP library), each request at its scheduled time whatever the answers before it (an open
+    loop). Latency counts from when a request was *due*, so any delay of the generator itself counts
+    against the service; ``lag`` (sent - due) says how late the generator was. When every connection
+    is busy a request opens a new one (up to ``max_connections``), then waits for a free one: both
+    show in ``lag``.
+    """
+
+    def __init__(self, port: int, request: bytes, max_connections: int) -> None:
+        self.port = port
+        self.request = request
+        self.max_connections = max_connections
+        self.loop = asyncio.get_running_loop()
+        self.idle: deque[_Connection] = deque()  # first in, first out: none idles past the keep-alive timeout
+        self.connections = 0
+        self.waiting: deque[float] = deque()  # due times of requests waiting for a connection
+        self.latency: dict[int, list[float]] = {}  # status -> seconds from due to answer
+        self.lag: list[float] = []
+        self.failed = 0  # connections lost or refused with a request in flight
+        self.in_flight = 0
+        self.on_answer: Callable[[_Connection, int], None] | None = None
+        self._settled: asyncio.Event = asyncio.Event()
+
+    async def open(self, n: int) -> None:
+        for _ in range(n):
+            _, conn = await self.loop.create_connection(lambda: _Connection(self), HOST, self.port)
+            self.connections += 1
+            self.idle.append(conn)
+
+    def send(self, due: float) -> None:
+        self.in_flight += 1
+        self._settled.clear()
+        if self.idle:
+            self._write(self.idle.popleft(), due)
+        elif self.connections < self.max_connections:
+            self.connections += 1
+            self.loop.create_task(self._connect_and_send(due))
+        else:
+            self.waiting.append(due)
+
+    async def _connect_and_send(self, due: float) -> None:
         try:
-            while time.monotonic() < deadline:
-                with suppress(*CLOSED):
-                    status, _ = await client.post("/v1/classify", SMALL)
-                    done += status == 200
-        finally:
-            await client.close()
+            _, conn = await self.loop.create_connection(lambda: _Connection(self), HOST, self.port)
+        except OSError:
+            self.connections -= 1
+            self._fail()
+            return
+        self._write(conn, due)
 
-    await asyncio.gather(*(worker() for _ in range(clients)))
-    return done / duration_s
+    def _write(self, conn: _Connection, due: float) -> None:
+        assert conn.transport is not None
+        conn.due, conn.busy = due, True
+        self.lag.append(self.loop.time() - due)
+        conn.transport.write(self.request)
+
+    def answered(self, conn: _Connection, status: int, close: bool) -> None:
+        self.latency.setdefault(status, []).append(self.loop.time() - conn.due)
+        self.in_flight -= 1
+        if close and conn.transport is not None:
+            conn.transport.close()
+        elif self.waiting:
+            self._write(conn, self.waiting.popleft())
+        else:
+            self.idle.append(conn)
+        if self.on_answer is not None:
+            self.on_answer(conn, status)
+        if not self.in_flight:
+            self._settled.set()
+
+    def lost(self, conn: _Connection) -> None:
+        self.connections -= 1
+        if conn in self.idle:
+            self.idle.remove(conn)
+        if conn.busy:
+            conn.busy = False
+            self._fail()
+
+    def _fail(self) -> None:
+        self.failed += 1
+        self.in_flight -= 1
+        if not self.in_flight:
+            self._settled.set()
+
+    async def settle(self, timeout_s: float) -> None:
+        """Wait (bounded) for the answers still due; those missing stay in ``in_flight``."""
+        if self.in_flight:
+            with suppress(TimeoutError):
+                await asyncio.wait_for(self._settled.wait(), timeout_s)
+
+    def close(self) -> None:
+        for conn in self.idle:
+            if conn.transport is not None:
+                conn.transport.close()
+        self.idle.clear()
+
+    async def run_schedule(self, rate: float, duration_s: float) -> None:
+        """Send ``rate`` x ``duration_s`` requests, evenly spaced (late ones are sent at once)."""
+        n = int(rate * duration_s)
+        start = self.loop.time() + 0.01
+        sent = 0
+        done: asyncio.Future[None] = self.loop.create_future()
+
+        def tick() -> None:
+            nonlocal sent
+            now = self.loop.time()
+            while sent < n and start + sent / rate <= now:
+                self.send(start + sent / rate)
+                sent += 1
+            if sent < n:
+                self.loop.call_at(start + sent / rate, tick)
+            elif not done.done():
+                done.set_result(None)
+
+        self.loop.call_at(start, tick)
+        await done
+
+
+def classify_request(body: bytes = SMALL) -> bytes:
+    """The whole HTTP/1.1 request for ``body`` (keep-alive), serialised once."""
+    return (
+        f"POST /v1/classify HTTP/1.1\r\nHost: {HOST}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+
+
+async def measure_capacity(port: int, clients: int, warmup_s: float, duration_s: float) -> float:
+    """Successful /v1/classify answers per second with ``clients`` closed-loop connections (each sends
+    again as soon as it is answered; 10 ms later after a 429), counted after ``warmup_s``."""
+    gen = OpenLoop(port, classify_request(), clients)
+    await gen.open(clients)
+    loop = gen.loop
+    counting_from = loop.time() + warmup_s
+    stop_at = counting_from + duration_s
+    ok = 0
+
+    def again(conn: _Connection, status: int) -> None:
+        nonlocal ok
+        now = loop.time()
+        ok += status == 200 and now >= counting_from
+        if now < stop_at:
+            loop.call_later(0.01 if status == 429 else 0.0, lambda: gen.send(loop.time()))
+
+    gen.on_answer = again
+    for _ in range(clients):
+        gen.send(loop.time())
+    await asyncio.sleep(warmup_s + duration_s)
+    await gen.settle(30.0)
+    gen.close()
+    return ok / duration_s
+
+
+def _metric_values(text: str) -> dict[str, float]:
+    """Prometheus text -> {'name{labels}': value} (samples only)."""
+    values = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            with suppress(ValueError):
+                values[name] = float(value)
+    return values
+
+
+def thread_cpu_s(pid: int) -> dict[str, float]:
+    """CPU seconds used so far by the threads of ``pid``: the event loop (the main thread) and the
+    others (inference, encoding, onnxruntime's)."""
+    out: dict[str, float] = {}
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            stat = (task / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        seconds = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        role = "event loop" if task.name == str(pid) else "worker threads"  # inference, encoding (names: 'python')
+        out[role] = out.get(role, 0.0) + seconds
+    return out
+
+
+def _stats_ms(values: Sequence[float]) -> dict[str, float | None]:
+    return {
+        "p50_ms": _ms(percentile(values, 50)),
+        "p99_ms": _ms(percentile(values, 99)),
+        "max_ms": _ms(max(values) if values else None),
+    }
 
 
 async def attack_open_loop(
-    url: str, factor: float, duration_s: float, max_wait_ms: float
+    url: str, factor: float, duration_s: float, max_wait_ms: float, server_pid: int
 ) -> tuple[str, dict[str, Any]]:
-    capacity = await measure_capacity(url, 32, min(5.0, duration_s))
-    await asyncio.sleep(1.0)
+    """``factor`` x the capacity measured just before, as an open loop (see :class:`OpenLoop`)."""
+    port = int(url.rsplit(":", 1)[1])
+    capacity = await measure_capacity(port, 64, 1.0, min(5.0, duration_s))
     rate = max(1.0, factor * capacity)
-    pool: asyncio.Queue[RawHttpClient] = asyncio.Queue()
-    clients = [RawHttpClient(url, 60.0) for _ in range(256)]
-    for c in clients:
-        pool.put_nowait(c)
-    ok: list[float] = []
-    refused: list[float] = []
-    other: Counter[str] = Counter()
+    await asyncio.sleep(1.0)
+    # enough connections that requests rarely wait for one: accepted ones stay ~max_wait
+    connections = int(min(3000, max(64, rate * (max_wait_ms / 1000 + 0.1))))
+    gen = OpenLoop(port, classify_request(), max_connections=3000)
+    await gen.open(connections)
+    metrics_before, cpu_before, wall_before = (
+        _metric_values(await _metrics(url)),
+        thread_cpu_s(server_pid),
+        time.monotonic(),
+    )
+    await gen.run_schedule(rate, duration_s)
+    await gen.settle(30.0)
+    wall = time.monotonic() - wall_before
+    metrics_after, cpu_after = _metric_values(await _metrics(url)), thread_cpu_s(server_pid)
+    gen.close()
 
-    async def one(due: float) -> None:
-        client = await pool.get()
-        try:
-            status, _ = await client.post("/v1/classify", SMALL)
-        except CLOSED:
-            other["error"] += 1
-            return
-        finally:
-            pool.put_nowait(client)
-        elapsed = time.perf_counter() - due
-        if status == 200:
-            ok.append(elapsed)
-        elif status == 429:
-            refused.append(elapsed)
-        else:
-            other[str(status)] += 1
+    def delta(name: str) -> float:
+        return metrics_after.get(name, 0.0) - metrics_before.get(name, 0.0)
 
-    tasks = []
-    start = time.perf_counter()
-    n = int(rate * duration_s)
-    for i in range(n):
-        due = start + i / rate
-        delay = due - time.perf_counter()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        tasks.append(asyncio.create_task(one(due)))
-    await asyncio.gather(*tasks)
-    for c in clients:
-        await c.close()
-    details = {
+    batches = delta("safety_inference_seconds_count")
+    batch_ms = round(delta("safety_inference_seconds_sum") / batches * 1000, 1) if batches else None
+    items = delta("safety_batch_size_sum")
+    ok, refused = gen.latency.get(200, []), gen.latency.get(429, [])
+    other = {str(s): len(v) for s, v in gen.latency.items() if s not in (200, 429)}
+    if gen.failed or gen.in_flight:
+        other["no answer"] = gen.failed + gen.in_flight
+    bound_ms = max_wait_ms + (batch_ms or 0.0)
+    ok_stats, refused_stats, lag_stats = _stats_ms(ok), _stats_ms(refused), _stats_ms(gen.lag)
+    details: dict[str, Any] = {
         "capacity_per_s": round(capacity, 1),
         "offered_per_s": round(rate, 1),
+        "sent": len(gen.lag) + len(gen.waiting),
+        "connections": connections,
         "ok": len(ok),
+        "ok_per_s": round(len(ok) / duration_s, 1),
         "429": len(refused),
-        "other": dict(other),
-        "ok_p50_ms": _ms(percentile(ok, 50)),
-        "ok_p99_ms": _ms(percentile(ok, 99)),
-        "ok_max_ms": _ms(max(ok) if ok else None),
-        "429_p50_ms": _ms(percentile(refused, 50)),
-        "429_p99_ms": _ms(percentile(refused, 99)),
+        "other": other,
+        **{f"ok_{k}": v for k, v in ok_stats.items()},
+        **{f"429_{k}": v for k, v in refused_stats.items()},
+        **{f"generator_lag_{k}": v for k, v in lag_stats.items()},
         "max_queue_wait_ms": max_wait_ms,
+        "mean_batch_ms": batch_ms,
+        "mean_batch_items": round(items / batches, 1) if batches else None,
+        "accepted_bound_ms": round(bound_ms, 1),
+        "shed_late": int(delta("safety_shed_items_total")),
+        "server_cpu_cores": {
+            role: round((cpu_after[role] - cpu_before.get(role, 0.0)) / wall, 2) for role in cpu_after
+        },
+        "target_429_p99_le_50ms": refused_stats["p99_ms"] is not None and refused_stats["p99_ms"] <= 50,
+        "target_ok_p99_le_bound": ok_stats["p99_ms"] is not None and ok_stats["p99_ms"] <= bound_ms,
+        "target_ok_max_le_bound": ok_stats["max_ms"] is not None and ok_stats["max_ms"] <= bound_ms,
     }
     did = (
-        f"{rate:.0f} req/s offered ({factor:g} x {capacity:.0f}/s): {len(ok)} x 200 (p99 {details['ok_p99_ms']} ms, "
-        f"max {details['ok_max_ms']} ms), {len(refused)} x 429 (p50 {details['429_p50_ms']}, "
-        f"p99 {details['429_p99_ms']} ms)" + (f", other {dict(other)}" if other else "")
+        f"{rate:.0f} req/s offered ({factor:g} x {capacity:.0f}/s measured): {len(ok)} x 200 (p99 "
+        f"{ok_stats['p99_ms']} ms, max {ok_stats['max_ms']} ms; bound {max_wait_ms:g} + batch {batch_ms} ms), "
+        f"{len(refused)} x 429 (p50 {refused_stats['p50_ms']}, p99 {refused_stats['p99_ms']} ms)"
+        + (f", other {other}" if other else "")
+        + f"; generator lag p99 {lag_stats['p99_ms']} ms"
     )
     return did, details
 
@@ -449,13 +666,26 @@ async def _metrics(url: str) -> str:
 
 
 # -- the run ---------------------------------------------------------------------------------------
+Attack = tuple[Callable[..., Awaitable[tuple[str, dict[str, Any]]]], tuple[Any, ...]]
+
+
+def _run_attack(attack: Attack) -> tuple[str, dict[str, Any]]:
+    """In the attacker process: run one attack to its end."""
+    function, args = attack
+    result: tuple[str, dict[str, Any]] = run_async(function(*args))
+    return result
+
+
 async def measure(
     server: Server,
     name: str,
-    attack: Callable[[], Awaitable[tuple[str, dict[str, Any]]]],
+    attack: Attack,
+    attacker: ProcessPoolExecutor,
     idle_p99: float | None,
     settle_s: float = 2.0,
 ) -> Outcome:
+    """Run ``attack`` in the attacker process while the well-behaved client (here, in another
+    process: the attack's own work never delays it) measures the service."""
     await asyncio.sleep(settle_s / 2)  # let the previous attack's connections drain
     before = server.rss()
     sampler = RssSampler(server)
@@ -463,7 +693,7 @@ async def measure(
     prober = Prober(server.url)
     await prober.connect()
     probe = asyncio.create_task(prober.run())
-    did, details = await attack()
+    did, details = await asyncio.get_running_loop().run_in_executor(attacker, _run_attack, attack)
     prober.stop()
     await probe
     await asyncio.sleep(settle_s)  # then 'after' is measured
@@ -482,7 +712,8 @@ async def measure(
     )
 
 
-async def run_all(server: Server, args: argparse.Namespace) -> list[Outcome]:
+async def run_all(server: Server, args: argparse.Namespace, attacker: ProcessPoolExecutor) -> list[Outcome]:
+    await asyncio.get_running_loop().run_in_executor(attacker, _run_attack, (asyncio.sleep, (0,)))  # started
     prober = Prober(server.url)
     await prober.connect()
     probe = asyncio.create_task(prober.run())
@@ -490,24 +721,57 @@ async def run_all(server: Server, args: argparse.Namespace) -> list[Outcome]:
     prober.stop()
     await probe
     idle = percentile(prober.classify, 99)
-    attacks: list[tuple[str, Callable[[], Awaitable[tuple[str, dict[str, Any]]]]]] = [
-        ("idle connections", lambda: attack_idle(server.url, args.idle, args.hold_s)),
-        ("slow bodies", lambda: attack_slow_bodies(server.url, args.slow_bodies, 2 * 1024 * 1024, args.hold_s)),
-        ("largest requests", lambda: attack_largest(server.url, args.largest, args.duration_s)),
-        ("overload", lambda: attack_overload(server.url, args.overload, args.duration_s)),
+    url = server.url
+    attacks: list[tuple[str, Attack]] = [
+        ("idle connections", (attack_idle, (url, args.idle, args.hold_s))),
+        ("slow bodies", (attack_slow_bodies, (url, args.slow_bodies, 2 * 1024 * 1024, args.hold_s))),
+        ("largest requests", (attack_largest, (url, args.largest, args.duration_s))),
+        ("overload", (attack_overload, (url, args.overload, args.duration_s))),
         (
             "overload 4x",
-            lambda: attack_open_loop(server.url, args.overload_factor, args.duration_s, args.max_queue_wait_ms),
+            (
+                attack_open_loop,
+                (url, args.overload_factor, args.duration_s, args.max_queue_wait_ms, server.process.pid),
+            ),
         ),
-        ("hang-ups", lambda: attack_hangups(server.url, args.hangups)),
-        ("bad inputs", lambda: attack_bad_inputs(server.url)),
+        ("hang-ups", (attack_hangups, (url, args.hangups))),
+        ("bad inputs", (attack_bad_inputs, (url,))),
     ]
     selected = set(args.attacks.split(",")) if args.attacks else None
     outcomes = []
     for name, attack in attacks:
         if selected is None or name in selected or name.split()[0] in selected:
-            outcomes.append(await measure(server, name, attack, idle, args.settle_s))
+            outcomes.append(await measure(server, name, attack, attacker, idle, args.settle_s))
     return outcomes
+
+
+def cpu_split(spec: str) -> tuple[set[int], set[int]] | None:
+    """``--pin``: 'auto' splits the CPUs this process may use in two halves (server, clients); 'off'
+    pins nothing; 'S:C' gives comma-separated CPU lists, e.g. '0:1'."""
+    if spec == "off":
+        return None
+    if spec == "auto":
+        cpus = sorted(os.sched_getaffinity(0))
+        if len(cpus) < 2:
+            return None
+        half = len(cpus) // 2
+        return set(cpus[:half]), set(cpus[half:])
+    server, _, clients = spec.partition(":")
+    return {int(c) for c in server.split(",")}, {int(c) for c in clients.split(",")}
+
+
+@contextmanager
+def pinned(cpus: set[int] | None) -> Iterator[None]:
+    """This process (and the processes it starts meanwhile) on ``cpus``; restored afterwards."""
+    if cpus is None:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cpus)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
 
 
 def markdown(outcomes: Sequence[Outcome], settings: dict[str, str]) -> str:
@@ -548,6 +812,12 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         metavar="NAME=VALUE",
         help="a service setting for the server (repeatable), e.g. header_timeout_s=2",
     )
+    p.add_argument(
+        "--pin",
+        default="auto",
+        help="CPUs for the server and for the clients: 'auto' (half each, e.g. 0 and 1 on 2 cores: the load "
+        "generator cannot steal the server's core), 'off', or 'SERVER:CLIENTS' lists such as '0:1'",
+    )
     p.add_argument("--json", type=Path, default=None, help="write the report here (e.g. runs/abuse.json)")
     p.add_argument("--smoke", action="store_true", help="every attack briefly with small counts")
     p.add_argument("--start-timeout-s", type=float, default=180.0)
@@ -568,12 +838,36 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety bench a
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     with suppress(ValueError, OSError):
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    split = cpu_split(args.pin)
+    server_cpus, client_cpus = split if split is not None else (None, None)
     port = free_port()
-    with running_server(
-        service_cmd(args.model, port, None), service_env(**settings), port, start_timeout_s=args.start_timeout_s
-    ) as server:
-        outcomes = asyncio.run(run_all(server, args))
-    report = {"model": str(args.model), "server_settings": settings, "outcomes": [asdict(o) for o in outcomes]}
+    with pinned(client_cpus):
+        with pinned(server_cpus):
+            starting = running_server(
+                service_cmd(args.model, port, None),
+                service_env(**settings),
+                port,
+                start_timeout_s=args.start_timeout_s,
+            )
+            server = starting.__enter__()  # the server process inherits the server CPUs
+        try:
+            # the attacks run in their own process, started now (on the client CPUs)
+            with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as attacker:
+                outcomes = asyncio.run(run_all(server, args, attacker))
+        finally:
+            starting.__exit__(None, None, None)
+    machine = {
+        "cpus": os.cpu_count(),
+        "server_cpus": sorted(server_cpus) if server_cpus else None,
+        "client_cpus": sorted(client_cpus) if client_cpus else None,
+        "load_avg_1m_after": round(os.getloadavg()[0], 2),
+    }
+    report = {
+        "model": str(args.model),
+        "server_settings": settings,
+        "machine": machine,
+        "outcomes": [asdict(o) for o in outcomes],
+    }
     print(json.dumps(report, indent=2))
     print()
     print(markdown(outcomes, settings))

@@ -12,10 +12,12 @@ Run it with ``dialogue-safety serve`` or ``uvicorn --factory service.api:create_
 from __future__ import annotations
 
 import asyncio
+import hmac
 import logging
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Annotated, Any, Literal, Protocol
 
 from fastapi import APIRouter, Depends, FastAPI, Request
@@ -23,11 +25,11 @@ from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBea
 from fastapi_offline import FastAPIOffline
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 from starlette.responses import JSONResponse, Response
-from starlette.types import Receive
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service import explain
-from service.auth import ApiKeyMiddleware, api_key_of, log_auth_state
-from service.batcher import MicroBatcher
+from service.auth import ApiKeyMiddleware, api_key_of, log_auth_state, supplied_key_in
+from service.batcher import Announcement, MicroBatcher
 from service.breakit.api import BreakItGame
 from service.encoding import EncodedExample
 from service.errors import (
@@ -35,7 +37,9 @@ from service.errors import (
     ErrorResponse,
     InvalidInput,
     NotReady,
+    Overloaded,
     error_body,
+    error_response,
     install_error_handlers,
     openapi_responses,
 )
@@ -48,6 +52,9 @@ from service.settings import ServiceSettings
 from service.telemetry import RequestMetricsMiddleware, ServiceMetrics
 
 log = logging.getLogger("service.api")
+CLASSIFY_PATHS = frozenset({"/v1/classify", "/v1/classify/batch"})  # what an overloaded service refuses early
+CLASSIFY_TARGETS = frozenset(p.encode() for p in CLASSIFY_PATHS)
+ANNOUNCEMENT = "safety.announcement"  # scope key: the batcher's Announcement of a request admitted from its head
 CLIENT_CLOSED = 499  # nginx's "client closed request": the caller left, nobody reads the answer
 
 
@@ -284,10 +291,15 @@ class ServiceState:
     """What one app owns: settings, limits, metrics, and (once loaded) classifier and batcher."""
 
     def __init__(
-        self, settings: ServiceSettings, factory: ClassifierFactory, on_fatal: Callable[[], None] | None = None
+        self,
+        settings: ServiceSettings,
+        factory: ClassifierFactory,
+        on_fatal: Callable[[], None] | None = None,
+        on_ready: Callable[[], None] | None = None,
     ) -> None:
         self.settings = settings
         self.on_fatal = on_fatal  # called when the model cannot load: the CLI stops the server (exit status 3)
+        self.on_ready = on_ready  # called once the first model serves: the CLI freezes the heap (service.server)
         self.factory = factory
         self.limits = Limits.from_settings(settings)
         self.metrics = ServiceMetrics()
@@ -297,6 +309,7 @@ class ServiceState:
         self.load_error: str | None = None
         self.model_id = ""
         self.card_threshold: float | None = None  # the loaded model card's; no placeholder before the load
+        self.api_key = api_key_of(settings)
 
     async def load(self) -> None:
         """Load and warm up the model off the event loop, then start the batcher."""
@@ -311,6 +324,8 @@ class ServiceState:
                 self.on_fatal()
             return
         await self.install(classifier, self.settings)
+        if self.on_ready is not None:
+            self.on_ready()
 
     async def load_classifier(self, settings: ServiceSettings) -> Classifier:
         """Build and warm up a classifier for ``settings`` in a thread (raises what loading raises)."""
@@ -374,6 +389,40 @@ class ServiceState:
             raise NotReady(retry_after_s=self.settings.retry_after_s)
         return self.batcher
 
+    def early_refusal(self, method: str, path: str) -> Overloaded | None:
+        """The 429 a classification request gets before its body is read: when the batcher would
+        refuse even one item now (its queued work would take longer than ``max_queue_wait_ms``, or
+        the queue is full). None: go on (requests that pass are checked again when queued)."""
+        if method != "POST" or path not in CLASSIFY_PATHS or not self.ready or self.batcher is None:
+            return None
+        return self.batcher.refusal(1)
+
+    def admit_from_head(
+        self, method: bytes, target: bytes, headers: Sequence[tuple[bytes, bytes]], scope: dict[str, Any]
+    ) -> Overloaded | None:
+        """:meth:`early_refusal` for the server's protocol (:mod:`service.server`), from the request
+        head alone (``target``: the raw request target). A request that passes is announced to the
+        batcher (counted in its wait estimate until it is queued; ``scope`` carries the
+        announcement to the handler). Authenticated requests only (a wrong key still gets its 401
+        from the app); the refusal is counted in the request metrics here."""
+        path = target.partition(b"?")[0]
+        if path not in CLASSIFY_TARGETS or method != b"POST" or not self.ready or self.batcher is None:
+            return None
+        if self.api_key is not None:
+            key = supplied_key_in(headers)
+            if key is None or not hmac.compare_digest(key, self.api_key):
+                return None
+        start = time.perf_counter()
+        verdict = self.batcher.announce()
+        if isinstance(verdict, Announcement):
+            scope[ANNOUNCEMENT] = verdict
+            return None
+        if verdict is not None:
+            route = path.decode("ascii")
+            self.metrics.requests.labels(route=route, status="429").inc()
+            self.metrics.request_latency.labels(route=route).observe(time.perf_counter() - start)
+        return verdict
+
     @property
     def default_threshold(self) -> float | None:
         """The threshold for requests that bring none: the setting, else the card's (None before a load)."""
@@ -419,7 +468,7 @@ async def _predict(state: ServiceState, request: Request, examples: list[Example
     """Run ``examples`` through the batcher; None if the client disconnected first (its items
     are then dropped before inference)."""
     batcher = state.require_ready()
-    futures = await batcher.enqueue(examples)
+    futures = await batcher.enqueue(examples, request.scope.get(ANNOUNCEMENT))
     waiter: asyncio.Future[Any] = futures[0] if len(futures) == 1 else asyncio.gather(*futures)
     watcher = asyncio.ensure_future(_until_disconnect(request.receive))
     try:
@@ -434,6 +483,47 @@ async def _predict(state: ServiceState, request: Request, examples: list[Example
         return None
     result = waiter.result()
     return [result] if len(futures) == 1 else list(result)
+
+
+@dataclass(frozen=True)
+class _RouteLabel:
+    """What :class:`service.telemetry.RequestMetricsMiddleware` reads from ``scope["route"]``."""
+
+    path: str
+
+
+class EarlyRefusalMiddleware:
+    """Answer 429 to ``POST /v1/classify`` and ``/v1/classify/batch`` before their body is read or
+    parsed when the batcher would refuse even one item now (:meth:`ServiceState.early_refusal`).
+
+    Under overload most requests are refused: a refusal must cost far less than an answer, or
+    refusing alone takes the CPU that the accepted requests need (and the event loop falls behind,
+    so every answer, 429s included, comes late). Served by ``dialogue-safety serve``, the server's
+    protocol gives these answers itself, before any ASGI work (:mod:`service.server`); this
+    middleware is the same rule for any other ASGI server. The connection stays open (the unread
+    body is skipped).
+    """
+
+    def __init__(self, app: ASGIApp, state: ServiceState) -> None:
+        self.app = app
+        self.state = state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        announcement: Announcement | None = scope.get(ANNOUNCEMENT)  # admitted from its head by the server
+        if announcement is None:
+            refusal = self.state.early_refusal(scope["method"], scope["path"])
+            if refusal is not None:
+                scope["route"] = _RouteLabel(scope["path"])  # counted under its route, not "unmatched"
+                await error_response(refusal)(scope, receive, send)
+                return
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            if announcement is not None:
+                announcement.settle()  # ended before its items were queued (invalid, refused...)
 
 
 def api_key_declaration(settings: ServiceSettings) -> list[Any]:
@@ -568,11 +658,13 @@ def create_app(
     *,
     classifier_factory: ClassifierFactory | None = None,
     on_fatal: Callable[[], None] | None = None,
+    on_ready: Callable[[], None] | None = None,
 ) -> FastAPI:
     """Build the app; ``settings`` default to the ``SAFETY_*`` environment. ``on_fatal`` is called
-    (on the event loop) when the model cannot be loaded: the CLI stops the server then."""
+    (on the event loop) when the model cannot be loaded: the CLI stops the server then; ``on_ready``
+    once the first model serves: the CLI settles the heap then (:func:`service.server.settle_heap`)."""
     settings = settings if settings is not None else ServiceSettings()
-    state = ServiceState(settings, classifier_factory or load_onnx_classifier, on_fatal)
+    state = ServiceState(settings, classifier_factory or load_onnx_classifier, on_fatal, on_ready)
     swapper = ModelSwapper(state)
     game = BreakItGame(state, settings.breakit_db) if settings.breakit_db else None
 
@@ -603,15 +695,18 @@ def create_app(
         strict_content_type=False,  # a body without Content-Type is read as JSON; a wrong one is a 415
     )
     app.state.safety = state
+    app.state.early_admission = state.admit_from_head  # service.server's protocol answers these itself
     install_error_handlers(app)
-    # Innermost first: the body guard (size, time, in-flight bytes), then the API key (checked
-    # before any body byte is read), then the request metrics (outermost: they see every answer).
+    # Innermost first: the body guard (size, time, in-flight bytes), then the early 429 of an
+    # overloaded service (before any body byte is read), then the API key (checked before that),
+    # then the request metrics (outermost: they see every answer).
     app.add_middleware(
         BodyGuardMiddleware,
         max_body_bytes=settings.max_body_bytes,
         body_timeout_s=settings.body_timeout_s,
         max_inflight_body_bytes=settings.max_inflight_body_bytes,
     )
+    app.add_middleware(EarlyRefusalMiddleware, state=state)
     # always installed: without a key it still turns the admin endpoints away
     app.add_middleware(ApiKeyMiddleware, api_key=api_key_of(settings), public_docs=settings.public_docs)
     app.add_middleware(RequestMetricsMiddleware, metrics=state.metrics)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+from collections.abc import Iterable
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -65,8 +66,13 @@ def is_protected(path: str, public_docs: bool) -> bool:
 
 def supplied_key(scope: Scope) -> bytes | None:
     """The key from ``X-API-Key`` or ``Authorization: Bearer``, if any."""
+    return supplied_key_in(scope["headers"])
+
+
+def supplied_key_in(headers: Iterable[tuple[bytes, bytes]]) -> bytes | None:
+    """:func:`supplied_key` from the request's headers (lower-case names, as ASGI and uvicorn give them)."""
     bearer = None
-    for name, value in scope["headers"]:
+    for name, value in headers:
         if name == b"x-api-key":
             return bytes(value)
         if name == b"authorization":

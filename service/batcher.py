@@ -113,6 +113,25 @@ class _Batch:
         return len(self.items) >= self.max_items
 
 
+class Announcement:
+    """A request admitted from its head alone (:meth:`MicroBatcher.announce`), before its body is
+    read: counted in the wait estimate, as one item, until its items are queued or it ends
+    (:meth:`settle`, idempotent), so that the heads of many requests arriving at once are not all
+    admitted against the same queue. ``since``: when its head arrived (the wait bound counts from
+    there)."""
+
+    __slots__ = ("_batcher", "since")
+
+    def __init__(self, batcher: MicroBatcher, since: float) -> None:
+        self._batcher: MicroBatcher | None = batcher
+        self.since = since
+
+    def settle(self) -> None:
+        batcher, self._batcher = self._batcher, None
+        if batcher is not None:
+            batcher._announced -= 1
+
+
 class MicroBatcher:
     """Merge concurrent submissions into batches for ``predict`` (see the module docstring).
 
@@ -151,6 +170,7 @@ class MicroBatcher:
         self._seconds_per_token: float | None = None  # EWMA over the batches run so far
         self._queued_tokens = 0  # tokens of the items in the queue (and the carried one)
         self._encoding = 0  # items admitted and being (or waiting to be) encoded
+        self._announced = 0  # requests admitted from their head, not queued yet (Announcement)
         self._item_tokens = 64.0  # running mean of tokens per item (to estimate items not encoded yet)
         self._encode_seconds_per_item = 0.0  # running mean of encoding time per item
         self._to_encode: list[tuple[Sequence[Example], asyncio.Future[list[EncodedExample]]]] = []
@@ -165,6 +185,9 @@ class MicroBatcher:
         self._accepting = False
         self._stopped = False
         self._running_batch = False
+        self._running_since = 0.0  # perf_counter() when the running batch started
+        self._running_tokens = 0  # padded tokens of the running batch
+        self._last_batch_s = 0.0  # how long the last batch took
         self._arrived_while_running = 0
         self._expect_company = False
         self._outstanding = 0  # futures handed out and not yet settled (drain waits for 0)
@@ -242,12 +265,25 @@ class MicroBatcher:
 
     @property
     def expected_wait_s(self) -> float | None:
-        """How long the queued work (and the admitted items still being encoded) would take to clear
-        at the measured throughput (None: not measured yet)."""
-        if self._seconds_per_token is None:
+        """How long a new item would wait for its batch to start: what is left of the running batch,
+        then the queued work and the admitted items still being encoded, at the measured throughput
+        (None: not measured yet)."""
+        spt = self._seconds_per_token
+        if spt is None:
             return None
-        encoding = self._encoding * self._encode_seconds_per_item  # one encoding thread: they wait in turn
-        return encoding + (self._queued_tokens + self._encoding * self._item_tokens) * self._seconds_per_token
+        running = 0.0
+        if self._running_batch:
+            running = max(0.0, self._running_tokens * spt - (time.perf_counter() - self._running_since))
+        to_encode = self._encoding + self._announced
+        encoding = to_encode * self._encode_seconds_per_item  # one encoding thread: they wait in turn
+        return running + encoding + (self._queued_tokens + to_encode * self._item_tokens) * spt
+
+    def refusal(self, n: int = 1) -> Overloaded | None:
+        """The :class:`Overloaded` a submission of ``n`` items would get now (None: it would be admitted
+        so far). Cheap, for refusing before a request's body is even read."""
+        if not self._accepting or self._queue is None:
+            return None  # not ready or stopping: the handler answers that
+        return self._overload(n)
 
     def live_depth(self) -> int:
         """Items waiting whose caller still waits (cancelled ones are dropped when reached)."""
@@ -255,6 +291,16 @@ class MicroBatcher:
         if self._carry is not None:
             waiting.append(self._carry)
         return sum(1 for item in waiting if not item.future.done())
+
+    def announce(self) -> Announcement | Overloaded | None:
+        """Admit a request from its head alone, before its body is read: the :class:`Overloaded` it
+        gets if even one item would be refused now, else an :class:`Announcement` to pass to
+        :meth:`enqueue` (None: not accepting; the handler answers that)."""
+        refusal = self.refusal(1)
+        if refusal is not None or not self._accepting:
+            return refusal
+        self._announced += 1
+        return Announcement(self, asyncio.get_running_loop().time())
 
     # -- submitting -----------------------------------------------------------------------------
     async def submit(self, examples: Sequence[Example]) -> list[Prediction]:
@@ -270,15 +316,22 @@ class MicroBatcher:
         finally:
             self.release(futures)
 
-    async def enqueue(self, examples: Sequence[Example]) -> list[asyncio.Future[Prediction]]:
+    async def enqueue(
+        self, examples: Sequence[Example], announcement: Announcement | None = None
+    ) -> list[asyncio.Future[Prediction]]:
         """Encode ``examples`` and queue them together; one future per example, in order.
+        ``announcement``: the request was admitted from its head (:meth:`announce`); its wait counts
+        from then, and it stops being counted as announced.
 
         Callers that stop waiting must :meth:`release` the futures (cancel what is pending)."""
+        loop = asyncio.get_running_loop()
+        arrived = loop.time()  # the wait bound counts from here: waiting to be encoded is waiting too
+        if announcement is not None:
+            announcement.settle()
+            arrived = min(arrived, announcement.since)
         n = len(examples)
         if n == 0:
             return []
-        loop = asyncio.get_running_loop()
-        arrived = loop.time()  # the wait bound counts from here: waiting to be encoded is waiting too
         self._check_room(n)  # before encoding: refusing must stay cheap under overload
         start = time.perf_counter()
         self._encoding += n
@@ -376,18 +429,33 @@ class MicroBatcher:
         admitted_while_draining = not wait and self._draining and self._task is not None and not self._task.done()
         if not (self._accepting or admitted_while_draining) or self._queue is None:
             raise _shutting_down(self.retry_after_s) if self._stopped else NotReady("the batcher is not running")
+        overload = self._overload(n, wait=wait)
+        if overload is not None:
+            raise overload
+
+    def _overload(self, n: int, *, wait: bool = True) -> Overloaded | None:
+        """The refusal ``n`` more items get now, if any (returned, not raised: refusing stays cheap and
+        leaves no traceback cycles for the garbage collector)."""
         if self.queue_size - self.depth - self._encoding < n:
-            raise Overloaded(
+            return Overloaded(
                 f"the inference queue is full ({self.depth}/{self.queue_size} items waiting); retry later",
                 retry_after_s=self.retry_after_s,
             )
-        expected = self.expected_wait_s if wait else None
-        if self.max_queue_wait_s is not None and expected is not None and expected > self.max_queue_wait_s:
-            raise Overloaded(
-                f"the inference queue holds {expected * 1000:.0f} ms of work, more than the "
-                f"{self.max_queue_wait_s * 1000:.0f} ms a request may wait (SAFETY_MAX_QUEUE_WAIT_MS); retry later",
+        if not wait or self.max_queue_wait_s is None:
+            return None
+        expected = self.expected_wait_s
+        if expected is None:
+            return None
+        # One batch of headroom: the estimate errs, and an item that then waits too long is refused late.
+        expected += self._last_batch_s
+        if expected > self.max_queue_wait_s:
+            return Overloaded(
+                f"an item admitted now would wait about {expected * 1000:.0f} ms for inference (the queued work "
+                f"and one batch), more than the {self.max_queue_wait_s * 1000:.0f} ms a request may wait "
+                "(SAFETY_MAX_QUEUE_WAIT_MS); retry later",
                 retry_after_s=self.retry_after_s,
             )
+        return None
 
     def _enqueue(self, encoded: list[EncodedExample], arrived: float) -> list[asyncio.Future[Prediction]]:
         # Again (encoding may have awaited), for the hard cap only: the work of encoding is done,
@@ -514,6 +582,7 @@ class MicroBatcher:
         padded = sum(len(idx) * max(len(encoded[i]) for i in idx) for idx in calls)
         self._running_batch, self._arrived_while_running = True, 0
         start = time.perf_counter()
+        self._running_since, self._running_tokens = start, padded
         try:
             predictions, timings = await loop.run_in_executor(self._infer_pool, self._predict_calls, encoded, calls)
         except Exception:
@@ -527,9 +596,13 @@ class MicroBatcher:
             self._running_batch = False
             self._expect_company = len(live) > 1 or self._arrived_while_running > 0
         elapsed = time.perf_counter() - start
+        self._last_batch_s = elapsed
         per_token = elapsed / max(1, padded)
         old = self._seconds_per_token
-        self._seconds_per_token = per_token if old is None else 0.8 * old + 0.2 * per_token
+        # Weighted by how full the batch was: the estimate is for a long queue, which runs in full
+        # batches; a lone request costs ~3x more per token and must not make the next burst look slow.
+        weight = 0.2 * min(1.0, len(live) / self.max_batch_size)
+        self._seconds_per_token = per_token if old is None else (1 - weight) * old + weight * per_token
         for size, tokens, seconds in timings:
             self._observer.observe_batch(size, tokens, seconds)
         for item, prediction in zip(live, predictions, strict=True):

@@ -84,7 +84,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety serve")
     import uvicorn
 
     from service.api import create_app
-    from service.server import uvicorn_config
+    from service.server import settle_heap, uvicorn_config
 
     level = "DEBUG" if settings.log_level == "trace" else settings.log_level.upper()
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -94,7 +94,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety serve")
         if server is not None:
             server.should_exit = True
 
-    app = create_app(settings, on_fatal=stop_on_fatal)
+    app = create_app(settings, on_fatal=stop_on_fatal, on_ready=settle_heap)
     server = uvicorn.Server(uvicorn_config(app, settings))
     server.run()
     if app.state.safety.load_error is not None:

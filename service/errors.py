@@ -11,9 +11,11 @@ that shape in one place. Error bodies never echo request texts.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -233,6 +235,24 @@ def error_response(exc: ServiceError, *, close: bool = False) -> JSONResponse:
     return JSONResponse(
         error_body(exc.code, exc.message, exc.field), status_code=status_of(exc), headers=headers or None
     )
+
+
+def error_response_bytes(
+    exc: ServiceError, default_headers: Sequence[tuple[bytes, bytes]] = (), *, keep_alive: bool = True
+) -> bytes:
+    """:func:`error_response` as the bytes of an HTTP/1.1 response (the same status, headers and JSON
+    body), for answers the server writes itself before any ASGI app runs (:mod:`service.server`'s early
+    429). ``default_headers``: the server's own (``date``)."""
+    body = json.dumps(error_body(exc.code, exc.message, exc.field), ensure_ascii=False, separators=(",", ":")).encode()
+    status = status_of(exc)
+    reason = HTTPStatus(status).phrase.encode()
+    lines = [b"HTTP/1.1 %d %s" % (status, reason)]
+    lines += [name + b": " + value for name, value in default_headers]
+    lines += [b"content-type: application/json", b"content-length: %d" % len(body)]
+    lines += [f"{name.lower()}: {value}".encode("latin-1") for name, value in exc.headers.items()]
+    if not keep_alive:
+        lines.append(b"connection: close")
+    return b"\r\n".join(lines) + b"\r\n\r\n" + body
 
 
 class RefusedWhileReading(StarletteHTTPException):

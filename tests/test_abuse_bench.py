@@ -36,3 +36,7 @@ def test_abuse_benchmark_smoke(
     assert all(400 <= status < 500 for status in bad.values()), bad  # a 4xx for each, never a 5xx
     assert "500" not in attacks["hang-ups"]["details"]["batch_statuses"]
     assert all(o["rss_peak_mib"] for o in report["outcomes"])
+    overload = attacks["overload 4x"]["details"]
+    assert overload["sent"] > 0 and overload["generator_lag_p99_ms"] is not None  # the client's lag is shown
+    assert {"target_429_p99_le_50ms", "target_ok_p99_le_bound", "accepted_bound_ms"} <= set(overload)
+    assert report["machine"]["server_cpus"] != report["machine"]["client_cpus"]

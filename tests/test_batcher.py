@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from service.batcher import MicroBatcher
+from service.batcher import Announcement, MicroBatcher
 from service.encoding import EncodedExample
 from service.errors import InferenceFailed, NotReady, Overloaded
 from service.schema import Example, Label, Prediction
@@ -462,17 +462,69 @@ def test_admission_refuses_what_would_wait_longer_than_max_queue_wait() -> None:
     async def body(b: MicroBatcher, m: FakeModel, o: RecordingObserver) -> None:
         await b.submit([item(1)])  # one batch measured: seconds per token known
         assert b.expected_wait_s == 0
+        assert b.refusal(1) is None
         m.gate.clear()
         running = asyncio.create_task(b.submit([item(2)]))
         await wait_entered(m)
-        b._seconds_per_token = 1.0  # as if each token took a second: the queue is 'slow'
-        queued = asyncio.create_task(b.submit([item(3)]))
+        queued = asyncio.create_task(b.submit([item(3)]))  # admitted: the measured batches were fast
         await until(lambda: b.depth == 1)
+        b._seconds_per_token = 1.0  # as if each token took a second: the queue is 'slow'
+        assert b.expected_wait_s is not None and b.expected_wait_s >= 4  # item 3's tokens, at least
+        refusal = b.refusal(1)  # returned, for the server to answer before reading a body
+        assert isinstance(refusal, Overloaded) and "SAFETY_MAX_QUEUE_WAIT_MS" in refusal.message
         with pytest.raises(Overloaded) as refused:
             await b.submit([item(4)])
         assert "SAFETY_MAX_QUEUE_WAIT_MS" in refused.value.message
         m.gate.set()
         await asyncio.gather(running, queued)
+
+    run(body, model, max_queue_wait_s=0.5)
+
+
+def test_the_running_batch_counts_in_the_expected_wait() -> None:
+    model = FakeModel()
+
+    async def body(b: MicroBatcher, m: FakeModel, o: RecordingObserver) -> None:
+        await b.submit([item(1)])
+        m.gate.clear()
+        running = asyncio.create_task(b.submit([item(2)]))
+        await wait_entered(m)
+        assert b.depth == 0
+        b._seconds_per_token = 1.0  # the batch now running would take seconds: nothing queued, still too long
+        assert b.expected_wait_s is not None and b.expected_wait_s > 0.5
+        with pytest.raises(Overloaded):
+            await b.submit([item(3)])
+        m.gate.set()
+        await running
+
+    run(body, model, max_queue_wait_s=0.5)
+
+
+def test_announced_requests_count_until_queued_and_their_wait_counts_from_the_head() -> None:
+    model = FakeModel()
+
+    async def body(b: MicroBatcher, m: FakeModel, o: RecordingObserver) -> None:
+        await b.submit([item(1)])
+        # 0.2 s an item; no encoding time, no headroom: the arithmetic stays exact on a busy machine
+        b._seconds_per_token, b._item_tokens, b._encode_seconds_per_item = 0.05, 4.0, 0.0
+        b._last_batch_s = 0.0
+        announced = [b.announce() for _ in range(3)]  # 0, 0.2 and 0.4 s of work ahead of them
+        assert all(isinstance(a, Announcement) for a in announced)
+        assert b.expected_wait_s == pytest.approx(0.6)  # counted before their bodies are read
+        assert isinstance(b.announce(), Overloaded)  # 0.6 s ahead: over the 0.5 s bound
+        first = announced[0]
+        assert isinstance(first, Announcement)
+        first.settle()
+        first.settle()  # idempotent
+        assert b.expected_wait_s == pytest.approx(0.4)
+        await asyncio.sleep(0.55)  # the others' bodies are slow to come
+        b._seconds_per_token = 0.0
+        second = announced[1]
+        assert isinstance(second, Announcement)
+        (future,) = await b.enqueue([item(3)], second)  # queued: no longer counted as announced...
+        assert b._announced == 1
+        with pytest.raises(Overloaded, match="waited more than"):  # ...and it has waited since its head
+            await future
 
     run(body, model, max_queue_wait_s=0.5)
 

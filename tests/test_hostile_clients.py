@@ -321,6 +321,107 @@ def test_a_client_hanging_up_on_a_batch_is_499_not_500(caplog: pytest.LogCapture
     assert "InvalidStateError" not in caplog.text and "Traceback" not in caplog.text
 
 
+# -- 6. overload: refused from the request head, cheaply --------------------------------------------
+def read_response(sock: socket.socket) -> tuple[int, dict[str, str], dict[str, Any]]:
+    """One response on a keep-alive connection: status, headers (lower-case names), JSON body."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, "the server closed the connection"
+        data += chunk
+    header, _, body = data.partition(b"\r\n\r\n")
+    lines = header.decode("latin-1").split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+    while len(body) < int(headers["content-length"]):
+        chunk = sock.recv(65536)
+        assert chunk, "the server closed the connection"
+        body += chunk
+    return int(lines[0].split(" ", 2)[1]), headers, json.loads(body) if body else {}
+
+
+@pytest.fixture()
+def overloaded() -> Iterator[tuple[LiveServer, FakeClassifier]]:
+    """A server whose batcher refuses every submission: a batch holds the inference thread and the
+    measured throughput says it would take seconds to finish (bound: 500 ms)."""
+    fake = FakeClassifier()
+    with live_server(classifier=fake, max_queue_wait_ms=500, api_key="s3cret") as live:
+        key = {"X-API-Key": "s3cret"}
+        with live.client(headers=key) as c, live.client(headers=key) as held:
+            assert c.post(CLASSIFY, json={"utterance": "first"}).status_code == 200  # throughput measured
+            fake.gate.clear()
+            fake.entered.clear()
+            blocker = threading.Thread(target=lambda: held.post(CLASSIFY, json={"utterance": "held"}), daemon=True)
+            blocker.start()
+            assert fake.entered.wait(GUARD_S)
+            batcher = live.app.state.safety.batcher
+            batcher._seconds_per_token = 10.0  # the held batch: seconds of work left
+            assert batcher.refusal(1) is not None
+            try:
+                yield live, fake
+            finally:
+                fake.gate.set()
+                blocker.join(GUARD_S)
+
+
+def test_an_overloaded_service_answers_429_from_the_head_before_the_body_and_keeps_the_connection(
+    overloaded: tuple[LiveServer, FakeClassifier],
+) -> None:
+    live, fake = overloaded
+    body = json.dumps({"utterance": "you are an idiot"}).encode()
+    sock = connect(live)
+    try:
+        sock.sendall(head(CLASSIFY, len(body), "X-API-Key: s3cret\r\n"))  # the head only: no body sent
+        status, headers, error = read_response(sock)
+        assert status == 429 and error["error"]["code"] == "overloaded"
+        assert "SAFETY_MAX_QUEUE_WAIT_MS" in error["error"]["message"] and headers["retry-after"] == "1"
+        assert headers["content-type"] == "application/json" and "connection" not in headers
+        # the body comes late: it is skipped, and the connection serves the next request
+        sock.sendall(body + b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        status, _, health = read_response(sock)
+        assert status == 200 and health["status"] == "ok"
+    finally:
+        sock.close()
+    guard = live.extra["guard"]
+    assert guard.refused_early == 1  # answered by the protocol, not by the app
+    with live.client() as c:
+        metrics = c.get("/metrics").text
+    assert 'safety_requests_total{route="/v1/classify",status="429"} 1.0' in metrics
+    assert fake.batches == [fake.batches[0]]  # only the first request reached the model
+
+
+def test_any_asgi_server_refuses_before_the_body_too(overloaded: tuple[LiveServer, FakeClassifier]) -> None:
+    live, _ = overloaded
+    guard = live.extra["guard"]
+    guard.early_admission = None  # as under a plain ASGI server: the app's middleware refuses
+    sock = connect(live)
+    try:
+        sock.sendall(head(CLASSIFY, 100, "X-API-Key: s3cret\r\n"))  # the head only
+        status, _, error = read_response(sock)
+    finally:
+        sock.close()
+    assert status == 429 and error["error"]["code"] == "overloaded"
+    assert guard.refused_early == 0
+    with live.client() as c:
+        assert 'safety_requests_total{route="/v1/classify",status="429"} 1.0' in c.get("/metrics").text
+
+
+def test_overload_does_not_hide_a_wrong_api_key(overloaded: tuple[LiveServer, FakeClassifier]) -> None:
+    live, _ = overloaded
+    with live.client(headers={"X-API-Key": "wrong"}) as c:
+        response = c.post(CLASSIFY, json={"utterance": "hi"})
+    assert response.status_code == 401
+
+
+def test_requests_admitted_from_their_head_stop_counting_whatever_their_answer() -> None:
+    with live_server(classifier=FakeClassifier(), max_queue_wait_ms=500) as live, live.client() as c:
+        assert c.post(CLASSIFY, json={"utterance": "first"}).status_code == 200
+        assert c.post(CLASSIFY, json={"utterance": ""}).status_code == 422  # announced, never queued
+        assert c.post(CLASSIFY, content=b"{not json").status_code == 400
+        assert c.post(BATCH, json={"items": [""]}).status_code == 200  # every item refused in its slot
+        assert c.post(CLASSIFY, json={"utterance": "again"}).status_code == 200
+        assert live.app.state.safety.batcher._announced == 0
+
+
 # -- 3. one large valid request does not stall the server (real tokenizer) ------------------------
 def test_largest_allowed_requests_are_served_while_health_answers(tiny_model_dir: Path) -> None:  # noqa: F811
     big = {"history": ["🤬" * 4000] * 32, "utterance": "🤬" * 4000}

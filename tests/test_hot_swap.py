@@ -91,7 +91,11 @@ def test_requests_in_flight_finish_on_the_old_model(tmp_path: Path) -> None:
         (dirs[name] / CARD_FILE).write_text("{}")
         (dirs[name] / "model.onnx").write_bytes(b"")
     old = fakes["old"]
-    settings = ServiceSettings(host="127.0.0.1", port=0, model_dir=dirs["old"], api_key=KEY, max_batch_size=4)
+    # the held requests wait as long as the swap takes: a generous queue-wait bound (as live_server
+    # gives tests that pass no settings), or on a busy machine they are refused as late (429)
+    settings = ServiceSettings(
+        host="127.0.0.1", port=0, model_dir=dirs["old"], api_key=KEY, max_batch_size=4, max_queue_wait_ms=60_000
+    )
     with live_server(settings, factory=lambda s: fakes[s.model_dir.name]) as live:
         old.gate.clear()
         answers: list[httpx.Response] = []
