@@ -287,6 +287,18 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = openapi_responses(ErrorRespon
 
 
 # -- the service state -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ServedModel:
+    """The model a request is admitted to, installed in one step: the batcher that scores it and the
+    id and card threshold of the classifier behind that batcher. A request keeps the one it was
+    admitted to, so a request queued before a hot swap is scored by the old model and answered with
+    the old model's id and threshold."""
+
+    model_id: str
+    card_threshold: float
+    batcher: MicroBatcher
+
+
 class ServiceState:
     """What one app owns: settings, limits, metrics, and (once loaded) classifier and batcher."""
 
@@ -304,12 +316,22 @@ class ServiceState:
         self.limits = Limits.from_settings(settings)
         self.metrics = ServiceMetrics()
         self.classifier: Classifier | None = None
-        self.batcher: MicroBatcher | None = None
+        self.served: ServedModel | None = None  # None before the load: no placeholder id or threshold
         self.ready = False
         self.load_error: str | None = None
-        self.model_id = ""
-        self.card_threshold: float | None = None  # the loaded model card's; no placeholder before the load
         self.api_key = api_key_of(settings)
+
+    @property
+    def batcher(self) -> MicroBatcher | None:
+        return None if self.served is None else self.served.batcher
+
+    @property
+    def model_id(self) -> str:
+        return "" if self.served is None else self.served.model_id
+
+    @property
+    def card_threshold(self) -> float | None:
+        return None if self.served is None else self.served.card_threshold
 
     async def load(self) -> None:
         """Load and warm up the model off the event loop, then start the batcher."""
@@ -354,9 +376,7 @@ class ServiceState:
         # no await from here on: requests see either the old model or the new one, never a mix
         self.settings = settings
         self.classifier = classifier
-        self.model_id = classifier.model_id
-        self.card_threshold = card.threshold
-        self.batcher = batcher
+        self.served = ServedModel(classifier.model_id, card.threshold, batcher)
         self.load_error = None
         self.ready = True
         self.metrics.set_model(
@@ -379,15 +399,19 @@ class ServiceState:
             await self.batcher.stop()
 
     def require_ready(self) -> MicroBatcher:
+        return self.require_served().batcher
+
+    def require_served(self) -> ServedModel:
+        """The model serving now (what a new request is admitted to), or NotReady."""
         if self.load_error is not None:
             raise NotReady(
                 "the model failed to load; the operator must fix it (details in the server log)",
                 code="model_failed",
                 retry_after_s=self.settings.retry_after_s,
             )
-        if not self.ready or self.batcher is None:
+        if not self.ready or self.served is None:
             raise NotReady(retry_after_s=self.settings.retry_after_s)
-        return self.batcher
+        return self.served
 
     def early_refusal(self, method: str, path: str) -> Overloaded | None:
         """The 429 a classification request gets before its body is read: when the batcher would
@@ -431,11 +455,18 @@ class ServiceState:
         return threshold_in_force(self.card_threshold, self.settings.threshold)
 
     def decide(
-        self, prediction: Prediction, request_threshold: float | None = None, item_threshold: float | None = None
+        self,
+        prediction: Prediction,
+        request_threshold: float | None = None,
+        item_threshold: float | None = None,
+        *,
+        served: ServedModel | None = None,
     ) -> dict[str, Any]:
-        if self.card_threshold is None:
+        """The answer for ``prediction`` made by ``served`` (default: the model serving now)."""
+        served = served or self.served
+        if served is None:
             raise NotReady(retry_after_s=self.settings.retry_after_s)
-        t = threshold_in_force(self.card_threshold, self.settings.threshold, request_threshold, item_threshold)
+        t = threshold_in_force(served.card_threshold, self.settings.threshold, request_threshold, item_threshold)
         if t != prediction.threshold:
             prediction = replace(
                 prediction, label=Label.from_bool(bool(is_offensive(prediction.score, t))), threshold=t
@@ -464,10 +495,14 @@ async def _until_disconnect(receive: Receive) -> None:
         pass
 
 
-async def _predict(state: ServiceState, request: Request, examples: list[Example]) -> list[Prediction] | None:
-    """Run ``examples`` through the batcher; None if the client disconnected first (its items
-    are then dropped before inference)."""
-    batcher = state.require_ready()
+async def _predict(
+    state: ServiceState, request: Request, examples: list[Example]
+) -> tuple[list[Prediction], ServedModel] | None:
+    """Run ``examples`` through the serving model's batcher: the predictions and the model that made
+    them (a hot swap may have installed another since); None if the client disconnected first (its
+    items are then dropped before inference)."""
+    served = state.require_served()
+    batcher = served.batcher
     futures = await batcher.enqueue(examples, request.scope.get(ANNOUNCEMENT))
     waiter: asyncio.Future[Any] = futures[0] if len(futures) == 1 else asyncio.gather(*futures)
     watcher = asyncio.ensure_future(_until_disconnect(request.receive))
@@ -482,7 +517,7 @@ async def _predict(state: ServiceState, request: Request, examples: list[Example
     if not answered or waiter.cancelled():
         return None
     result = waiter.result()
-    return [result] if len(futures) == 1 else list(result)
+    return ([result] if len(futures) == 1 else list(result)), served
 
 
 @dataclass(frozen=True)
@@ -553,11 +588,12 @@ def _build_router(state: ServiceState) -> APIRouter:
         if body.explain:
             max_words = min(explain.MAX_EXPLAINED_WORDS, state.settings.queue_size - 1)
             occlusions = explain.plan(example, history=body.explain_history, max_words=max_words)
-        predictions = await _predict(state, request, occlusions.examples() if occlusions else [example])
-        if predictions is None:
+        answer = await _predict(state, request, occlusions.examples() if occlusions else [example])
+        if answer is None:
             return Response(status_code=CLIENT_CLOSED)
-        result = state.decide(predictions[0], body.threshold)
-        result["model"] = state.model_id
+        predictions, served = answer
+        result = state.decide(predictions[0], body.threshold, served=served)
+        result["model"] = served.model_id
         if occlusions is not None:
             result["explanation"] = occlusions.explanation([p.score for p in predictions])
         state.metrics.count_labels([result["label"]])
@@ -583,15 +619,15 @@ def _build_router(state: ServiceState) -> APIRouter:
                 if body.item_errors == "fail":
                     raise
                 results[i] = error_body(exc.code, exc.message, exc.field)
-        if not examples:
-            state.require_ready()  # no item to classify: still only a ready service answers 200
-        predictions = await _predict(state, request, list(examples.values())) if examples else []
-        if predictions is None:
+        # no item to classify: still only a ready service answers 200
+        answer = await _predict(state, request, list(examples.values())) if examples else ([], state.require_served())
+        if answer is None:
             return Response(status_code=CLIENT_CLOSED)
+        predictions, served = answer
         for i, prediction in zip(examples, predictions, strict=True):
             item = body.items[i]
             own = None if isinstance(item, str) else item.threshold
-            results[i] = state.decide(prediction, body.threshold, own)
+            results[i] = state.decide(prediction, body.threshold, own, served=served)
         classified = [results[i] for i in examples]
         state.metrics.count_labels([r["label"] for r in classified])
         if log_texts:
@@ -604,7 +640,7 @@ def _build_router(state: ServiceState) -> APIRouter:
                     r["score"],
                 )
         errors = len(results) - len(examples)
-        return JSONResponse({"results": results, "errors": errors, "model": state.model_id})
+        return JSONResponse({"results": results, "errors": errors, "model": served.model_id})
 
     @v1.get("/model", summary="The model card of the model being served")
     async def model_card() -> dict[str, Any]:

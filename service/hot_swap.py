@@ -11,7 +11,8 @@ The new directory is checked, loaded, warmed up and probed *beside* the old mode
 wrong (no card, no ONNX file, a graph that does not load, a probe score that is not a
 probability) refuses the swap and the old model keeps serving. Once it passes, the service
 switches to it in one step (new requests go to the new model's batcher) and the old batcher
-is drained: what was queued there finishes on the old model. ``/v1/model`` and the
+is drained: what was queued there finishes on the old model and is answered with the old
+model's id and threshold (:class:`service.api.ServedModel`). ``/v1/model`` and the
 ``safety_model_info`` metric show the new version; ``safety_model_swaps{outcome}`` counts swaps.
 """
 

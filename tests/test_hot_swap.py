@@ -79,10 +79,11 @@ def test_admin_endpoint_is_off_without_an_api_key(tiny_model_dir: Path) -> None:
 
 
 def test_requests_in_flight_finish_on_the_old_model(tmp_path: Path) -> None:
-    """Requests held inside the old model's batch while the swap happens all answer 200 (from the
-    old model); requests after the swap get the new model."""
+    """Requests held inside the old model's batch while the swap happens all answer 200 from the
+    old model, reported with the old model's id and threshold; requests after the swap get the new
+    model, its id and its threshold."""
     dirs = {}
-    fakes = {"old": FakeClassifier(), "new": FakeClassifier()}
+    fakes = {"old": FakeClassifier(threshold=0.5), "new": FakeClassifier(threshold=0.05)}
     fakes["new"].card = fakes["new"].card.model_copy(update={"version": "2.0.0"})
     fakes["new"].model_id = fakes["new"].card.model_id
     for name in fakes:
@@ -91,10 +92,14 @@ def test_requests_in_flight_finish_on_the_old_model(tmp_path: Path) -> None:
         (dirs[name] / CARD_FILE).write_text("{}")
         (dirs[name] / "model.onnx").write_bytes(b"")
     old = fakes["old"]
-    # the held requests wait as long as the swap takes: a generous queue-wait bound (as live_server
-    # gives tests that pass no settings), or on a busy machine they are refused as late (429)
+    # the held requests wait in the queue for as long as the swap takes: no queue-wait limit in this test
     settings = ServiceSettings(
-        host="127.0.0.1", port=0, model_dir=dirs["old"], api_key=KEY, max_batch_size=4, max_queue_wait_ms=60_000
+        host="127.0.0.1",
+        port=0,
+        model_dir=dirs["old"],
+        api_key=KEY,
+        max_batch_size=4,
+        max_queue_wait_ms=GUARD_S * 1000,
     )
     with live_server(settings, factory=lambda s: fakes[s.model_dir.name]) as live:
         old.gate.clear()
@@ -128,12 +133,16 @@ def test_requests_in_flight_finish_on_the_old_model(tmp_path: Path) -> None:
                 assert time.monotonic() < deadline
                 time.sleep(0.02)
             fresh = c.post("/v1/classify", json={"utterance": "after the swap"}).json()
-        assert fresh["model"] == "fake@2.0.0"
+        assert (fresh["model"], fresh["threshold"], fresh["label"]) == ("fake@2.0.0", 0.05, "OFFENSIVE")
         assert swapper.is_alive()  # still draining the old model
         old.gate.set()
         for t in [*callers, swapper]:
             t.join(GUARD_S)
         assert [r.status_code for r in answers] == [200] * 6, [r.text for r in answers]
+        # scored by the old model, so answered with its id, threshold and label (score 0.1 < 0.5)
+        assert {(r.json()["model"], r.json()["threshold"], r.json()["label"]) for r in answers} == {
+            ("fake@1.2.3", 0.5, "SAFE")
+        }
         assert sum(len(b) for b in old.batches) == 6  # every in-flight request was answered by the old model
         assert swap_result[0].status_code == 200 and swap_result[0].json()["drained"] is True
 

@@ -230,11 +230,10 @@ class BreakItGame:
 
     async def score(self, example: Example) -> tuple[str, float, Label, float]:
         """The deployed model's score, label and threshold, through the service's batcher."""
-        batcher = self.state.require_ready()
-        model_id = self.state.model_id
-        [prediction] = await batcher.submit([example])
-        decided = self.state.decide(prediction, None)
-        return model_id, float(decided["score"]), Label(decided["label"]), float(decided["threshold"])
+        served = self.state.require_served()  # the model, id and threshold stay together across a hot swap
+        [prediction] = await served.batcher.submit([example])
+        decided = self.state.decide(prediction, None, served=served)
+        return served.model_id, float(decided["score"]), Label(decided["label"]), float(decided["threshold"])
 
     async def score_attack(self, rnd: Round, example: Example) -> Scores:
         from service.breakit.store import Scores

@@ -165,7 +165,7 @@ def export_round(store: BreakItStore, number: int, root: Path) -> ExportSummary:
         "model": rnd.model_id,
         "references": rnd.references,
         "exported_at": datetime.now(UTC).isoformat(),
-        "format": "see service/breakit/dataset.py and docs/breakit.md",
+        "format": "see training/sources/breakit.py and docs/breakit.md",
     }
     (out / ROUND_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     return summary
