@@ -81,10 +81,12 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety serve")
         print(f"{prog}: {problem}; {hint}", file=sys.stderr)
         return 2
 
+    from service.server import fix_trim_threshold, settle_heap, uvicorn_config
+
+    fix_trim_threshold()  # before the model and the first request bodies are allocated
     import uvicorn
 
     from service.api import create_app
-    from service.server import settle_heap, uvicorn_config
 
     level = "DEBUG" if settings.log_level == "trace" else settings.log_level.upper()
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
