@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from service.model_card import ModelCard
-from service.model_dir import CARD_FILE, CARD_MARKDOWN_FILE
+from service.model_dir import ARTIFACT_FILE, CARD_FILE, CARD_MARKDOWN_FILE
 
 
 def _fmt(value: Any) -> str:
@@ -184,7 +184,7 @@ def render_model_card(card: ModelCard) -> str:
     lines += _training_section(card.training, card.licences)
     lines += [
         "## ONNX export",
-        f"- artifact: `{export.get('artifact', 'model.onnx')}` ({_size(export.get('artifact_bytes'))}, "
+        f"- artifact: `{export.get('artifact', ARTIFACT_FILE)}` ({_size(export.get('artifact_bytes'))}, "
         f"weights stored as {export.get('weights_storage', 'fp32')}), opset {export.get('opset')}",
         f"- parity with torch: max |Δlogit| {_fmt(export.get('max_abs_diff'))} "
         f"(tolerance {_fmt(export.get('tolerance'))}) "

@@ -44,7 +44,7 @@ from export.settings import DEFAULT_OPSET, DEFAULT_TOLERANCE, DEFAULT_VARIANTS
 from service import variants
 from service.encoding import DialogueEncoder, EncodedExample, pad_batch
 from service.model_card import ModelCard
-from service.model_dir import CARD_MARKDOWN_FILE, TOKENIZER_FILE, is_model_dir
+from service.model_dir import CARD_MARKDOWN_FILE, DERIVED_PATTERNS, TOKENIZER_FILE, VARIANT_FILES, is_model_dir
 from service.schema import Example, LabelledExample
 from service.variants.graphs import quiet_loggers, store_weights_fp16
 from service.variants.stamps import file_sha256, save_atomic, set_meta
@@ -367,7 +367,7 @@ def _export_into(
     all_recipes = {name: dict(variants.DEFAULT_RECIPES[name]) for name in variants.VARIANT_NAMES}
     for name, recipe in (recipes or {}).items():
         all_recipes[name] = dict(recipe)
-    files = {name: variants.DEFAULT_FILES[name] for name in variants.VARIANT_NAMES}
+    files = {name: VARIANT_FILES[name] for name in variants.VARIANT_NAMES}
     if not ship:
         files["fp32"] = variants.ARTIFACT_FILE
     card = source_card.model_copy(deep=True)
@@ -421,7 +421,7 @@ def _export_into(
         # only model.onnx, tokenizer.json and the cards are meant to be committed
         (staging / ".gitignore").write_text(
             "# derived from model.onnx by service/variants (first start of the service)\n"
-            "model.*.onnx\n.*.tmp\n.variants.lock\n",
+            + "".join(f"{pattern}\n" for pattern in DERIVED_PATTERNS),
             encoding="utf-8",
         )
     return ExportResult(staging, card, parity["max_abs_diff"], variant_files, comparison)

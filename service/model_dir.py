@@ -20,6 +20,16 @@ TOKENIZER_FILE = "tokenizer.json"
 #: the Hugging Face files of a training checkpoint (the tokenizer and the card sit beside them)
 CHECKPOINT_FILES: tuple[str, ...] = ("config.json", "model.safetensors")
 CHECKPOINT_CONFIG_FILE = CHECKPOINT_FILES[0]
+#: the variants derived from the artifact (service.variants), cached beside it, never committed
+VARIANT_FILES: dict[str, str] = {
+    "fp32": "model.fp32.onnx",  # only when model.onnx stores fp16 weights; else fp32 *is* model.onnx
+    "optimized": "model.optimized.onnx",
+    "int8": "model.int8.onnx",
+    "fp16": "model.fp16.onnx",
+}
+VARIANT_LOCK_FILE = ".variants.lock"  # taken while a variant is derived (service.variants.cache)
+#: what a shipped model directory's .gitignore leaves out: every derived file
+DERIVED_PATTERNS: tuple[str, ...] = ("model.*.onnx", ".*.tmp", VARIANT_LOCK_FILE)
 
 Kind = Literal["onnx", "checkpoint"]
 

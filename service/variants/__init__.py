@@ -36,7 +36,7 @@ from typing import Any
 import onnx
 
 from service.model_card import ModelCard
-from service.model_dir import ARTIFACT_FILE
+from service.model_dir import ARTIFACT_FILE, VARIANT_FILES, VARIANT_LOCK_FILE
 from service.variants import cache as variant_cache
 from service.variants.graphs import copy_model, fold_fp16_weights, optimize, quantize, to_float16, weights_storage
 from service.variants.stamps import file_sha256, read_stamp, save_atomic, set_meta
@@ -45,12 +45,6 @@ log = logging.getLogger("service.variants")
 
 
 VARIANT_NAMES: tuple[str, ...] = ("fp32", "optimized", "int8", "fp16")
-DEFAULT_FILES: dict[str, str] = {
-    "fp32": "model.fp32.onnx",  # only when model.onnx stores fp16 weights; else fp32 *is* model.onnx
-    "optimized": "model.optimized.onnx",
-    "int8": "model.int8.onnx",
-    "fp16": "model.fp16.onnx",
-}
 RECIPE_VERSION = 1
 
 # int8 recipes measured on the trained MiniLM-L6 (docs/runtime.md, "int8 recipes"): quantising
@@ -180,11 +174,11 @@ def variant_file(name: str, card: ModelCard | None = None, artifact: str | Path 
     """
     if card is not None and card.variants.get(name):
         return card.variants[name]
-    if name not in DEFAULT_FILES:
+    if name not in VARIANT_FILES:
         raise VariantError(f"unknown variant {name!r}; known variants: {', '.join(VARIANT_NAMES)}")
     if name == "fp32" and artifact is not None and read_stamp(artifact).get("weights_storage", "fp32") == "fp32":
         return ARTIFACT_FILE
-    return DEFAULT_FILES[name]
+    return VARIANT_FILES[name]
 
 
 def ensure_variant(model_dir: str | Path, name: str, card: ModelCard | None = None, *, force: bool = False) -> Path:
@@ -327,7 +321,7 @@ def prune(model_dir: str | Path, keep: dict[str, Path], card: ModelCard | None =
     removed = [
         directory / f for f in sorted(derived) if (directory / f).is_file() and (directory / f).resolve() not in kept
     ]
-    removed += [p for p in [directory / ".variants.lock"] if p.is_file()]
+    removed += [p for p in [directory / VARIANT_LOCK_FILE] if p.is_file()]
     for path in removed:
         path.unlink()
     return removed

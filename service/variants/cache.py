@@ -12,6 +12,8 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from service.model_dir import VARIANT_LOCK_FILE
+
 
 def cache_root() -> Path:
     """Where derived variants go when the model directory is read-only.
@@ -33,7 +35,7 @@ def lock(directory: Path) -> Iterator[None]:
     except ImportError:  # not POSIX: atomic renames still keep every file whole
         yield
         return
-    with open(directory / ".variants.lock", "a+") as handle:
+    with open(directory / VARIANT_LOCK_FILE, "a+") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
