@@ -38,14 +38,10 @@ from sklearn.linear_model import LogisticRegression
 from tqdm.auto import tqdm
 
 from service.schema import LabelledExample
-from service.scoring import is_offensive
-from training.calibration import choose_threshold
 from training.inference import TorchClassifier
 from training.modeling import MINILM, minilm_dir
 from training.recipe import add_override_argument, load_recipe
-from training.trainer import LabelRules, head_names, label_rules, load_task_data
-
-SERVED = "offensive"
+from training.trainer import LabelRules, head_names, label_rules, load_task_data, score_valid_sets
 
 
 def _sample(rows: Sequence[LabelledExample], n: int, seed: int) -> list[LabelledExample]:
@@ -103,27 +99,20 @@ def _cached(cache: Path, name: str, encoder_dir: Path, examples: Sequence[Labell
     return vectors
 
 
-def served_targets(rules: LabelRules, examples: Sequence[LabelledExample]) -> tuple[np.ndarray, np.ndarray]:
-    y, mask = rules.targets(examples)
-    c = rules.heads.index(SERVED) if SERVED in rules.heads else 0
-    return y[:, c], mask[:, c] > 0
-
-
 def score_rows(
     valid: dict[str, list[LabelledExample]], rules: LabelRules, probs: dict[str, np.ndarray]
 ) -> dict[str, Any]:
-    """Per-source served OFFENSIVE-F1 at the macro-best threshold (the trainer's periodic check)."""
+    """Per-source served OFFENSIVE-F1 at the macro-best threshold: the trainer's periodic check."""
     sets = {}
     for source, rows in valid.items():
         gold, keep = rules.served_gold(rows)
         sets[source] = (gold[keep], probs[source][keep])
-    threshold, per_source = choose_threshold(sets, "macro")
-    flagged = {s: float(np.mean(is_offensive(p, threshold))) for s, (g, p) in sets.items() if len(g) and not g.any()}
+    check = score_valid_sets(sets)
     return {
-        "macro_f1": float(np.mean(list(per_source.values()))),
-        "threshold": threshold,
-        "f1": per_source,
-        "flagged_rate": flagged,
+        "macro_f1": check["macro_f1"],
+        "threshold": check["threshold"],
+        "f1": check["offensive_f1"],
+        "flagged_rate": check.get("flagged_rate", {}),
     }
 
 
@@ -165,7 +154,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         name = f"frozen {spec if spec == MINILM else encoder_dir.name}"
         x_train = _cached(args.out, encoder_dir.name + "-train", encoder_dir, train_rows)
         x_valid = _cached(args.out, encoder_dir.name + "-valid", encoder_dir, valid_rows)
-        y, keep = served_targets(rules, train_rows)
+        y, keep = rules.served_gold(train_rows)
         probe = LogisticRegression(C=4.0, max_iter=3000).fit(x_train[keep], y[keep])
         members[name] = probe.predict_proba(x_valid)[:, 1]
 

@@ -25,12 +25,11 @@ from typing import Any
 import numpy as np
 
 from service.model_dir import is_checkpoint
-from training.calibration import choose_threshold
 from training.harmonise import HARMONISED
 from training.inference import TorchClassifier
 from training.recipe import recipe_from_dict
 from training.sources.data_dir import resolve_data_dir
-from training.trainer import head_names, label_rules, load_task_data
+from training.trainer import head_names, label_rules, load_task_data, score_valid_sets
 
 
 def compare(checkpoints: Sequence[Path], data_dir: Path) -> dict[str, Any]:
@@ -52,11 +51,11 @@ def compare(checkpoints: Sequence[Path], data_dir: Path) -> dict[str, Any]:
             semantics["harmonised"][t.spec.name] = (gold[keep], scores[keep])
         entry: dict[str, Any] = {"model": clf.card.model_id, "heads": clf.card.heads, "served": clf.card.score_heads}
         for name, sets in semantics.items():
-            threshold, per_source = choose_threshold(sets, "macro")
+            check = score_valid_sets(sets)
             entry[name] = {
-                "threshold": threshold,
-                "macro_f1": float(np.mean(list(per_source.values()))),
-                "per_source": per_source,
+                "threshold": check["threshold"],
+                "macro_f1": check["macro_f1"],
+                "per_source": check["offensive_f1"],
             }
         out["checkpoints"][str(path)] = entry
     return out
