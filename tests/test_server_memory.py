@@ -35,5 +35,6 @@ def test_a_burst_of_buffers_is_given_back_after_the_fix() -> None:
     applied, retained = _retained_mib("fix")
     assert applied
     assert retained < 30, f"{retained:.0f} MiB still mapped after the burst was freed"
-    # the behaviour the fix is for: without it glibc keeps the burst mapped
-    assert _retained_mib("none")[1] > 100
+    # the behaviour the fix is for: without it glibc keeps the burst mapped. Whether it does in one
+    # process depends on the randomised address layout (about 3 processes in 4 here), so: in any of 8
+    assert any(_retained_mib("none")[1] > 100 for _ in range(8))
