@@ -12,10 +12,18 @@ so the runtime runs each call as it is.
 Admission is bounded by time, not only by items: with ``max_queue_wait_s`` set, the batcher
 keeps a running estimate of its throughput (seconds per token, from the batches it ran) and
 refuses a submission at once (:class:`Overloaded`, 429) when the tokens already queued would
-take longer than that to clear; an item that still waited longer than ``max_queue_wait_s``
-when its batch forms (a burst the estimate did not foresee) is failed with :class:`Overloaded`
-instead of being served late. So an accepted request waits at most ``max_queue_wait_s`` plus
-one batch; ``queue_size`` stays a hard cap in items.
+take longer than that to clear. The promise to an accepted item is an answer within
+``max_queue_wait_s`` plus one batch (:attr:`MicroBatcher.latency_bound_s`; one batch: the running
+mean time of the batches at least half full). When a batch forms, an item that could no longer
+get its answer in time is failed with :class:`Overloaded` instead of being served late: one that
+waited longer than ``max_queue_wait_s``, or whose wait plus this batch's predicted time (its
+padded tokens at the measured speed, times the worst ratio of actual to predicted time over the
+last batches, plus the event loop's lag in taking results back) would pass the bound. On a core
+shared with a busy event loop a batch of the same tokens takes up to ~2.5x longer than on an
+idle one, so the prediction errs by tens of percent and the margin must be measured, not
+assumed. Items that waited less than half of ``max_queue_wait_s`` are always run (progress
+before promise: if the machine turns very slow, fresh items are still served).
+``queue_size`` stays a hard cap in items.
 
 Encoding (normalisation and tokenisation) always runs in a helper thread, never on the event
 loop: a large valid request must not stall ``/health`` or other clients.
@@ -39,6 +47,7 @@ import asyncio
 import logging
 import sys
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -50,6 +59,7 @@ from service.errors import InferenceFailed, NotReady, Overloaded
 from service.schema import Example, Prediction
 
 log = logging.getLogger("service.batcher")
+RECENT_BATCHES = 32  # batches whose slowness and loop lag bound the next prediction (~5 s under load)
 
 EncodeFn = Callable[[Sequence[Example]], list[EncodedExample]]
 PredictFn = Callable[[list[EncodedExample]], list[Prediction]]
@@ -188,6 +198,9 @@ class MicroBatcher:
         self._running_since = 0.0  # perf_counter() when the running batch started
         self._running_tokens = 0  # padded tokens of the running batch
         self._last_batch_s = 0.0  # how long the last batch took
+        self._batch_s: float | None = None  # running mean time of the batches at least half full: "one batch"
+        self._slowness: deque[float] = deque(maxlen=RECENT_BATCHES)  # actual / predicted time of those batches
+        self._loop_lag: deque[float] = deque(maxlen=RECENT_BATCHES)  # inference end -> the loop takes the results
         self._arrived_while_running = 0
         self._expect_company = False
         self._outstanding = 0  # futures handed out and not yet settled (drain waits for 0)
@@ -277,6 +290,28 @@ class MicroBatcher:
         to_encode = self._encoding + self._announced
         encoding = to_encode * self._encode_seconds_per_item  # one encoding thread: they wait in turn
         return running + encoding + (self._queued_tokens + to_encode * self._item_tokens) * spt
+
+    @property
+    def latency_bound_s(self) -> float | None:
+        """The answer time promised to an accepted item: ``max_queue_wait_s`` plus one batch (the
+        running mean time of the batches at least half full); None without ``max_queue_wait_s`` or
+        before such a batch ran."""
+        if self.max_queue_wait_s is None or self._batch_s is None:
+            return None
+        return self.max_queue_wait_s + self._batch_s
+
+    def wait_limit_s(self, batch_s: float | None) -> float | None:
+        """How long an item may wait and still be answered within :attr:`latency_bound_s` by a batch
+        predicted to take ``batch_s`` once it starts (None: no limit): the bound less that time times
+        the worst slowness of the recent batches (actual / predicted time) and the event loop's lag;
+        at most ``max_queue_wait_s``, at least half of it (so that fresh items always run)."""
+        limit = self.max_queue_wait_s
+        bound = self.latency_bound_s
+        if limit is None or bound is None or batch_s is None:
+            return limit
+        slowness = max(1.0, max(self._slowness, default=1.0))
+        finish = batch_s * slowness + max(self._loop_lag, default=0.0)
+        return max(limit / 2, min(limit, bound - finish))
 
     def refusal(self, n: int = 1) -> Overloaded | None:
         """The :class:`Overloaded` a submission of ``n`` items would get now (None: it would be admitted
@@ -446,13 +481,18 @@ class MicroBatcher:
         expected = self.expected_wait_s
         if expected is None:
             return None
-        # One batch of headroom: the estimate errs, and an item that then waits too long is refused late.
-        expected += self._last_batch_s
-        if expected > self.max_queue_wait_s:
+        # The limit its batch will apply (for a typical batch), less headroom for the estimate's error:
+        # refused now, fast, rather than after waiting. The headroom is one batch, at most half the
+        # limit, so that an idle batcher always admits (one very long batch must not refuse the next
+        # requests for ever).
+        limit = self.wait_limit_s(self._batch_s)
+        assert limit is not None
+        headroom = min(self._batch_s if self._batch_s is not None else self._last_batch_s, limit / 2)
+        if expected + headroom > limit:
             return Overloaded(
-                f"an item admitted now would wait about {expected * 1000:.0f} ms for inference (the queued work "
-                f"and one batch), more than the {self.max_queue_wait_s * 1000:.0f} ms a request may wait "
-                "(SAFETY_MAX_QUEUE_WAIT_MS); retry later",
+                f"an item admitted now would wait about {expected * 1000:.0f} ms for inference; with one batch of "
+                f"headroom that is more than the {limit * 1000:.0f} ms it may wait to be answered within "
+                f"SAFETY_MAX_QUEUE_WAIT_MS ({self.max_queue_wait_s * 1000:.0f} ms) plus one batch; retry later",
                 retry_after_s=self.retry_after_s,
             )
         return None
@@ -557,17 +597,22 @@ class MicroBatcher:
             self._observer.observe_dropped(len(batch.items) - len(live))
         loop = asyncio.get_running_loop()
         now = loop.time()
-        if self.max_queue_wait_s is not None:  # never serve late: refuse what waited too long
-            late = [item for item in live if now - item.enqueued > self.max_queue_wait_s]
+        if live and self.max_queue_wait_s is not None:  # never serve late: refuse what cannot be answered in time
+            spt = self._seconds_per_token
+            predicted_s = self._padded_tokens([item.encoded for item in live]) * spt if spt is not None else None
+            limit = self.wait_limit_s(predicted_s)
+            assert limit is not None
+            late = [item for item in live if now - item.enqueued > limit]
             if late:
-                live = [item for item in live if now - item.enqueued <= self.max_queue_wait_s]
+                live = [item for item in live if now - item.enqueued <= limit]
                 self._observer.observe_shed(len(late))
                 for item in late:
                     _fail(
                         item.future,
                         Overloaded(
-                            f"this request waited more than {self.max_queue_wait_s * 1000:.0f} ms for inference "
-                            "(SAFETY_MAX_QUEUE_WAIT_MS); retry later",
+                            f"this request waited {(now - item.enqueued) * 1000:.0f} ms for inference: too long to be "
+                            f"answered within SAFETY_MAX_QUEUE_WAIT_MS ({self.max_queue_wait_s * 1000:.0f} ms) plus "
+                            "one batch; retry later",
                             retry_after_s=self.retry_after_s,
                         ),
                     )
@@ -578,13 +623,16 @@ class MicroBatcher:
         for item in live:
             self._observer.observe_queue_wait(now - item.enqueued)
         encoded = [item.encoded for item in live]
-        calls = list(token_budget_batches([len(e) for e in encoded], self.max_batch_tokens, self.max_batch_size))
-        padded = sum(len(idx) * max(len(encoded[i]) for i in idx) for idx in calls)
+        calls = self._calls(encoded)
+        padded = _padded(encoded, calls)
         self._running_batch, self._arrived_while_running = True, 0
         start = time.perf_counter()
         self._running_since, self._running_tokens = start, padded
+        predicted = padded * self._seconds_per_token if self._seconds_per_token is not None else None
         try:
-            predictions, timings = await loop.run_in_executor(self._infer_pool, self._predict_calls, encoded, calls)
+            predictions, timings, ended = await loop.run_in_executor(
+                self._infer_pool, self._predict_calls, encoded, calls
+            )
         except Exception:
             # Log the failure without the inputs; fail only this batch's callers.
             log.exception("inference failed for a batch of %d items (%d padded tokens)", len(live), padded)
@@ -595,25 +643,47 @@ class MicroBatcher:
         finally:
             self._running_batch = False
             self._expect_company = len(live) > 1 or self._arrived_while_running > 0
-        elapsed = time.perf_counter() - start
+        resumed = time.perf_counter()
+        self._loop_lag.append(max(0.0, resumed - ended))
+        elapsed = ended - start
         self._last_batch_s = elapsed
-        per_token = elapsed / max(1, padded)
-        old = self._seconds_per_token
-        # Weighted by how full the batch was: the estimate is for a long queue, which runs in full
-        # batches; a lone request costs ~3x more per token and must not make the next burst look slow.
-        weight = 0.2 * min(1.0, len(live) / self.max_batch_size)
-        self._seconds_per_token = per_token if old is None else (1 - weight) * old + weight * per_token
+        self._learn_speed(len(live), padded, elapsed, predicted)
         for size, tokens, seconds in timings:
             self._observer.observe_batch(size, tokens, seconds)
         for item, prediction in zip(live, predictions, strict=True):
             if not item.future.done():
                 item.future.set_result(prediction)
 
+    def _learn_speed(self, items: int, padded: int, elapsed: float, predicted: float | None) -> None:
+        """Update the throughput estimate, one batch's time and the slowness after a batch ran."""
+        fullness = min(1.0, items / self.max_batch_size)
+        per_token = elapsed / max(1, padded)
+        old = self._seconds_per_token
+        # Weighted by how full the batch was: the estimate is for a long queue, which runs in full
+        # batches; a lone request costs ~3x more per token and must not make the next burst look slow.
+        weight = 0.2 * fullness
+        self._seconds_per_token = per_token if old is None else (1 - weight) * old + weight * per_token
+        if fullness < 0.5:  # small batches: mostly fixed cost, neither "one batch" nor a fair test of the estimate
+            return
+        self._batch_s = elapsed if self._batch_s is None else 0.8 * self._batch_s + 0.2 * elapsed
+        if predicted:
+            self._slowness.append(elapsed / predicted)
+
+    def _calls(self, encoded: Sequence[EncodedExample]) -> list[list[int]]:
+        return [
+            list(idx)
+            for idx in token_budget_batches([len(e) for e in encoded], self.max_batch_tokens, self.max_batch_size)
+        ]
+
+    def _padded_tokens(self, encoded: Sequence[EncodedExample]) -> int:
+        return _padded(encoded, self._calls(encoded))
+
     def _predict_calls(
         self, encoded: list[EncodedExample], calls: Sequence[Iterable[int]]
-    ) -> tuple[list[Prediction], list[tuple[int, int, float]]]:
+    ) -> tuple[list[Prediction], list[tuple[int, int, float]], float]:
         """Run the inference calls of one batch (in the inference thread): predictions in the
-        batch's order, and (items, padded tokens, seconds) of each call."""
+        batch's order, (items, padded tokens, seconds) of each call, and when the last call ended
+        (``perf_counter``)."""
         predictions: list[Prediction | None] = [None] * len(encoded)
         timings: list[tuple[int, int, float]] = []
         for call in calls:
@@ -626,12 +696,17 @@ class MicroBatcher:
             for i, prediction in zip(idx, got, strict=True):
                 predictions[i] = prediction
             timings.append((len(run), len(run) * max(len(e) for e in run), time.perf_counter() - start))
-        return [p for p in predictions if p is not None], timings
+        return [p for p in predictions if p is not None], timings, time.perf_counter()
 
     def _loop_ended(self, task: asyncio.Task[None]) -> None:
         if not task.cancelled() and task.exception() is not None:
             log.error("micro-batcher loop stopped", exc_info=task.exception())
             self._accepting = False
+
+
+def _padded(encoded: Sequence[EncodedExample], calls: Sequence[Sequence[int]]) -> int:
+    """Padded tokens of a batch run in ``calls`` (items x longest, per call)."""
+    return sum(len(idx) * max(len(encoded[i]) for i in idx) for idx in calls)
 
 
 def _shutting_down(retry_after_s: int) -> NotReady:

@@ -73,7 +73,8 @@ class ServiceMetrics:
         )
         self.shed = Counter(
             f"{PREFIX}_shed_items",
-            "items refused with 429 after waiting longer than max_queue_wait_ms (admission underestimated the wait)",
+            "items refused with 429 when their batch formed: too late to be answered within max_queue_wait_ms plus one "
+            "batch (admission underestimated the wait)",
             registry=r,
         )
         self.batch_failures = Counter(f"{PREFIX}_batch_failures", "inference batches that failed", registry=r)

@@ -523,7 +523,7 @@ def test_announced_requests_count_until_queued_and_their_wait_counts_from_the_he
         assert isinstance(second, Announcement)
         (future,) = await b.enqueue([item(3)], second)  # queued: no longer counted as announced...
         assert b._announced == 1
-        with pytest.raises(Overloaded, match="waited more than"):  # ...and it has waited since its head
+        with pytest.raises(Overloaded, match="too long to be answered"):  # ...and it has waited since its head
             await future
 
     run(body, model, max_queue_wait_s=0.5)
@@ -546,6 +546,56 @@ def test_items_that_waited_longer_than_max_queue_wait_are_refused_not_served_lat
     assert [p.score for p in results[0]] == [0.001]
     assert isinstance(results[1], Overloaded)
     assert obs.shed == 1 and model.batches == [[1]]
+
+
+def test_the_wait_limit_leaves_room_for_this_batch_its_recent_slowness_and_the_loop() -> None:
+    async def body(b: MicroBatcher, m: FakeModel, o: RecordingObserver) -> None:
+        assert b.wait_limit_s(0.1) == 1.0  # nothing measured yet: max_queue_wait_s
+        b._batch_s = 0.1  # one batch: the promise is an answer within 1.0 + 0.1 s
+        assert b.latency_bound_s == pytest.approx(1.1)
+        assert b.wait_limit_s(0.1) == 1.0  # never more than max_queue_wait_s
+        b._slowness.extend([1.2, 3.0, 0.8])  # the worst recent batch took 3x its prediction
+        b._loop_lag.append(0.05)
+        assert b.wait_limit_s(0.1) == pytest.approx(1.1 - 0.3 - 0.05)
+        assert b.wait_limit_s(10.0) == 0.5  # at least half: fresh items always run
+
+    run(body, max_queue_wait_s=1.0)
+
+
+def test_an_item_that_could_not_be_answered_within_the_bound_is_refused_before_its_batch() -> None:
+    model = FakeModel()
+    model.gate.clear()
+
+    async def body(b: MicroBatcher, m: FakeModel, o: RecordingObserver) -> list[object]:
+        running = asyncio.create_task(b.submit([item(1)]))
+        await wait_entered(m)
+        old = asyncio.create_task(b.submit([item(2)]))
+        await until(lambda: b.depth == 1)
+        # measured: one batch 0.1 s, batches lately up to 4x slower than predicted; this batch: ~0.1 s
+        b._batch_s, b._seconds_per_token = 0.1, 0.1 / 8
+        b._slowness.append(4.0)
+        await asyncio.sleep(0.8)  # waited 0.8 s: under max_queue_wait_s (1 s), but 0.8 + 4 x 0.1 > 1.1 s
+        fresh = asyncio.create_task(b.submit([item(3)]))
+        await until(lambda: b.depth == 2)
+        m.gate.set()
+        return list(await asyncio.gather(running, old, fresh, return_exceptions=True))
+
+    results, model, obs = run(body, model, max_queue_wait_s=1.0)
+    assert isinstance(results[1], Overloaded) and "too long to be answered" in str(results[1])
+    assert [p.score for p in results[2]] == [0.003]  # type: ignore[union-attr]
+    assert obs.shed == 1 and model.batches == [[1], [3]]
+
+
+def test_one_batch_longer_than_the_wait_bound_does_not_refuse_the_requests_after_it() -> None:
+    async def body(b: MicroBatcher, m: FakeModel, o: RecordingObserver) -> None:
+        await b.submit([item(1)])
+        # a maximal batch request ran 2 s against a 0.5 s bound; the batcher is idle again
+        b._batch_s = b._last_batch_s = 2.0
+        b._seconds_per_token = 0.001
+        assert b.refusal(1) is None  # nothing ahead: admitted (it used to be refused for ever)
+        assert [p.score for p in await b.submit([item(2)])] == [0.002]
+
+    run(body, max_queue_wait_s=0.5)
 
 
 def test_queue_depth_gauge_drops_when_waiting_callers_leave() -> None:

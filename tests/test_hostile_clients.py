@@ -422,6 +422,28 @@ def test_requests_admitted_from_their_head_stop_counting_whatever_their_answer()
         assert live.app.state.safety.batcher._announced == 0
 
 
+def test_one_batch_that_outlasts_the_wait_bound_does_not_lock_the_service_out() -> None:
+    """A maximal batch request that takes longer than max_queue_wait_ms (a slow machine, long texts)
+    used to make every later request 429 for ever: the admission added that batch's time as
+    headroom, so even an idle service refused, and no batch ran to correct the estimate."""
+    fake = FakeClassifier()
+    with live_server(classifier=fake, max_queue_wait_ms=100) as live, live.client() as c:
+        assert c.post(CLASSIFY, json={"utterance": "first"}).status_code == 200
+        fake.gate.clear()
+        fake.entered.clear()
+        statuses: list[int] = []
+        big = {"items": [f"text number {i}" for i in range(64)]}
+        worker = threading.Thread(target=lambda: statuses.append(c.post(BATCH, json=big).status_code), daemon=True)
+        worker.start()
+        assert fake.entered.wait(GUARD_S)
+        time.sleep(0.3)  # the batch runs 3x the bound
+        fake.gate.set()
+        worker.join(GUARD_S)
+        assert statuses == [200]
+        with live.client() as other:
+            assert [other.post(CLASSIFY, json={"utterance": f"next {i}"}).status_code for i in range(3)] == [200] * 3
+
+
 # -- 3. one large valid request does not stall the server (real tokenizer) ------------------------
 def test_largest_allowed_requests_are_served_while_health_answers(tiny_model_dir: Path) -> None:  # noqa: F811
     big = {"history": ["🤬" * 4000] * 32, "utterance": "🤬" * 4000}
