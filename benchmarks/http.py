@@ -6,7 +6,9 @@ What it does, in one run (all traffic to 127.0.0.1, every loop bounded in time a
    one-example ``predict`` and batched throughput (batches of ``--runtime-batch``);
 2. **service** (``dialogue-safety serve`` in a subprocess, one uvicorn worker): a closed-loop
    load generator (``httpx.AsyncClient``) at each ``--concurrency`` for ``--duration`` seconds,
-   then batch requests (``/v1/classify/batch``);
+   then batch requests (``/v1/classify/batch``); a client answered 429 waits the service's
+   ``Retry-After`` before its next request, as a well-behaved client does (the overload phase
+   below does not: it measures how fast refusals are);
 3. **overload**: a second server with a small queue, hit with 4x the concurrency its queue
    and one batch can hold: 429s must come back fast, RSS must stay bounded, and a
    recovery phase afterwards must see no errors;
@@ -45,6 +47,8 @@ from benchmarks.local_server import Server, free_port, mib, running_server, serv
 from service.model_dir import model_dir_problem
 from service.schema import Example
 from service.settings import ServiceSettings, default_model_dir
+
+RETRY_AFTER_S = float(ServiceSettings.model_fields["retry_after_s"].default)  # what a 429 asks a client to wait
 
 # -- data ---------------------------------------------------------------------------------------------
 
@@ -166,6 +170,7 @@ async def run_service_phases(url: str, bodies: list[bytes], batch_bodies: list[b
                 duration_s=plan.duration_s,
                 max_requests=plan.max_requests,
                 client=plan.client,
+                backoff_on_429_s=RETRY_AFTER_S,
             )
         )
     phases.append(
@@ -179,6 +184,7 @@ async def run_service_phases(url: str, bodies: list[bytes], batch_bodies: list[b
             max_requests=plan.max_requests,
             items_per_request=plan.batch_items,
             client=plan.client,
+            backoff_on_429_s=RETRY_AFTER_S,
         )
     )
     return phases

@@ -68,9 +68,12 @@ async def closed_loop(
     items_per_request: int = 1,
     timeout_s: float = 60.0,
     client: str = "raw",
+    backoff_on_429_s: float = 0.0,
 ) -> Phase:
     """``concurrency`` workers, each sending its next request when the last one answers, until
-    ``duration_s`` has passed or ``max_requests`` were sent (whichever comes first)."""
+    ``duration_s`` has passed or ``max_requests`` were sent (whichever comes first).
+    ``backoff_on_429_s``: how long a worker waits after a 429 before its next request (a client
+    honouring the service's ``Retry-After``; 0: at once, as an abusive client would)."""
     ok_latencies: list[float] = []
     rejected_latencies: list[float] = []
     statuses: Counter[str] = Counter()
@@ -93,6 +96,8 @@ async def closed_loop(
                 ok_latencies.append(took)
             elif status == "429":
                 rejected_latencies.append(took)
+                if backoff_on_429_s > 0:
+                    await asyncio.sleep(min(backoff_on_429_s, max(0.0, deadline - time.perf_counter())))
 
     started = time.perf_counter()
     if client == "httpx":

@@ -99,7 +99,7 @@ class ServiceSettings(BaseSettings):
         default=1024, ge=1, description="items waiting for inference at most (a hard cap; beyond: 429)"
     )
     max_queue_wait_ms: float = Field(
-        default=500.0,
+        default=1000.0,
         gt=0.0,
         description="how long an accepted item may wait for inference: an accepted request is answered within this "
         "plus one batch; a request whose wait, estimated from the measured throughput, would be longer gets 429 at "

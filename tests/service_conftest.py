@@ -135,7 +135,7 @@ def live_server(
     **overrides: Any,
 ) -> Iterator[LiveServer]:
     """Run ``create_app`` (with ``classifier`` if given, or ``factory``, else the real ONNX runtime) under uvicorn."""
-    # A generous queue-wait bound unless a test sets one: on a busy CI machine the default (500 ms)
+    # A generous queue-wait bound unless a test sets one: on a busy CI machine the default (1 s)
     # would turn scheduling hiccups into 429s (the bound itself is tested in test_batcher.py).
     overrides.setdefault("max_queue_wait_ms", 60_000)
     base = settings or ServiceSettings(host="127.0.0.1", port=0, **overrides)
