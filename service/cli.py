@@ -81,7 +81,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety serve")
         print(f"{prog}: {problem}; {hint}", file=sys.stderr)
         return 2
 
-    from service.server import fix_trim_threshold, settle_heap, uvicorn_config
+    from service.server import fix_trim_threshold, give_back_freed_memory, settle_heap, uvicorn_config
 
     fix_trim_threshold()  # before the model and the first request bodies are allocated
     import uvicorn
@@ -96,8 +96,16 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety serve")
         if server is not None:
             server.should_exit = True
 
-    app = create_app(settings, on_fatal=stop_on_fatal, on_ready=settle_heap)
-    server = uvicorn.Server(uvicorn_config(app, settings))
+    config = None
+
+    def on_ready() -> None:  # on the event loop, once the model serves
+        settle_heap()
+        if config is not None:
+            give_back_freed_memory(config.connection_guard)
+
+    app = create_app(settings, on_fatal=stop_on_fatal, on_ready=on_ready)
+    config = uvicorn_config(app, settings)
+    server = uvicorn.Server(config)
     server.run()
     if app.state.safety.load_error is not None:
         print(

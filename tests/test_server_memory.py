@@ -38,3 +38,28 @@ def test_a_burst_of_buffers_is_given_back_after_the_fix() -> None:
     # the behaviour the fix is for: without it glibc keeps the burst mapped. Whether it does in one
     # process depends on the randomised address layout (about 3 processes in 4 here), so: in any of 8
     assert any(_retained_mib("none")[1] > 100 for _ in range(8))
+
+
+def test_freed_memory_goes_back_after_activity_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    import asyncio
+
+    from service import server
+
+    trims: list[int] = []
+    monkeypatch.setattr(server, "_malloc_trim", lambda: lambda pad: trims.append(pad) or 1)
+    guard = server.ConnectionGuard(max_connections=10, header_timeout_s=1.0)
+
+    async def scenario() -> list[int]:
+        task = server.give_back_freed_memory(guard, every_s=0.1)
+        assert task is not None and guard.trimmer is task
+        counts = []
+        await asyncio.sleep(0.35)
+        counts.append(len(trims))  # no connection activity: nothing to give back
+        guard.activity += 5  # a burst
+        await asyncio.sleep(0.35)
+        counts.append(len(trims))  # given back once, not once per period
+        task.cancel()
+        return counts
+
+    assert asyncio.run(scenario()) == [0, 1]
+    assert trims == [0]
