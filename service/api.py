@@ -655,6 +655,8 @@ def _build_router(state: ServiceState) -> APIRouter:
             "threshold": state.default_threshold,
             "max_batch_size": state.settings.max_batch_size,
             "max_batch_tokens": state.settings.max_batch_tokens,
+            "max_queue_wait_ms": state.settings.max_queue_wait_ms,
+            "latency_bound_ms": _ms_or_none(state.batcher.latency_bound_s if state.batcher is not None else None),
         }
         return card
 
@@ -768,3 +770,7 @@ def _package_version() -> str:
         return version("dialogue-safety")
     except PackageNotFoundError:
         return "0.0.0"
+
+
+def _ms_or_none(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000, 1)

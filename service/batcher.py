@@ -75,6 +75,7 @@ class BatchObserver(Protocol):
     def observe_dropped(self, n: int) -> None: ...
     def observe_batch_failure(self) -> None: ...
     def observe_shed(self, n: int) -> None: ...
+    def observe_latency_bound(self, seconds: float) -> None: ...
 
 
 class NullObserver:
@@ -97,6 +98,9 @@ class NullObserver:
         pass
 
     def observe_shed(self, n: int) -> None:
+        pass
+
+    def observe_latency_bound(self, seconds: float) -> None:
         pass
 
 
@@ -666,6 +670,8 @@ class MicroBatcher:
         if fullness < 0.5:  # small batches: mostly fixed cost, neither "one batch" nor a fair test of the estimate
             return
         self._batch_s = elapsed if self._batch_s is None else 0.8 * self._batch_s + 0.2 * elapsed
+        if self.latency_bound_s is not None:
+            self._observer.observe_latency_bound(self.latency_bound_s)
         if predicted:
             self._slowness.append(elapsed / predicted)
 

@@ -38,6 +38,12 @@ class ServiceMetrics:
             registry=r,
         )
         self.queue_depth = Gauge(f"{PREFIX}_queue_depth", "items waiting for an inference batch", registry=r)
+        self.latency_bound = Gauge(
+            f"{PREFIX}_latency_bound_seconds",
+            "the answer time promised to an accepted item now: max_queue_wait_ms plus one batch (the running mean "
+            "time of the batches at least half full; 0 until one ran)",
+            registry=r,
+        )
         self.queue_wait = Histogram(
             f"{PREFIX}_queue_wait_seconds",
             "time an item waits from submit to the start of its batch",
@@ -112,6 +118,9 @@ class ServiceMetrics:
 
     def observe_shed(self, n: int) -> None:
         self.shed.inc(n)
+
+    def observe_latency_bound(self, seconds: float) -> None:
+        self.latency_bound.set(seconds)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -121,6 +121,16 @@ def test_model_card_endpoint(client: httpx.Client) -> None:
     assert card["serving"]["model"] == "fake@1.2.3" and card["serving"]["variant"] == "fp32"
 
 
+def test_the_latency_promise_is_published_once_a_full_batch_ran() -> None:
+    with live_server(classifier=FakeClassifier(), max_queue_wait_ms=800) as live, live.client() as c:
+        assert c.post(BATCH, json={"items": [f"text {i}" for i in range(40)]}).status_code == 200  # >= half of 64
+        serving = c.get("/v1/model").json()["serving"]
+        bound = [line for line in metric_lines(c) if line.startswith("safety_latency_bound_seconds ")]
+    assert serving["max_queue_wait_ms"] == 800
+    assert serving["latency_bound_ms"] is not None and serving["latency_bound_ms"] >= 800
+    assert len(bound) == 1 and float(bound[0].split()[1]) == pytest.approx(serving["latency_bound_ms"] / 1000, abs=1e-3)
+
+
 def test_health_and_openapi(client: httpx.Client) -> None:
     assert client.get("/health").json()["status"] == "ok"
     assert client.get("/ready").json() == {"status": "ready", "model": "fake@1.2.3"}

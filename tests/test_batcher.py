@@ -59,6 +59,7 @@ class RecordingObserver:
         self.depths: list[int] = []
         self.waits = 0
         self.shed = 0
+        self.bounds: list[float] = []
 
     def observe_queue_depth(self, depth: int) -> None:
         self.depths.append(depth)
@@ -80,6 +81,9 @@ class RecordingObserver:
 
     def observe_shed(self, n: int) -> None:
         self.shed += n
+
+    def observe_latency_bound(self, seconds: float) -> None:
+        self.bounds.append(seconds)
 
 
 async def until(condition: Callable[[], bool]) -> None:
