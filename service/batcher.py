@@ -313,9 +313,12 @@ class MicroBatcher:
         bound = self.latency_bound_s
         if limit is None or bound is None or batch_s is None:
             return limit
-        slowness = max(1.0, max(self._slowness, default=1.0))
-        finish = batch_s * slowness + max(self._loop_lag, default=0.0)
+        finish = batch_s * self._slowness_factor() + max(self._loop_lag, default=0.0)
         return max(limit / 2, min(limit, bound - finish))
+
+    def _slowness_factor(self) -> float:
+        """The worst ratio of actual to predicted batch time over the recent batches (at least 1)."""
+        return max(1.0, max(self._slowness, default=1.0))
 
     def refusal(self, n: int = 1) -> Overloaded | None:
         """The :class:`Overloaded` a submission of ``n`` items would get now (None: it would be admitted
@@ -492,6 +495,7 @@ class MicroBatcher:
         limit = self.wait_limit_s(self._batch_s)
         assert limit is not None
         headroom = min(self._batch_s if self._batch_s is not None else self._last_batch_s, limit / 2)
+        expected *= self._slowness_factor()  # the queued work is predicted like a batch: as slow as lately
         if expected + headroom > limit:
             return Overloaded(
                 f"an item admitted now would wait about {expected * 1000:.0f} ms for inference; with one batch of "
