@@ -383,6 +383,7 @@ class ServiceState:
             name=card.name, version=card.version, variant=str(classifier.variant), provider=str(classifier.provider)
         )
         self.metrics.ready.set(1)
+        self.metrics.observe_latency_bound(0.0)  # the new batcher's promise, once its first full batch ran
         log.info(
             "ready: %s (variant %s, provider %s) from %s",
             self.model_id,

@@ -18,11 +18,13 @@ mean time of the batches at least half full). When a batch forms, an item that c
 get its answer in time is failed with :class:`Overloaded` instead of being served late: one that
 waited longer than ``max_queue_wait_s``, or whose wait plus this batch's predicted time (its
 padded tokens at the measured speed, times the worst ratio of actual to predicted time over the
-last batches, plus the event loop's lag in taking results back) would pass the bound. On a core
-shared with a busy event loop a batch of the same tokens takes up to ~2.5x longer than on an
-idle one, so the prediction errs by tens of percent and the margin must be measured, not
-assumed. Items that waited less than half of ``max_queue_wait_s`` are always run (progress
-before promise: if the machine turns very slow, fresh items are still served).
+recent batches at least half full, within ``SLOWNESS_WINDOW_S`` and at most ``MAX_SLOWNESS``,
+plus the event loop's lag in taking results back) would pass the bound. On a core shared with a
+busy event loop a batch of the same tokens takes up to ~2.5x longer than on an idle one, so the
+prediction errs by tens of percent and the margin must be measured, not assumed. Items that
+waited less than half of ``max_queue_wait_s`` are always run (progress before promise: if the
+machine turns very slow, fresh items are still served), and a submission of more items than one
+batch is not held to the bound for the time its own first batches take.
 ``queue_size`` stays a hard cap in items.
 
 Encoding (normalisation and tokenisation) always runs in a helper thread, never on the event
@@ -60,6 +62,8 @@ from service.schema import Example, Prediction
 
 log = logging.getLogger("service.batcher")
 RECENT_BATCHES = 32  # batches whose slowness and loop lag bound the next prediction (~5 s under load)
+SLOWNESS_WINDOW_S = 10.0  # a batch's slowness counts this long (then light traffic forgets one stall)
+MAX_SLOWNESS = 3.0  # the slowness factor at most (a stall must not make every estimate absurd)
 
 EncodeFn = Callable[[Sequence[Example]], list[EncodedExample]]
 PredictFn = Callable[[list[EncodedExample]], list[Prediction]]
@@ -109,6 +113,7 @@ class _Pending:
     encoded: EncodedExample
     future: asyncio.Future[Prediction]
     enqueued: float  # loop.time() when the submission arrived (before encoding)
+    own_wait: float = 0.0  # predicted time of its own submission's batches ahead of it (not waiting for others)
 
 
 @dataclass(slots=True)
@@ -203,7 +208,8 @@ class MicroBatcher:
         self._running_tokens = 0  # padded tokens of the running batch
         self._last_batch_s = 0.0  # how long the last batch took
         self._batch_s: float | None = None  # running mean time of the batches at least half full: "one batch"
-        self._slowness: deque[float] = deque(maxlen=RECENT_BATCHES)  # actual / predicted time of those batches
+        # (perf_counter, actual / predicted time) of the recent batches at least half full
+        self._slowness: deque[tuple[float, float]] = deque(maxlen=RECENT_BATCHES)
         self._loop_lag: deque[float] = deque(maxlen=RECENT_BATCHES)  # inference end -> the loop takes the results
         self._arrived_while_running = 0
         self._expect_company = False
@@ -317,8 +323,11 @@ class MicroBatcher:
         return max(limit / 2, min(limit, bound - finish))
 
     def _slowness_factor(self) -> float:
-        """The worst ratio of actual to predicted batch time over the recent batches (at least 1)."""
-        return max(1.0, max(self._slowness, default=1.0))
+        """The worst ratio of actual to predicted batch time over the recent batches at least half full
+        (the last ``RECENT_BATCHES`` within ``SLOWNESS_WINDOW_S``), between 1 and ``MAX_SLOWNESS``."""
+        since = time.perf_counter() - SLOWNESS_WINDOW_S
+        worst = max((ratio for at, ratio in self._slowness if at >= since), default=1.0)
+        return min(MAX_SLOWNESS, max(1.0, worst))
 
     def refusal(self, n: int = 1) -> Overloaded | None:
         """The :class:`Overloaded` a submission of ``n`` items would get now (None: it would be admitted
@@ -512,9 +521,10 @@ class MicroBatcher:
         assert self._queue is not None
         loop = asyncio.get_running_loop()
         futures: list[asyncio.Future[Prediction]] = []
-        for enc in encoded:  # no await in between: one submission's items stay together
+        own_waits = self._own_waits(encoded)
+        for enc, own_wait in zip(encoded, own_waits, strict=True):  # no await in between: items stay together
             fut: asyncio.Future[Prediction] = loop.create_future()
-            self._queue.put_nowait(_Pending(enc, fut, arrived))
+            self._queue.put_nowait(_Pending(enc, fut, arrived, own_wait))
             self._queued_tokens += len(enc)
             self._item_tokens = 0.9 * self._item_tokens + 0.1 * len(enc)
             fut.add_done_callback(self._settle)
@@ -524,6 +534,20 @@ class MicroBatcher:
             self._arrived_while_running += len(encoded)
         self._observer.observe_queue_depth(self.depth)
         return futures
+
+    def _own_waits(self, encoded: list[EncodedExample]) -> list[float]:
+        """For each item of one submission, the predicted time of the submission's own batches ahead of
+        it (a request of more items than one batch waits for its own first batches: that is not
+        waiting for others, so the wait limit does not count it)."""
+        size, spt = self.max_batch_size, self._seconds_per_token
+        if len(encoded) <= size or spt is None:
+            return [0.0] * len(encoded)
+        waits, ahead = [], 0.0
+        for start in range(0, len(encoded), size):
+            chunk = encoded[start : start + size]
+            waits += [ahead] * len(chunk)
+            ahead += self._padded_tokens(chunk) * spt * self._slowness_factor()
+        return waits
 
     # -- the loop ---------------------------------------------------------------------------------
     async def _loop(self) -> None:
@@ -610,9 +634,9 @@ class MicroBatcher:
             predicted_s = self._padded_tokens([item.encoded for item in live]) * spt if spt is not None else None
             limit = self.wait_limit_s(predicted_s)
             assert limit is not None
-            late = [item for item in live if now - item.enqueued > limit]
+            late = [item for item in live if now - item.enqueued - item.own_wait > limit]
             if late:
-                live = [item for item in live if now - item.enqueued <= limit]
+                live = [item for item in live if now - item.enqueued - item.own_wait <= limit]
                 self._observer.observe_shed(len(late))
                 for item in late:
                     _fail(
@@ -674,10 +698,10 @@ class MicroBatcher:
         if fullness < 0.5:  # small batches: mostly fixed cost, neither "one batch" nor a fair test of the estimate
             return
         self._batch_s = elapsed if self._batch_s is None else 0.8 * self._batch_s + 0.2 * elapsed
-        if self.latency_bound_s is not None:
+        if self.latency_bound_s is not None and self._accepting:  # not a batcher draining after a hot swap
             self._observer.observe_latency_bound(self.latency_bound_s)
         if predicted:
-            self._slowness.append(elapsed / predicted)
+            self._slowness.append((time.perf_counter(), elapsed / predicted))
 
     def _calls(self, encoded: Sequence[EncodedExample]) -> list[list[int]]:
         return [

@@ -102,9 +102,10 @@ class ServiceSettings(BaseSettings):
         default=1000.0,
         gt=0.0,
         description="how long an accepted item may wait for inference: an accepted request is answered within this "
-        "plus one batch; a request whose wait, estimated from the measured throughput, would be longer gets 429 at "
-        "once; an item that could no longer be answered in time when its batch forms is refused, not served late "
-        "(the queue bound = throughput x this wait)",
+        "plus one batch (plus its own first batches when it has more items than one batch); a request whose "
+        "wait, estimated from the measured throughput, would be longer gets 429 at once; an item that could no "
+        "longer be answered in time when its batch forms is refused, not served late (the queue bound = "
+        "throughput x this wait)",
     )
 
     # connections and bodies (see docs/api.md, "Production settings")

@@ -427,7 +427,7 @@ def test_one_batch_that_outlasts_the_wait_bound_does_not_lock_the_service_out() 
     used to make every later request 429 for ever: the admission added that batch's time as
     headroom, so even an idle service refused, and no batch ran to correct the estimate."""
     fake = FakeClassifier()
-    with live_server(classifier=fake, max_queue_wait_ms=100) as live, live.client() as c:
+    with live_server(classifier=fake, max_queue_wait_ms=300) as live, live.client() as c:
         assert c.post(CLASSIFY, json={"utterance": "first"}).status_code == 200
         fake.gate.clear()
         fake.entered.clear()
@@ -436,7 +436,7 @@ def test_one_batch_that_outlasts_the_wait_bound_does_not_lock_the_service_out() 
         worker = threading.Thread(target=lambda: statuses.append(c.post(BATCH, json=big).status_code), daemon=True)
         worker.start()
         assert fake.entered.wait(GUARD_S)
-        time.sleep(0.3)  # the batch runs 3x the bound
+        time.sleep(0.9)  # the batch runs 3x the bound
         fake.gate.set()
         worker.join(GUARD_S)
         assert statuses == [200]
