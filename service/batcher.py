@@ -310,16 +310,18 @@ class MicroBatcher:
             return None
         return self.max_queue_wait_s + self._batch_s
 
-    def wait_limit_s(self, batch_s: float | None) -> float | None:
+    def wait_limit_s(self, batch_s: float | None, slowness: float | None = None) -> float | None:
         """How long an item may wait and still be answered within :attr:`latency_bound_s` by a batch
         predicted to take ``batch_s`` once it starts (None: no limit): the bound less that time times
-        the worst slowness of the recent batches (actual / predicted time) and the event loop's lag;
-        at most ``max_queue_wait_s``, at least half of it (so that fresh items always run)."""
+        the worst slowness of the recent batches (actual / predicted time; ``slowness`` when the
+        caller has it already) and the event loop's lag; at most ``max_queue_wait_s``, at least half
+        of it (so that fresh items always run)."""
         limit = self.max_queue_wait_s
         bound = self.latency_bound_s
         if limit is None or bound is None or batch_s is None:
             return limit
-        finish = batch_s * self._slowness_factor() + max(self._loop_lag, default=0.0)
+        slowness = self._slowness_factor() if slowness is None else slowness
+        finish = batch_s * slowness + max(self._loop_lag, default=0.0)
         return max(limit / 2, min(limit, bound - finish))
 
     def _slowness_factor(self) -> float:
@@ -501,10 +503,11 @@ class MicroBatcher:
         # refused now, fast, rather than after waiting. The headroom is one batch, at most half the
         # limit, so that an idle batcher always admits (one very long batch must not refuse the next
         # requests for ever).
-        limit = self.wait_limit_s(self._batch_s)
+        slowness = self._slowness_factor()
+        limit = self.wait_limit_s(self._batch_s, slowness)
         assert limit is not None
         headroom = min(self._batch_s if self._batch_s is not None else self._last_batch_s, limit / 2)
-        expected *= self._slowness_factor()  # the queued work is predicted like a batch: as slow as lately
+        expected *= slowness  # the queued work is predicted like a batch: as slow as lately
         if expected + headroom > limit:
             return Overloaded(
                 f"an item admitted now would wait about {expected * 1000:.0f} ms for inference; with one batch of "
@@ -542,11 +545,11 @@ class MicroBatcher:
         size, spt = self.max_batch_size, self._seconds_per_token
         if len(encoded) <= size or spt is None:
             return [0.0] * len(encoded)
-        waits, ahead = [], 0.0
+        waits, ahead, slowness = [], 0.0, self._slowness_factor()
         for start in range(0, len(encoded), size):
             chunk = encoded[start : start + size]
             waits += [ahead] * len(chunk)
-            ahead += self._padded_tokens(chunk) * spt * self._slowness_factor()
+            ahead += self._padded_tokens(chunk) * spt * slowness
         return waits
 
     # -- the loop ---------------------------------------------------------------------------------
@@ -629,14 +632,21 @@ class MicroBatcher:
             self._observer.observe_dropped(len(batch.items) - len(live))
         loop = asyncio.get_running_loop()
         now = loop.time()
+        encoded = [item.encoded for item in live]
+        calls = self._calls(encoded)
+        padded = _padded(encoded, calls)
+        spt = self._seconds_per_token
+        predicted = padded * spt if spt is not None else None
         if live and self.max_queue_wait_s is not None:  # never serve late: refuse what cannot be answered in time
-            spt = self._seconds_per_token
-            predicted_s = self._padded_tokens([item.encoded for item in live]) * spt if spt is not None else None
-            limit = self.wait_limit_s(predicted_s)
+            limit = self.wait_limit_s(predicted)
             assert limit is not None
             late = [item for item in live if now - item.enqueued - item.own_wait > limit]
             if late:
                 live = [item for item in live if now - item.enqueued - item.own_wait <= limit]
+                encoded = [item.encoded for item in live]
+                calls = self._calls(encoded)
+                padded = _padded(encoded, calls)
+                predicted = padded * spt if spt is not None else None
                 self._observer.observe_shed(len(late))
                 for item in late:
                     _fail(
@@ -654,13 +664,9 @@ class MicroBatcher:
             return
         for item in live:
             self._observer.observe_queue_wait(now - item.enqueued)
-        encoded = [item.encoded for item in live]
-        calls = self._calls(encoded)
-        padded = _padded(encoded, calls)
         self._running_batch, self._arrived_while_running = True, 0
         start = time.perf_counter()
         self._running_since, self._running_tokens = start, padded
-        predicted = padded * self._seconds_per_token if self._seconds_per_token is not None else None
         try:
             predictions, timings, ended = await loop.run_in_executor(
                 self._infer_pool, self._predict_calls, encoded, calls
