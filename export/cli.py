@@ -12,6 +12,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from service.model_dir import ARTIFACT_FILE, CARD_FILE, CARD_MARKDOWN_FILE, CHECKPOINT_FILES, TOKENIZER_FILE
 from service.schema import LabelledExample
 
 DEFAULT_EVAL_SOURCES = ("olid", "diasafety", "convabuse", "hatemoji", "dynahate", "hatecheck")
@@ -23,11 +24,12 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
 
     p = argparse.ArgumentParser(
         prog=prog,
-        description="Export a training checkpoint to a self-describing ONNX model directory (model.onnx, "
-        "tokenizer.json, model_card.json, MODEL_CARD.md). ONNX and torch logits are compared on a fixed batch of "
+        description="Export a training checkpoint to a self-describing ONNX model directory ("
+        f"{ARTIFACT_FILE}, {TOKENIZER_FILE}, {CARD_FILE}, {CARD_MARKDOWN_FILE}). ONNX and torch logits are "
+        "compared on a fixed batch of "
         "dialogues before anything is written; the export fails if they differ by more than --tolerance.",
     )
-    p.add_argument("checkpoint", type=Path, help="training checkpoint directory (config.json, model.safetensors...)")
+    p.add_argument("checkpoint", type=Path, help=f"training checkpoint directory ({', '.join(CHECKPOINT_FILES)}...)")
     p.add_argument("out_dir", type=Path, help="model directory to write (replaced if it is an earlier export)")
     p.add_argument(
         "--variants",
@@ -44,7 +46,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument(
         "--ship",
         action="store_true",
-        help="store the weights as fp16 in model.onnx (~half the size; for committing under the 60 MB cap); "
+        help=f"store the weights as fp16 in {ARTIFACT_FILE} (~half the size; for committing under the 60 MB cap); "
         "the weights are rounded to fp16 before the parity check, and fp32 is re-derived exactly at load",
     )
     p.add_argument("--opset", type=int, default=DEFAULT_OPSET, help="ONNX opset (default: %(default)s)")
@@ -140,7 +142,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety export"
     card = result.card
     say(f"{prog}: wrote {result.out_dir} ({card.model_id})")
     say(
-        f"  model.onnx: {card.export['artifact_bytes'] / 1e6:.1f} MB, weights {card.export['weights_storage']}, "
+        f"  {ARTIFACT_FILE}: {card.export['artifact_bytes'] / 1e6:.1f} MB, weights {card.export['weights_storage']}, "
         f"max |onnx - torch| {result.max_abs_diff:.3g} (tolerance {args.tolerance:g})"
     )
     for name, entry in card.export.get("variants", {}).items():

@@ -52,7 +52,6 @@ from service.variants.stamps import file_sha256, save_atomic, set_meta
 log = logging.getLogger("export")
 
 OPTIMIZED_TOLERANCE = 1e-3  # fused attention/GELU/LayerNorm kernels accumulate in another order
-MODEL_CARD_MD = CARD_MARKDOWN_FILE
 
 
 class ExportError(RuntimeError):
@@ -416,7 +415,7 @@ def _export_into(
     if "fp16" not in variant_names:
         card.gpu_variant = "optimized" if "optimized" in variant_names else "fp32"
     card.save(staging)
-    (staging / MODEL_CARD_MD).write_text(render_model_card(card), encoding="utf-8")
+    (staging / CARD_MARKDOWN_FILE).write_text(render_model_card(card), encoding="utf-8")
     if ship:
         # only model.onnx, tokenizer.json and the cards are meant to be committed
         (staging / ".gitignore").write_text(

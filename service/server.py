@@ -95,24 +95,26 @@ def fix_trim_threshold() -> bool:
     `bench abuse`'s slow-body attack. Fixing the trim threshold at glibc's default turns that
     adjustment off (as ``MALLOC_TRIM_THRESHOLD_`` would; a value set there is left alone).
     Call before the first large allocation."""
-    if not sys.platform.startswith("linux") or "MALLOC_TRIM_THRESHOLD_" in os.environ:
-        return False
-    try:
-        mallopt = ctypes.CDLL("libc.so.6").mallopt
-    except (OSError, AttributeError):  # not glibc (musl, ...)
+    mallopt = _glibc("mallopt")
+    if mallopt is None or "MALLOC_TRIM_THRESHOLD_" in os.environ:
         return False
     return bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES))
 
 
-def _malloc_trim() -> Callable[[int], int] | None:
-    """glibc's ``malloc_trim`` (None elsewhere)."""
+def _glibc(name: str) -> Callable[..., int] | None:
+    """A glibc allocator function (None elsewhere: not Linux, or musl)."""
     if not sys.platform.startswith("linux"):
         return None
     try:
-        trim: Callable[[int], int] = ctypes.CDLL("libc.so.6").malloc_trim
-    except (OSError, AttributeError):  # not glibc (musl, ...)
+        function: Callable[..., int] = getattr(ctypes.CDLL("libc.so.6"), name)
+    except (OSError, AttributeError):
         return None
-    return trim
+    return function
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's ``malloc_trim`` (None elsewhere)."""
+    return _glibc("malloc_trim")
 
 
 def give_back_freed_memory(guard: ConnectionGuard, every_s: float = TRIM_EVERY_S) -> asyncio.Task[None] | None:
