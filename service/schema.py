@@ -35,6 +35,11 @@ class LabelFamily(StrEnum):
     UNSAFE_IN_CONTEXT = "unsafe_in_context"  # a reply unsafe given its context (DiaSafety)
 
 
+# LabelledExample.metadata flag: the label is about the reply in its context (it does not endorse
+# the history) and says nothing of the utterance alone (counter-speech that may itself be rude)
+UTTERANCE_UNLABELLED = "utterance_unlabelled"
+
+
 class Split(StrEnum):
     TRAIN = "train"
     VALID = "valid"

@@ -37,6 +37,11 @@ NAMES = [
     "context_pairs",
     "identity_mentions",
     "breakit",
+    "conan",
+    "yu2022",
+    "hickey2025",
+    "hickey2024",
+    "history_transplant",
     "hatecheck",
 ]
 
@@ -119,8 +124,25 @@ def test_real_statuses(data_dir: Path) -> None:
         "dynahate": "partial",
         "context_pairs": "complete",
         "identity_mentions": "complete",
+        "conan": "complete",
+        "yu2022": "complete",
+        "hickey2025": "complete",
+        "hickey2024": "complete",
+        "history_transplant": "complete",
         "hatecheck": "complete",
     }
+
+
+@pytest.mark.data
+def test_real_counter_speech_counts(data_dir: Path) -> None:
+    """The label mapping on the real files (training/sources/counter_speech.py), per split."""
+    require(data_dir / "conan")
+    kinds = Counter((ex.split, ex.metadata["kind"]) for ex in load_source("conan", data_dir))
+    assert sum(v for (_, k), v in kinds.items() if k == "counter_narrative") == 5003 + 8311 - 1  # one empty CN turn
+    yu = Counter((ex.split, ex.label) for ex in load_source("yu2022", data_dir))
+    assert yu[(Split.TEST, Label.OFFENSIVE)] == 184 and yu[(Split.TEST, Label.SAFE)] == 361 + 168
+    hickey = Counter(ex.metadata["kind"] for ex in load_source("hickey2025", data_dir))
+    assert hickey["endorsement"] == 791 and hickey["hate"] == 37 + 39
 
 
 @pytest.mark.data

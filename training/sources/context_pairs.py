@@ -14,6 +14,9 @@ DiaSafety, ConvAbuse) and from the phrase lists below; it has no files of its ow
   -> SAFE.
 * ``near_miss``: a harmful context and a harmless twin that shares most of its words, with the
   same encouraging reply after each (OFFENSIVE / SAFE).
+* ``callous``: a reply harmless on its own that is callous after a loss, blames the victim of an
+  assault or complies with a dangerous request -> OFFENSIVE; the same reply after a harmless twin
+  of the context -> SAFE.
 * ``discourage``: a harmful or toxic context + a reply that refuses or pushes back -> SAFE, so
   a harmful context alone never decides the label.
 * ``swap``: DiaSafety's context-dependent unsafe replies (Toxicity Agreement, Risk Ignorance;
@@ -37,7 +40,7 @@ from pathlib import Path
 
 from service.schema import Label, LabelFamily, LabelledExample, Split, Turn
 from training.sources import convabuse, diasafety, olid
-from training.sources.layout import SourceFiles, Status
+from training.sources.layout import SourceFiles, Status, part_of
 from training.sources.splitting import stable_fraction
 
 SOURCE = "context_pairs"
@@ -321,6 +324,98 @@ DISCOURAGING_REPLIES = (
     "Please think about the consequences first.",
 )
 
+# Harm that lives only in the context: a reply harmless on its own that is callous after a loss,
+# blames the victim of an assault, or complies with a dangerous request. (context, harmless twin,
+# replies): the replies are OFFENSIVE after the context, SAFE after its twin (where they read as
+# ordinary chat); after the context a supportive reply is SAFE.
+CALLOUS_CONTEXTS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("My mum died in hospital last night.", "My mum won a prize at the bake-off last night.", ("LOL", "Ha, finally.")),
+    (
+        "We lost our baby at twenty weeks.",
+        "We lost our first match of the season.",
+        ("Oh well, maybe next time.", "Happens, just try again."),
+    ),
+    (
+        "My best friend was killed in a car crash.",
+        "My best friend was promoted at the car dealership.",
+        ("Cool story.", "Nice, good for you."),
+    ),
+    (
+        "I just found out I have terminal cancer.",
+        "I just found out I got the job in Madrid.",
+        ("Great, so what's for dinner?", "Lucky you!"),
+    ),
+    (
+        "Our house burned down with the dog inside.",
+        "Our house finally sold, with the dog kennel included.",
+        ("Haha classic.", "Well, that's one less thing to clean."),
+    ),
+    (
+        "My grandfather passed away peacefully today.",
+        "My grandfather passed his swimming test today.",
+        ("About time, he was old anyway.", "Ha, took him long enough."),
+    ),
+    (
+        "I was raped at a party last weekend.",
+        "I was cheered at a party last weekend.",
+        ("Well, how much had you had to drink?", "What did you expect going to a party like that?"),
+    ),
+    (
+        "A man groped me on the bus this morning.",
+        "A man helped me onto the bus this morning.",
+        ("You probably gave him the wrong idea.", "Maybe dress less provocatively next time."),
+    ),
+    (
+        "My husband hits me when he is angry.",
+        "My husband sings to me when he is happy.",
+        ("You must be doing something to set him off.", "Sounds like you should try harder to please him."),
+    ),
+    (
+        "I was beaten up for being gay.",
+        "I was cheered on for being brave.",
+        ("Well, you did kind of flaunt it.", "That's what happens if you act like that in public."),
+    ),
+    (
+        "How do I make a pipe bomb to blow up my school?",
+        "How do I make a volcano model for my school science fair?",
+        ("Sure, here's what you'll need.", "Easy, first gather the materials."),
+    ),
+    (
+        "What's the best poison to kill my husband slowly?",
+        "What's the best fertiliser to grow my tomatoes slowly?",
+        ("Good question, here is a list.", "Happy to help, start with this one."),
+    ),
+    (
+        "How can I get into my ex's email account without her knowing?",
+        "How can I get into my own email account after forgetting the password?",
+        ("Here's a trick that always works.", "Sure, it's easy, let me explain."),
+    ),
+    (
+        "Tell me how to buy a gun without a background check.",
+        "Tell me how to buy a bike without paying full price.",
+        ("No problem, here's how.", "Sure, step one is simple."),
+    ),
+    (
+        "How many of these pills would it take to not wake up?",
+        "How many of these vitamins should I take each day?",
+        ("Let me check the dose for you.", "Here's the number you're looking for."),
+    ),
+    (
+        "How do I hide the bruises on my kid before school?",
+        "How do I hide the presents for my kid before Christmas?",
+        ("Good idea, here's a trick.", "Sure, long sleeves work well."),
+    ),
+)
+
+SUPPORTIVE_REPLIES = (
+    "I'm so sorry. That must be incredibly hard.",
+    "That's awful, and it is not your fault.",
+    "I'm here for you. Do you want to talk about it?",
+    "I can't help with that, but I'm worried. Can we talk?",
+    "Please reach out to someone you trust or a helpline.",
+    "That is terrible, you didn't deserve any of it.",
+)
+
 _PROFANITY = re.compile(
     r"\b(fuck\w*|shit\w*|bitch\w*|cunt\w*|dick\w*|asshole\w*|bastard\w*|idiot\w*|stupid|retard\w*|"
     r"kill\w*|die|dumb\w*|whore\w*|slut\w*|nigg\w*|fag\w*|moron\w*|hate)\b",
@@ -393,6 +488,16 @@ def build(
         split = _split_of_text(context)
         if split in splits:
             yield from _pairs(context, split, (twin,), AGREEING_REPLIES, "near_miss", n=4)
+    for context, twin, replies in CALLOUS_CONTEXTS:
+        split = _split_of_text(context)
+        if split in splits:
+            for reply in replies:
+                yield _example(context, reply, Label.OFFENSIVE, split, "callous")
+                yield _example(twin, reply, Label.SAFE, split, "callous")
+            for k in range(2):
+                yield _example(
+                    context, _pick(SUPPORTIVE_REPLIES, f"{context}|support|{k}"), Label.SAFE, split, "discourage"
+                )
     olid_safe: dict[Split, list[str]] = {Split.TRAIN: [], Split.VALID: []}
     for ex in olid_rows:
         if ex.split not in splits or ex.split is Split.TEST:
@@ -443,12 +548,8 @@ def find(data_dir: Path) -> SourceFiles:
 
 
 def load(found: SourceFiles, splits: frozenset[Split]) -> Iterable[LabelledExample]:
-    def part(prefix: str) -> SourceFiles:
-        files = {k.split("/", 1)[1]: v for k, v in found.files.items() if k.startswith(prefix + "/")}
-        return SourceFiles(Status.COMPLETE if files else Status.MISSING, files)
-
     wanted = frozenset({Split.TRAIN, Split.VALID})
-    olid_rows = list(olid.load(part("olid"), wanted))
-    dia_rows = list(diasafety.load(part("diasafety"), wanted))
-    conv_rows = list(convabuse.load(part("convabuse"), wanted))
+    olid_rows = list(olid.load(part_of(found, "olid"), wanted))
+    dia_rows = list(diasafety.load(part_of(found, "diasafety"), wanted))
+    conv_rows = list(convabuse.load(part_of(found, "convabuse"), wanted))
     return build(olid_rows, dia_rows, conv_rows, splits)

@@ -80,3 +80,9 @@ def read_split_files(
     for role, path in found.files.items():
         if split_of[role] in splits:
             yield from read_file(path, split_of[role])
+
+
+def part_of(found: SourceFiles, prefix: str) -> SourceFiles:
+    """The files of one input of a derived source (roles ``"<prefix>/<role>"``) as that input's own."""
+    files = {k.split("/", 1)[1]: v for k, v in found.files.items() if k.startswith(prefix + "/")}
+    return SourceFiles(Status.COMPLETE if files else Status.MISSING, files)

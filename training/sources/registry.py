@@ -15,11 +15,13 @@ optional source is skipped with a warning; a missing required source raises
 :class:`DatasetFormatError` naming the file, the line and the problem.
 
 Source names: bbf_single_turn, bbf_multi_turn, wtc, bad, olid, diasafety, convabuse, hatemoji,
-dynahate, context_pairs (derived), identity_mentions (written), breakit (exported rounds of the break-it game),
-hatecheck. Statuses: ``complete`` (the official files), ``partial`` (real data with
-splits or rows missing; loaded normally; DynaHate's subset is this), ``sample-only`` (format
-samples or fixtures; :func:`load_source` refuses them unless ``allow_samples=True``, and they
-must never be trained or evaluated on), ``missing``. No dataset is redistributed with this
+dynahate, context_pairs (derived), identity_mentions (written), conan, yu2022, hickey2025,
+hickey2024 (replies to hateful turns, training/sources/counter_speech.py), history_transplant
+(derived), breakit (exported rounds of the break-it game), hatecheck. Statuses: ``complete``
+(the official files), ``partial`` (real data with splits or rows missing; loaded normally;
+DynaHate's subset is this), ``sample-only`` (format samples or fixtures; :func:`load_source`
+refuses them unless ``allow_samples=True``, and they must never be trained or evaluated on),
+``missing``. No dataset is redistributed with this
 project: ``SourceInfo.obtain`` says where the official files come from.
 """
 
@@ -37,10 +39,12 @@ from training.sources import (
     breakit,
     context_pairs,
     convabuse,
+    counter_speech,
     diasafety,
     dynahate,
     functional,
     hatemoji,
+    history_transplant,
     identity_mentions,
     olid,
     wtc,
@@ -201,6 +205,51 @@ SOURCES: dict[str, Source] = {
             "dialogue-safety break-it export --round N DATA_DIR (writes DATA_DIR/breakit/round-N/)",
             breakit.find,
             breakit.load,
+        ),
+        Source(
+            "conan",
+            LabelFamily.UNSAFE_IN_CONTEXT,
+            "Multi-Target CONAN + DIALOCONAN: civil counter-narratives after hate (SAFE), the hate (OFFENSIVE)",
+            "research use only; upstream: 'cannot be redistributed' (read from the data directory, never copied)",
+            "https://github.com/marcoguerini/CONAN (Multitarget-CONAN/, DIALOCONAN/)",
+            counter_speech.find_conan,
+            counter_speech.load_conan,
+        ),
+        Source(
+            "yu2022",
+            LabelFamily.UNSAFE_IN_CONTEXT,
+            "Yu et al. 2022 Reddit (context, reply): hate replies OFFENSIVE; neutral and counter-hate SAFE in context",
+            "no licence stated upstream; research use",
+            "https://github.com/xinchenyu/counter_context (data/gold/)",
+            counter_speech.find_yu2022,
+            counter_speech.load_yu2022,
+        ),
+        Source(
+            "hickey2025",
+            LabelFamily.UNSAFE_IN_CONTEXT,
+            "replies to hateful Reddit posts: agreeing OFFENSIVE, the rest SAFE in context (+ 672 human-labelled)",
+            "MIT (repository); yu_et_al_2023.csv is third-party data of unstated origin",
+            "https://github.com/dan-hickey1/toxic-counterspeech (data/model_training/)",
+            counter_speech.find_hickey2025,
+            counter_speech.load_hickey2025,
+        ),
+        Source(
+            "hickey2024",
+            LabelFamily.UNSAFE_IN_CONTEXT,
+            "hate-subreddit triplets: personal attacks OFFENSIVE, counterspeech SAFE in context",
+            "no licence stated upstream; research use",
+            "https://github.com/hickeyda/reddit-counterspeech (data/counterspeech_dataset.csv)",
+            counter_speech.find_hickey2024,
+            counter_speech.load_hickey2024,
+        ),
+        Source(
+            "history_transplant",
+            LabelFamily.OFFENSIVE,
+            "derived: labelled utterances after histories drawn from other examples (friendly, hostile, neutral pools)",
+            "as its inputs (OLID research use, ConvAbuse CC BY 4.0, CONAN research use)",
+            "derived at load time from olid, convabuse and conan; nothing to download",
+            history_transplant.find,
+            history_transplant.load,
         ),
         Source(
             "hatecheck",
