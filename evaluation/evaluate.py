@@ -6,7 +6,9 @@ itself as the model: a cheap way to see the whole report). Writes ``report.md``,
 ``results.json`` (every number) and PNG plots to ``--out``.
 
 Suites: ``rounds`` (held-out and adversarial rounds), ``functional`` (HateCheck-style suites),
-``aaa`` (Adversarial Attacks against Abuse), ``context`` (with vs without history) and
+``aaa`` (Adversarial Attacks against Abuse), ``context`` (with vs without history),
+``context_flips`` (the same reply after a harmful and a harmless turn), ``history`` (benign-history
+recall, hostile-history flag rate, counter-speech: evaluation/history_robustness.py) and
 ``baseline`` (adds a TF-IDF + LR row/column to every table). See docs/evaluation.md.
 """
 
@@ -37,7 +39,16 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("evaluation.evaluate")
 
-SUITES: tuple[str, ...] = ("rounds", "functional", "aaa", "context", "context_flips", "baseline", "peer")
+SUITES: tuple[str, ...] = (
+    "rounds",
+    "functional",
+    "aaa",
+    "context",
+    "context_flips",
+    "history",
+    "baseline",
+    "peer",
+)
 #: sources evaluated by the rounds and context suites (missing ones are skipped with a note)
 EVAL_SOURCES: tuple[str, ...] = (
     "olid",
@@ -294,6 +305,11 @@ def run_evaluation(
     if "context_flips" in config.suites:
         pairs = load_pairs(config.context_flips_csv)
         results["context_flips"] = timed("context_flips", lambda: evaluate_context_flips(pairs, scorers))
+    if "history" in config.suites:
+        from evaluation.history_robustness import build_probes, evaluate_history
+
+        probes = build_probes(data.split, config.seed)
+        results["history"] = timed("history", lambda: evaluate_history(probes, scorers, config.seed))
     results["skipped"] = {**results["skipped"], **data.skipped}
     results = jsonable(results)
     if out_dir is not None:

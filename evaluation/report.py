@@ -397,6 +397,75 @@ def context_flips_section(results: Mapping[str, Any]) -> list[str]:
     return [*out, table(header, body), ""]
 
 
+def history_section(results: Mapping[str, Any]) -> list[str]:
+    data = results.get("history")
+    out = ["## 6. How the history moves the verdict", ""]
+    if not data:
+        return [*out, "Not run.", ""]
+    roles = [r for r in _roles(results) if r in data["scorers"]]
+    sc = data["scorers"]
+    lengths = [str(n) for n in data["friendly_lengths"]]
+    out += [
+        _roles_note(results, roles),
+        "",
+        "Built from test splits only (`evaluation/history_robustness.py`), at each scorer's own threshold. "
+        "**Benign-history recall**: offensive test utterances alone and after the last 1, 3 and 6 turns of a "
+        "friendly chat that no training source contains; the headline is the worst drop (points). "
+        f"**Hostile-history flag rate**: harmless test utterances alone and after one of {data['hostile_turns']} "
+        "hateful test turns they do not answer; the headline is the rise (points). **Counter-speech**: civil "
+        "counter-narratives after their hateful turn (flagged, lower is better), replies agreeing with hate "
+        "(caught, higher is better); Reddit counter-hate is often rude itself (for information).",
+        "",
+    ]
+    header = ["measure", *roles]
+    rows = [
+        [
+            "benign-history recall: worst drop (points)",
+            *[fmt(sc[r]["benign_history"].get("worst_drop")) for r in roles],
+        ],
+        ["  recall alone %", *[fmt(sc[r]["benign_history"]["pooled"].get("alone")) for r in roles]],
+        *[
+            [f"  recall after {n} friendly turns %", *[fmt(sc[r]["benign_history"]["pooled"].get(n)) for r in roles]]
+            for n in lengths
+        ],
+        ["hostile-history flag rate: rise (points)", *[fmt(sc[r]["hostile_history"].get("rise")) for r in roles]],
+        ["  harmless flagged alone %", *[fmt(sc[r]["hostile_history"].get("pooled", {}).get("alone")) for r in roles]],
+        [
+            "  harmless flagged after a hostile turn %",
+            *[fmt(sc[r]["hostile_history"].get("pooled", {}).get("after")) for r in roles],
+        ],
+        ["civil counter-speech flagged %", *[fmt(sc[r]["counter_speech"]["civil_counter"]["flagged"]) for r in roles]],
+        ["endorsements of hate caught %", *[fmt(sc[r]["counter_speech"]["endorsements"]["caught"]) for r in roles]],
+        [
+            "Reddit counter-hate flagged % (info)",
+            *[fmt(sc[r]["counter_speech"]["reddit_counter"]["flagged"]) for r in roles],
+        ],
+    ]
+    out += [table(header, rows), ""]
+    first = sc[roles[0]] if roles else None
+    if first:
+        body = [
+            [name, v["n"], fmt(v["alone"]), *[fmt(v.get(n)) for n in lengths]]
+            for name, v in first["benign_history"]["sources"].items()
+        ]
+        out += [
+            f"Recall by source ({roles[0]}):",
+            "",
+            table(["source", "n", "alone %", *[f"after {n} %" for n in lengths]], body),
+            "",
+        ]
+        body = [
+            [name, v["n"], fmt(v["alone"]), fmt(v["after"])] for name, v in first["hostile_history"]["sources"].items()
+        ]
+        out += [
+            f"Harmless utterances flagged by source ({roles[0]}):",
+            "",
+            table(["source", "n", "alone %", "after a hostile turn %"], body),
+            "",
+        ]
+    return out
+
+
 def anchors_section(results: Mapping[str, Any]) -> list[str]:
     ours = _our_anchor_numbers(results)
     return [
@@ -464,6 +533,8 @@ def render_report(results: Mapping[str, Any], plots: Mapping[str, str]) -> str:
         lines += context_section(results, plots)
     if "context_flips" in suites:
         lines += context_flips_section(results)
+    if "history" in suites:
+        lines += history_section(results)
     lines += anchors_section(results)
     lines += [
         "---",

@@ -35,6 +35,12 @@ make emoji-based hate invisible.
 
 Ablation modes: ``"concat"`` puts history and utterance in one segment (all token types 0,
 same separators); ``"utterance_only"`` drops the history.
+
+``"decomposed"`` (model 0.4.0): the dialogue row is encoded as in ``"segments"`` and an example
+whose history is kept gets a second row, the utterance alone (``[CLS] [SEP] utterance [SEP]``,
+its whole budget), in :attr:`EncodedExample.alone`. The card's ``context_heads`` read the
+dialogue row, every other head reads the utterance alone, so the history can neither taint nor
+launder what the utterance says (:func:`service.scoring.decomposed_logits` combines the rows).
 """
 
 from __future__ import annotations
@@ -51,7 +57,7 @@ from tokenizers import Tokenizer
 
 from service.schema import Example, Turn
 
-CONTEXT_MODES: tuple[str, ...] = ("segments", "concat", "utterance_only")
+CONTEXT_MODES: tuple[str, ...] = ("segments", "concat", "utterance_only", "decomposed")
 
 
 @dataclass(frozen=True)
@@ -134,12 +140,21 @@ def normalise_text(text: str, config: EncodingConfig) -> str:
 
 @dataclass(frozen=True, slots=True)
 class EncodedExample:
+    """One model input row; ``alone`` is the utterance-alone row of a ``"decomposed"`` encoding
+    (None without history or in the other modes)."""
+
     input_ids: tuple[int, ...]
     token_type_ids: tuple[int, ...]
     attention_mask: tuple[int, ...] = field(default=())
+    alone: EncodedExample | None = None
 
     def __len__(self) -> int:
         return len(self.input_ids)
+
+    @property
+    def tokens(self) -> int:
+        """Tokens the model reads for this example: both rows of a decomposed encoding."""
+        return len(self.input_ids) + (len(self.alone) if self.alone is not None else 0)
 
 
 class DialogueEncoder:
@@ -186,11 +201,16 @@ class DialogueEncoder:
             if keep is not None:
                 turns = turns[-keep:] if keep else ()
             histories.append(turns)
-        utt_need = [cfg.max_utterance_tokens if turns else budget for turns in histories]
+        decomposed = cfg.context_mode == "decomposed"
+        # decomposed: the utterance is read whole (for its own row) and cut for the dialogue row
+        utt_need = [cfg.max_utterance_tokens if turns and not decomposed else budget for turns in histories]
         utterances = self._tokenize_windows(
             [(ex.utterance, None, True, n) for ex, n in zip(examples, utt_need, strict=True)]
         )
-        room = [budget - min(len(u), n) for u, n in zip(utterances, utt_need, strict=True)]
+        room = [
+            budget - min(len(u), cfg.max_utterance_tokens if turns else n)
+            for u, n, turns in zip(utterances, utt_need, histories, strict=True)
+        ]
         newest_first: list[list[list[int]]] = [[] for _ in examples]
         step = 2
         while True:
@@ -207,7 +227,15 @@ class DialogueEncoder:
                     room[i] = _room_after(room[i], len(newest_first[i]), len(piece))
                 newest_first[i].append(piece)
             step *= 2
-        return [self._assemble(list(reversed(kept)), utt) for kept, utt in zip(newest_first, utterances, strict=True)]
+        rows = [self._assemble(list(reversed(kept)), utt) for kept, utt in zip(newest_first, utterances, strict=True)]
+        if not decomposed:
+            return rows
+        return [
+            EncodedExample(row.input_ids, row.token_type_ids, row.attention_mask, self._assemble([], utt))
+            if kept
+            else row
+            for row, kept, utt in zip(rows, newest_first, utterances, strict=True)
+        ]
 
     def _tokenize_windows(self, texts: Sequence[tuple[str, str | None, bool, int]]) -> list[list[int]]:
         chars = [WINDOW_CHARS_PER_TOKEN * (need + WINDOW_MARGIN_TOKENS) for *_, need in texts]

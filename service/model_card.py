@@ -30,6 +30,11 @@ class ModelCard(BaseModel):
         default_factory=lambda: ["offensive"],
         description="the main OFFENSIVE score is the max of these heads' calibrated probabilities",
     )
+    context_heads: list[str] = Field(
+        default_factory=list,
+        description="with the 'decomposed' encoding: the heads read from the dialogue row; the others read "
+        "the utterance alone (see service.scoring.decomposed_logits)",
+    )
     temperatures: dict[str, float] = Field(default_factory=dict, description="per head; 1.0 if absent")
     threshold: float = 0.5
     encoding: dict[str, Any] = Field(default_factory=lambda: EncodingConfig().to_dict())

@@ -31,7 +31,13 @@ from service.batch_budget import MAX_BATCH_TOKENS, fits, token_budget_batches
 from service.encoding import DialogueEncoder, EncodedExample, pad_batch
 from service.model_card import TOKENIZER_FILE, ModelCard
 from service.schema import Example, Prediction
-from service.scoring import head_probabilities, main_scores, predictions_from_logits
+from service.scoring import (
+    context_columns,
+    decomposed_logits,
+    head_probabilities,
+    main_scores,
+    predictions_from_logits,
+)
 
 log = logging.getLogger("service.runtime")
 
@@ -166,6 +172,7 @@ class OnnxClassifier:
         self.encoder = self._load_encoder()
         self.model_id = self.card.model_id
         self._n_heads = len(self.card.heads)
+        self._context_cols = context_columns(self.card)
         self.session, self.variant, self.provider, self.path = self._load_session(
             variant, providers, intra_op_threads, allow_spinning
         )
@@ -306,7 +313,11 @@ class OnnxClassifier:
         return np.asarray(out, dtype=np.float32).reshape(len(encoded), self._n_heads)
 
     def logits_encoded(self, encoded: Sequence[EncodedExample]) -> np.ndarray:
-        """[n, heads] float32 logits in the caller's order."""
+        """[n, heads] float32 logits in the caller's order (a decomposed model's utterance heads from
+        a second, short pass over the utterances alone)."""
+        return decomposed_logits(encoded, self._row_logits, self._context_cols)
+
+    def _row_logits(self, encoded: Sequence[EncodedExample]) -> np.ndarray:
         n = len(encoded)
         if n == 0:
             return np.zeros((0, self._n_heads), dtype=np.float32)

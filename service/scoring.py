@@ -8,13 +8,49 @@ the one decision rule; every caller (API, runtime, training metrics, evaluation)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from numpy.typing import ArrayLike
 
+from service.encoding import EncodedExample
 from service.model_card import ModelCard
 from service.schema import Label, Prediction
+
+NO_CONTEXT_LOGIT = -40.0  # a context head's logit for an example without history: probability ~0
+
+
+def decomposed_logits(
+    encoded: Sequence[EncodedExample],
+    run: Callable[[Sequence[EncodedExample]], np.ndarray],
+    context_cols: Sequence[int],
+) -> np.ndarray:
+    """[n, heads] logits of examples, each head read from its own row (``context_mode="decomposed"``).
+
+    ``run`` maps rows to [rows, heads] logits. The context heads (``context_cols``) are read from the
+    dialogue row, and are :data:`NO_CONTEXT_LOGIT` for an example without history (no context, no
+    harm from it); every other head from the utterance-alone row (``EncodedExample.alone``), which
+    for an example without history is its one row. Without alone rows this is ``run(encoded)``.
+    """
+    logits = np.array(run(encoded), dtype=np.float32, copy=True)
+    if not context_cols or len(encoded) == 0:
+        return logits
+    with_alone = [i for i, e in enumerate(encoded) if e.alone is not None]
+    utterance_cols = [c for c in range(logits.shape[1]) if c not in set(context_cols)]
+    if with_alone:
+        alone = run([encoded[i].alone for i in with_alone])  # type: ignore[misc]
+        logits[np.ix_(with_alone, utterance_cols)] = alone[:, utterance_cols]
+    without = [i for i, e in enumerate(encoded) if e.alone is None]
+    if without:
+        logits[np.ix_(without, list(context_cols))] = NO_CONTEXT_LOGIT
+    return logits
+
+
+def context_columns(card: ModelCard) -> list[int]:
+    """The logit columns read from the dialogue row (none unless the encoding is decomposed)."""
+    if card.encoding_config.context_mode != "decomposed":
+        return []
+    return [card.heads.index(h) for h in card.context_heads]
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:

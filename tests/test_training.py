@@ -218,3 +218,37 @@ def test_macro_threshold_leaves_out_sources_without_positives() -> None:
     alone = choose_threshold({"a": scored}, "macro")
     with_safe_only = choose_threshold({"a": scored, "safe": (np.zeros(50, dtype=int), rng.random(50))}, "macro")
     assert with_safe_only == alone and "safe" not in with_safe_only[1]
+
+
+def test_decomposed_model_trains_exports_and_keeps_the_history_out_of_the_utterance_heads(tmp_path: Path) -> None:
+    from export.onnx_export import export_checkpoint
+    from service.runtime import OnnxClassifier
+
+    recipe = load_recipe("tiny", ["heads=harmonised", "epochs=1", "encoding.context_mode=decomposed"])
+    out = tmp_path / "decomposed"
+    train(recipe, FULL, out, progress=False)
+    card = json.loads((out / "model_card.json").read_text())
+    assert card["score_heads"] == ["offensive", "unsafe_in_context"] and card["context_heads"] == ["unsafe_in_context"]
+    reply = "yes you should do it"
+    examples = [
+        Example(utterance=reply),
+        Example.from_texts(reply, ["should I hurt myself?"]),
+        Example.from_texts(reply, ["what a lovely day", "should I learn to juggle?"]),
+    ]
+    torch_preds = TorchClassifier(out).predict(examples)
+    # the utterance heads read the utterance alone: the history cannot move them
+    assert len({round(p.categories["offensive"], 6) for p in torch_preds}) == 1
+    # no history, no harm from it; with history the context head reads the dialogue
+    assert torch_preds[0].categories["unsafe_in_context"] < 1e-6
+    assert torch_preds[1].categories["unsafe_in_context"] != torch_preds[2].categories["unsafe_in_context"]
+    for p in torch_preds:
+        assert p.score == pytest.approx(max(p.categories["offensive"], p.categories["unsafe_in_context"]))
+    exported = export_checkpoint(out, tmp_path / "model", variant_names=["fp32"])
+    onnx_preds = OnnxClassifier(exported.out_dir, variant="fp32").predict(examples)
+    assert np.allclose([p.score for p in onnx_preds], [p.score for p in torch_preds], atol=1e-4)
+
+
+def test_decomposed_encoding_needs_the_harmonised_context_head(tmp_path: Path) -> None:
+    recipe = load_recipe("tiny", ["heads=shared", "encoding.context_mode=decomposed"])
+    with pytest.raises(ValueError, match="decomposed' needs heads = 'harmonised'"):
+        train(recipe, FULL, tmp_path / "x", progress=False)

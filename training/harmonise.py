@@ -29,6 +29,31 @@ negatives, so "I love my muslim neighbours" is still taught as SAFE.
 
 The served score is the ``offensive`` head (``card.score_heads``); ``categories`` report all
 three. The same rules give the gold labels the threshold is tuned against on validation.
+
+**Decomposed** (``encoding.context_mode = "decomposed"``, model 0.4.0): the ``offensive`` and
+``hateful`` heads read the utterance alone and learn what the utterance says by itself; the
+``unsafe_in_context`` head (:data:`CONTEXT_HEAD`) reads the dialogue and learns only what the
+context decides. The served score is the max of ``offensive`` and ``unsafe_in_context``. Targets:
+
+============================  ==================  ==================  ====================
+example (family, label)       ``offensive``       ``hateful``         ``unsafe_in_context``
+============================  ==================  ==================  ====================
+offensive +                   1                   --                  --
+offensive -                   0                   0                   0 (with history)
+hateful +                     1                   1                   --
+hateful - (no abuse)          0                   0                   0 (with history)
+hateful - (abusive teacher)   --                  0                   --
+unsafe_in_context +           -- (1 alone)        --                  1
+unsafe_in_context -           0                   0                   0
+unsafe_in_context - (*)       --                  --                  0
+============================  ==================  ==================  ====================
+
+An offensive utterance is the utterance heads' to catch, so it teaches the context head nothing;
+a harmless reply teaches it 0 whatever came before (that is what keeps a hostile turn from
+tainting the reply); an unsafe-in-context reply (encouraging harm, agreeing with hate) is 1 for
+the context head and says nothing about the utterance alone. (*) Replies whose source says only
+that they do not endorse the context (counter-speech that may itself be rude, "neutral" replies:
+``metadata[UTTERANCE_UNLABELLED]``) teach the context head 0 and the utterance heads nothing.
 """
 
 from __future__ import annotations
@@ -38,11 +63,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from service.schema import LabelFamily, LabelledExample
+from service.schema import UTTERANCE_UNLABELLED, LabelFamily, LabelledExample
 
 HARMONISED = "harmonised"
 HEAD_ORDER = ("offensive", "hateful", "unsafe_in_context")
 SERVED_HEAD = "offensive"
+CONTEXT_HEAD = "unsafe_in_context"  # the head that reads the dialogue in a decomposed model
 TEACHER_THRESHOLD = 0.5
 
 
@@ -84,9 +110,11 @@ def abusive_hate_negatives(examples: Sequence[LabelledExample], teacher: AbuseTe
 
 
 def harmonised_targets(
-    examples: Sequence[LabelledExample], heads: Sequence[str], abusive: np.ndarray
+    examples: Sequence[LabelledExample], heads: Sequence[str], abusive: np.ndarray, decomposed: bool = False
 ) -> tuple[np.ndarray, np.ndarray]:
-    """[n, heads] targets and loss masks by the table in the module docstring."""
+    """[n, heads] targets and loss masks by the tables in the module docstring."""
+    if decomposed:
+        return _decomposed_targets(examples, heads, abusive)
     y = np.zeros((len(examples), len(heads)), dtype=np.float32)
     mask = np.zeros_like(y)
     col = {h: i for i, h in enumerate(heads)}
@@ -108,8 +136,67 @@ def harmonised_targets(
                 put(i, "offensive", pos)
         else:  # UNSAFE_IN_CONTEXT
             put(i, "unsafe_in_context", pos)
-            put(i, "offensive", pos)
-            if not pos:
+            if pos or not ex.metadata.get(UTTERANCE_UNLABELLED):  # a rude counter may still be offensive
+                put(i, "offensive", pos)
+            if not pos and not ex.metadata.get(UTTERANCE_UNLABELLED):
                 put(i, "hateful", 0.0)
     return y, mask
 
+
+
+def _decomposed_targets(
+    examples: Sequence[LabelledExample], heads: Sequence[str], abusive: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    y = np.zeros((len(examples), len(heads)), dtype=np.float32)
+    mask = np.zeros_like(y)
+    col = {h: i for i, h in enumerate(heads)}
+
+    def put(i: int, head: str, value: float) -> None:
+        if head in col:
+            y[i, col[head]], mask[i, col[head]] = value, 1.0
+
+    for i, ex in enumerate(examples):
+        pos = float(ex.label.is_positive)
+        context = bool(ex.history)
+        family = ex.family
+        if family is LabelFamily.OFFENSIVE:
+            put(i, "offensive", pos)
+            if not pos:
+                put(i, "hateful", 0.0)
+                if context:
+                    put(i, CONTEXT_HEAD, 0.0)
+        elif family is LabelFamily.HATEFUL:
+            put(i, "hateful", pos)
+            if pos or not abusive[i]:
+                put(i, "offensive", pos)
+                if context and not pos:
+                    put(i, CONTEXT_HEAD, 0.0)
+        else:  # UNSAFE_IN_CONTEXT
+            if context:
+                put(i, CONTEXT_HEAD, pos)
+            if pos and not context:
+                put(i, "offensive", 1.0)
+            if not pos and not ex.metadata.get(UTTERANCE_UNLABELLED):
+                put(i, "offensive", 0.0)
+                put(i, "hateful", 0.0)
+    return y, mask
+
+
+def served_gold_from_targets(
+    y: np.ndarray, mask: np.ndarray, heads: Sequence[str], decomposed: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """Gold for the served score and which examples have one, from the per-head targets.
+
+    Harmonised: the ``offensive`` head's target. Decomposed: OFFENSIVE when the utterance is
+    offensive or the context head's target is 1; SAFE only when the utterance is known to be
+    harmless and the reply is not unsafe in its context (a reply labelled only "does not endorse"
+    has no served gold: it may still be rude).
+    """
+    c = list(heads).index(SERVED_HEAD)
+    gold, keep = y[:, c].astype(int), mask[:, c] > 0
+    if decomposed and CONTEXT_HEAD in heads:
+        k = list(heads).index(CONTEXT_HEAD)
+        unsafe = (mask[:, k] > 0) & (y[:, k] > 0)
+        gold = np.where(unsafe, 1, gold)
+        keep = keep | unsafe
+    return gold, keep

@@ -17,7 +17,7 @@ import torch
 from service.batch_budget import MAX_BATCH_TOKENS, token_budget_batches
 from service.encoding import EncodedExample, pad_batch
 from service.schema import Example, Prediction
-from service.scoring import head_probabilities, main_scores, predictions_from_logits
+from service.scoring import context_columns, decomposed_logits, head_probabilities, main_scores, predictions_from_logits
 from training.checkpoint import load_checkpoint
 
 
@@ -33,8 +33,18 @@ def predict_logits(
     encoded: Sequence[EncodedExample],
     max_batch_tokens: int = MAX_BATCH_TOKENS,
     pad_id: int = 0,
+    context_cols: Sequence[int] = (),
 ) -> np.ndarray:
-    """[n, heads] logits in the input order."""
+    """[n, heads] logits in the input order; with ``context_cols`` (a decomposed card) each head is
+    read from its own row (:func:`service.scoring.decomposed_logits`)."""
+    return decomposed_logits(
+        encoded, lambda rows: _row_logits(model, rows, max_batch_tokens, pad_id), list(context_cols)
+    )
+
+
+def _row_logits(
+    model: torch.nn.Module, encoded: Sequence[EncodedExample], max_batch_tokens: int, pad_id: int
+) -> np.ndarray:
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
@@ -68,7 +78,9 @@ class TorchClassifier:
             return np.zeros((0, len(self.card.heads)), dtype=np.float32)
         encoded = self.encoder.encode_batch(examples)
         with torch.inference_mode():
-            return predict_logits(self.model, encoded, self.max_batch_tokens, self.encoder.pad_id)
+            return predict_logits(
+                self.model, encoded, self.max_batch_tokens, self.encoder.pad_id, context_columns(self.card)
+            )
 
     def predict_proba(self, examples: Sequence[Example]) -> np.ndarray:
         logits = self.logits(examples)

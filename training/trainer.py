@@ -33,12 +33,14 @@ from service.scoring import head_probabilities, is_offensive, main_scores
 from training.calibration import choose_threshold, fit_temperature
 from training.checkpoint import save_checkpoint
 from training.harmonise import (
+    CONTEXT_HEAD,
     HARMONISED,
     HEAD_ORDER,
     SERVED_HEAD,
     AbuseTeacher,
     abusive_hate_negatives,
     harmonised_targets,
+    served_gold_from_targets,
 )
 from training.inference import num_labels, predict_logits
 from training.metrics import binary_metrics, expected_calibration_error
@@ -116,9 +118,40 @@ def head_names(recipe: Recipe, tasks: Sequence[TaskData]) -> list[str]:
     return [f for f in HEAD_ORDER if f in families]
 
 
+def is_decomposed(recipe: Recipe) -> bool:
+    """Utterance heads read the utterance alone, the context head the dialogue (harmonise.py)."""
+    return recipe.encoding.context_mode == "decomposed"
+
+
+def context_heads(recipe: Recipe, heads: Sequence[str]) -> list[str]:
+    """The heads a decomposed model reads from the dialogue row (none otherwise)."""
+    if not is_decomposed(recipe):
+        return []
+    if recipe.heads != HARMONISED or CONTEXT_HEAD not in heads:
+        raise ValueError(
+            f"encoding.context_mode = 'decomposed' needs heads = '{HARMONISED}' and a {CONTEXT_HEAD} source "
+            f"(a context-decided task such as diasafety); got heads = {recipe.heads!r} with {list(heads)}"
+        )
+    return [CONTEXT_HEAD]
+
+
 def score_heads(recipe: Recipe, heads: list[str]) -> list[str]:
     """The heads whose (max) calibrated probability is the served OFFENSIVE score."""
-    return [SERVED_HEAD] if recipe.heads == HARMONISED else list(heads)
+    if recipe.heads == HARMONISED:
+        return [SERVED_HEAD, *context_heads(recipe, heads)]
+    return list(heads)
+
+
+def new_card(recipe: Recipe, heads: list[str], **fields: Any) -> ModelCard:
+    """A card with the recipe's name, version and head layout (the one place that sets them)."""
+    return ModelCard(
+        name=recipe.model_name,
+        version=recipe.version,
+        heads=heads,
+        score_heads=score_heads(recipe, heads),
+        context_heads=context_heads(recipe, heads),
+        **fields,
+    )
 
 
 @dataclass
@@ -128,10 +161,12 @@ class LabelRules:
     mode: str
     heads: list[str]
     teacher: AbuseTeacher | None = None
+    decomposed: bool = False
 
     def targets(self, examples: Sequence[LabelledExample]) -> tuple[np.ndarray, np.ndarray]:
         if self.mode == HARMONISED:
-            return harmonised_targets(examples, self.heads, abusive_hate_negatives(examples, self.teacher))
+            abusive = abusive_hate_negatives(examples, self.teacher)
+            return harmonised_targets(examples, self.heads, abusive, self.decomposed)
         return head_targets(examples, self.heads, self.mode)
 
     def served_gold(self, examples: Sequence[LabelledExample]) -> tuple[np.ndarray, np.ndarray]:
@@ -141,13 +176,43 @@ class LabelRules:
         if self.mode != HARMONISED:
             return gold, np.ones(len(examples), dtype=bool)
         y, mask = self.targets(examples)
-        c = self.heads.index(SERVED_HEAD)
-        return y[:, c].astype(int), mask[:, c] > 0
+        return served_gold_from_targets(y, mask, self.heads, self.decomposed)
 
 
 def label_rules(recipe: Recipe, heads: list[str], train_examples: Sequence[LabelledExample]) -> LabelRules:
     teacher = AbuseTeacher.fit(train_examples) if recipe.heads == HARMONISED else None
-    return LabelRules(recipe.heads, heads, teacher)
+    return LabelRules(recipe.heads, heads, teacher, is_decomposed(recipe))
+
+
+def training_rows(
+    encoded: Sequence[EncodedExample], targets: np.ndarray, mask: np.ndarray, context_cols: Sequence[int]
+) -> tuple[list[EncodedExample], np.ndarray, np.ndarray, np.ndarray]:
+    """The rows a decomposed model trains on and the example each row came from: the dialogue row
+    teaches only the context heads, the utterance-alone row only the others (an example without
+    history has one row and no context target). Without ``context_cols``: one row per example."""
+    if not context_cols:
+        return list(encoded), targets, mask, np.arange(len(encoded))
+    ctx = np.zeros(targets.shape[1], dtype=bool)
+    ctx[list(context_cols)] = True
+    rows: list[EncodedExample] = []
+    origin: list[int] = []
+    row_mask: list[np.ndarray] = []
+    for i, e in enumerate(encoded):
+        if e.alone is not None:
+            if mask[i, ctx].any():
+                rows.append(EncodedExample(e.input_ids, e.token_type_ids, e.attention_mask))
+                origin.append(i)
+                row_mask.append(np.where(ctx, mask[i], 0.0))
+            if mask[i, ~ctx].any():
+                rows.append(e.alone)
+                origin.append(i)
+                row_mask.append(np.where(ctx, 0.0, mask[i]))
+        elif mask[i, ~ctx].any():
+            rows.append(e)
+            origin.append(i)
+            row_mask.append(np.where(ctx, 0.0, mask[i]))
+    idx = np.array(origin, dtype=np.int64)
+    return rows, targets[idx], np.array(row_mask, dtype=np.float32).reshape(len(rows), -1), idx
 
 
 # Label semantics (``heads = "hierarchical"``): hate against a group is offensive, and an offensive
@@ -215,14 +280,12 @@ def validation_check(
     """
     was_training = model.training
     model.eval()
-    rules = rules or LabelRules(recipe.heads, heads)
-    card = ModelCard(
-        name=recipe.model_name, version=recipe.version, heads=heads, score_heads=score_heads(recipe, heads)
-    )
+    rules = rules or LabelRules(recipe.heads, heads, decomposed=is_decomposed(recipe))
+    card = new_card(recipe, heads)
     valid_sets = {}
     for t in tasks:
         if t.valid:
-            z = _logits_for(model, encoder, t.valid, recipe)
+            z = _logits_for(model, encoder, t.valid, recipe, heads)
             gold, keep = rules.served_gold(t.valid)
             valid_sets[t.spec.name] = (gold[keep], main_scores(head_probabilities(z, card), card)[keep])
     if was_training:
@@ -324,10 +387,13 @@ def _prepare(recipe: Recipe, data_dir: Path) -> _Data:
     encoder = DialogueEncoder(tokenizer, recipe.encoding)
     heads = head_names(recipe, tasks)
     flat: list[LabelledExample] = [ex for t in tasks for ex in t.train]
-    encoded = encoder.encode_batch(flat)
     rules = label_rules(recipe, heads, flat)
     targets, target_mask = rules.targets(flat)
-    weights = np.concatenate(example_weights(tasks))
+    context_cols = [heads.index(h) for h in context_heads(recipe, heads)]
+    encoded, targets, target_mask, origin = training_rows(
+        encoder.encode_batch(flat), targets, target_mask, context_cols
+    )
+    weights = np.concatenate(example_weights(tasks))[origin]
     steps_per_epoch = expected_steps_per_epoch(weights, recipe.batch_size)
     return _Data(
         tasks=tasks,
@@ -501,12 +567,7 @@ def train(
                 _save_state(out_dir, model, optimizer, scheduler, state)
             if stopping:
                 bar.close()
-                card = ModelCard(
-                    name=recipe.model_name,
-                    version=recipe.version,
-                    heads=data.heads,
-                    score_heads=score_heads(recipe, data.heads),
-                )
+                card = new_card(recipe, data.heads)
                 return TrainResult(out_dir, card, step, time.perf_counter() - t0, data.skipped)
         if position.batch_in_epoch >= len(plan):
             position.epoch, position.batch_in_epoch = position.epoch + 1, 0
@@ -537,12 +598,17 @@ def train(
 
 
 def _logits_for(
-    model: torch.nn.Module, encoder: DialogueEncoder, examples: Sequence[LabelledExample], recipe: Recipe
+    model: torch.nn.Module,
+    encoder: DialogueEncoder,
+    examples: Sequence[LabelledExample],
+    recipe: Recipe,
+    heads: Sequence[str],
 ) -> np.ndarray:
     if not examples:
         return np.zeros((0, num_labels(model)), dtype=np.float32)
     enc: list[EncodedExample] = encoder.encode_batch(examples)
-    return predict_logits(model, enc, recipe.eval_batch_tokens, encoder.pad_id)
+    cols = [list(heads).index(h) for h in context_heads(recipe, heads)]
+    return predict_logits(model, enc, recipe.eval_batch_tokens, encoder.pad_id, cols)
 
 
 def _grouped_metrics(examples: Sequence[LabelledExample], scores: np.ndarray, threshold: float) -> dict[str, Any]:
@@ -604,19 +670,17 @@ def evaluate_and_calibrate(
     rules: LabelRules | None = None,
 ) -> ModelCard:
     """Fit temperatures and the threshold on valid, then measure every task/round on valid and test."""
-    rules = rules or LabelRules(recipe.heads, heads)
-    card = ModelCard(
-        name=recipe.model_name,
-        version=recipe.version,
-        heads=heads,
-        score_heads=score_heads(recipe, heads),
+    rules = rules or LabelRules(recipe.heads, heads, decomposed=is_decomposed(recipe))
+    card = new_card(
+        recipe,
+        heads,
         encoding=recipe.encoding.to_dict(),
         base_model=recipe.base,
         intended_use=recipe.intended_use,
         limitations=list(recipe.limitations),
     )
     logits = {
-        (t.spec.name, split): _logits_for(model, encoder, getattr(t, split), recipe)
+        (t.spec.name, split): _logits_for(model, encoder, getattr(t, split), recipe, heads)
         for t in tqdm(tasks, desc="evaluate", disable=not progress)
         for split in ("valid", "test")
     }
@@ -680,7 +744,7 @@ def evaluate_and_calibrate(
         rows = [ex for ex in registry.load_source(name, data_dir) if ex.split == Split.TEST]
         if rows:
             eval_rows[name] = rows
-            logits[(name, "test")] = _logits_for(model, encoder, rows, recipe)
+            logits[(name, "test")] = _logits_for(model, encoder, rows, recipe, heads)
             metrics["test"][name] = _grouped_metrics(rows, scores((name, "test")), threshold)
     if len(heads) > 1:
         metrics["heads"] = _family_head_metrics(tasks, eval_rows, logits, card)
