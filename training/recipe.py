@@ -63,6 +63,9 @@ class Recipe:
     seed: int = 0
     bucket_size: int = 50  # batches per length-sorted bucket
     threshold_objective: str = "macro"
+    # the tasks whose validation sets the threshold (and the keep-best check) is tuned on; empty = every task
+    # with a validation split (sources whose served gold is partial or noisy can be left out)
+    threshold_tasks: tuple[str, ...] = ()
     calibrate: bool = True
     eval_every: int = 0  # steps between validation checks (logged as "valid" events); 0 = none
     keep_best: bool = False  # restore the weights of the best validation check (macro OFFENSIVE-F1) at the end
@@ -85,6 +88,9 @@ class Recipe:
             raise ValueError(f"threshold_objective must be one of {THRESHOLD_OBJECTIVES}")
         if not self.tasks:
             raise ValueError(f"recipe {self.name!r} has no tasks")
+        unknown = set(self.threshold_tasks) - {t.name for t in self.tasks}
+        if unknown:
+            raise ValueError(f"threshold_tasks {sorted(unknown)} are not tasks of recipe {self.name!r}")
         if self.keep_best and self.eval_every <= 0:
             raise ValueError("keep_best needs eval_every > 0 (steps between validation checks)")
 
@@ -142,7 +148,7 @@ def recipe_from_dict(raw: dict[str, Any]) -> Recipe:
             t["rounds"] = tuple(str(r) for r in t["rounds"])
         tasks.append(TaskSpec(**t))
     encoding = EncodingConfig.from_dict(raw.pop("encoding", {}))
-    for key in ("eval_sources", "limitations"):
+    for key in ("eval_sources", "limitations", "threshold_tasks"):
         if key in raw:
             raw[key] = tuple(raw[key])
     return Recipe(tasks=tuple(tasks), encoding=encoding, **raw)

@@ -290,7 +290,14 @@ def validation_check(
             valid_sets[t.spec.name] = (gold[keep], main_scores(head_probabilities(z, card), card)[keep])
     if was_training:
         model.train()
-    return score_valid_sets(valid_sets)
+    return score_valid_sets(threshold_sets(valid_sets, recipe))
+
+
+def threshold_sets(valid_sets: dict[str, Any], recipe: Recipe) -> dict[str, Any]:
+    """The validation sets the threshold is tuned on (``recipe.threshold_tasks``; all when empty)."""
+    if not recipe.threshold_tasks:
+        return valid_sets
+    return {name: v for name, v in valid_sets.items() if name in recipe.threshold_tasks}
 
 
 def score_valid_sets(valid_sets: dict[str, tuple[np.ndarray, np.ndarray]]) -> dict[str, Any]:
@@ -715,8 +722,9 @@ def evaluate_and_calibrate(
         if t.valid:
             gold, keep = rules.served_gold(t.valid)
             valid_sets[t.spec.name] = (gold[keep], scores((t.spec.name, "valid"))[keep])
-    if valid_sets:
-        threshold, valid_f1 = choose_threshold(valid_sets, recipe.threshold_objective)
+    tuned_on = threshold_sets(valid_sets, recipe)
+    if tuned_on:
+        threshold, valid_f1 = choose_threshold(tuned_on, recipe.threshold_objective)
     else:
         threshold, valid_f1 = 0.5, {}
     card.threshold = threshold
@@ -730,6 +738,7 @@ def evaluate_and_calibrate(
         "ece_main_score_valid": expected_calibration_error(all_gold, all_scores) if all_gold.size else None,
         "threshold": threshold,
         "threshold_objective": recipe.threshold_objective,
+        "threshold_tasks": sorted(tuned_on),
         "valid_offensive_f1_at_threshold": valid_f1,
         "per_source_best_threshold": per_source_best,
     }
