@@ -215,13 +215,16 @@ def run_evaluation(
     training_sources: Sequence[str] | None = None,
     baseline: Scorer | None = None,
     model_info: Mapping[str, Any] | None = None,
+    previous: Scorer | None = None,
+    previous_info: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Run the configured suites; write report.md, results.json and plots to ``out_dir`` (if given).
 
     ``loader`` reads a source's examples (default: ``training.sources.registry``).
     ``scorer=None`` evaluates the TF-IDF baseline itself as the model. ``training_sources`` (the
     model card's) decides the baseline's training data unless ``config.baseline_sources`` is
-    set; ``baseline`` passes a ready-made baseline scorer instead of fitting one.
+    set; ``baseline`` passes a ready-made baseline scorer instead of fitting one. ``previous`` adds a
+    second model as the ``previous`` column of every table (``--compare``: the model it replaces).
     """
     from evaluation.baseline import DEFAULT_TRAINING_SOURCES
     from evaluation.context_ablation import evaluate_context
@@ -256,6 +259,9 @@ def run_evaluation(
     results["model"] = {"name": scorer.name, "threshold": float(scorer.threshold), **(model_info or {})}
     model = CachedScorer(scorer, config.batch_size, config.progress)
     scorers: dict[str, Scorer] = {"model": model}
+    if previous is not None:
+        results["previous"] = {"name": previous.name, "threshold": float(previous.threshold), **(previous_info or {})}
+        scorers["previous"] = CachedScorer(previous, config.batch_size, config.progress)
     if "baseline" in config.suites and baseline is not None and baseline is not scorer:
         scorers["baseline"] = CachedScorer(baseline, config.batch_size, config.progress)
     if "peer" in config.suites:
@@ -418,6 +424,12 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument(
         "--baseline-sources", default=None, help="baseline training sources (default: the model card's)"
     )
+    parser.add_argument(
+        "--compare",
+        default=None,
+        metavar="MODEL",
+        help="a second model (directory or checkpoint) evaluated beside MODEL as the 'previous' column",
+    )
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     return parser
@@ -456,7 +468,20 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
             info = {"path": str(args.model), "kind": model_kind(args.model), "training_sources": training_sources}
             name = Path(args.model).resolve().name
         out = Path(args.out) if args.out else DEFAULT_OUT_ROOT / name
-        results = run_evaluation(scorer, data_dir, out, config, training_sources=training_sources, model_info=info)
+        previous, previous_info = None, None
+        if args.compare:
+            previous = load_scorer(args.compare)
+            previous_info = {"path": str(args.compare), "kind": model_kind(args.compare)}
+        results = run_evaluation(
+            scorer,
+            data_dir,
+            out,
+            config,
+            training_sources=training_sources,
+            model_info=info,
+            previous=previous,
+            previous_info=previous_info,
+        )
     except (FileNotFoundError, ValueError) as exc:
         print(f"{prog or 'evaluate'}: error: {exc}", file=sys.stderr)
         return 2

@@ -22,8 +22,8 @@ from matplotlib.patches import Patch  # noqa: E402
 
 from evaluation.aaa import ATTACK_TITLES, ATTACKS  # noqa: E402
 
-ROLE_COLOURS = {"model": "#1f77b4", "baseline": "#9e9e9e", "peer": "#8c564b"}
-ROLE_BELOW = {"model": "#d62728", "baseline": "#f4a6a6", "peer": "#e7b9a5"}
+ROLE_COLOURS = {"model": "#1f77b4", "previous": "#ff7f0e", "baseline": "#9e9e9e", "peer": "#8c564b"}
+ROLE_BELOW = {"model": "#d62728", "previous": "#ffbb78", "baseline": "#f4a6a6", "peer": "#e7b9a5"}
 FPR_COLOUR, FNR_COLOUR = "#ff7f0e", "#6a3d9a"
 DPI = 110
 

@@ -88,6 +88,12 @@ def header_section(results: Mapping[str, Any], plots: Mapping[str, str]) -> list
         f"- data: `{results.get('data_dir')}`; suites: {', '.join(cfg.get('suites', []))}; seed {cfg.get('seed')}; "
         f"limit {cfg.get('limit') or 'none'} (examples per source split / suite)",
     ]
+    if results.get("previous"):
+        prev = results["previous"]
+        out.append(
+            f"- previous: `{prev.get('path', prev.get('name'))}` ({prev.get('name')}), decision threshold "
+            f"{fmt(prev.get('threshold'), 3)}: the **previous** column of every table"
+        )
     if results.get("baseline"):
         b = results["baseline"]
         out.append(

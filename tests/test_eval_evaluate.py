@@ -50,6 +50,12 @@ def test_end_to_end_writes_report_results_and_plots(report_dir: tuple[Path, dict
     assert "## 5. Context flips" in (out / "report.md").read_text(encoding="utf-8")
     assert set(results["skipped"]) == {"absent"}
     assert "FileNotFoundError" in results["skipped"]["absent"]
+    # the history measures on the fixture test splits (the keyword scorer reads the history too)
+    history = results["history"]["scorers"]["model"]
+    assert history["benign_history"]["worst_drop"] == 0.0
+    assert history["hostile_history"]["pooled"] == {"alone": 0.0, "after": 100.0}  # "rats" in every hostile turn
+    assert history["counter_speech"]["endorsements"] == {"n": 1, "caught": 100.0}
+    assert "## 6. How the history moves the verdict" in (out / "report.md").read_text(encoding="utf-8")
     assert results["baseline"]["sources"] == ["dialog", "hate"]
     assert results["baseline"]["n_train"] == 16
 
@@ -109,6 +115,23 @@ def test_cli_main_with_fake_scorer_and_loader(tmp_path: Path, monkeypatch: pytes
     assert all(r["n"] <= 3 for r in results["rounds"]["rows"] if r["round"] != "all")
     assert "functional" not in results and "aaa" not in results
     assert (out / "calibration.png").is_file() and not (out / "aaa.png").exists()
+
+
+def test_cli_compare_adds_the_previous_model_to_every_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(evaluate, "registry_loader", read_fixture_source)
+    scorers = {"new": KeywordScorer(["idiot", "hate"]), "old": KeywordScorer(["idiot"], use_history=True)}
+    monkeypatch.setattr(evaluate, "load_scorer", lambda path: scorers[path])
+    monkeypatch.setattr(evaluate, "model_kind", lambda path: "fake")
+    monkeypatch.setattr(evaluate, "card_training_sources", lambda path: ["dialog"])
+    out = tmp_path / "cli"
+    argv = ["new", "--compare", "old", "--data-dir", str(FIXTURE_DATA), "--out", str(out)]
+    argv += ["--suite", "rounds,context_flips,history", "--sources", "dialog,hate", "--no-progress"]
+    assert evaluate.main(argv, prog="dialogue-safety evaluate") == 0
+    results = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    assert results["roles"] == ["model", "previous"] and results["previous"]["path"] == "old"
+    assert set(results["context_flips"]["scorers"]) == set(results["history"]["scorers"]) == {"model", "previous"}
+    report = (out / "report.md").read_text(encoding="utf-8")
+    assert "- previous: `old`" in report and "## 6. How the history moves the verdict" in report
 
 
 def test_cli_errors_are_clear(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
