@@ -745,8 +745,14 @@ class MicroBatcher:
 
 
 def _padded(encoded: Sequence[EncodedExample], calls: Sequence[Sequence[int]]) -> int:
-    """Padded tokens of a batch run in ``calls`` (items x longest, per call)."""
-    return sum(len(idx) * max(len(encoded[i]) for i in idx) for idx in calls)
+    """Padded tokens of a batch run in ``calls`` (items x longest, per call), with the second, short
+    pass over the utterances alone of a decomposed model (``EncodedExample.alone``)."""
+    total = 0
+    for idx in calls:
+        total += len(idx) * max(len(encoded[i]) for i in idx)
+        alone = [len(a) for i in idx if (a := encoded[i].alone) is not None]
+        total += len(alone) * max(alone, default=0)
+    return total
 
 
 def _shutting_down(retry_after_s: int) -> NotReady:

@@ -683,3 +683,17 @@ def test_concurrent_submissions_are_encoded_together_and_a_failing_one_is_isolat
     assert [p[0].score for p in results[:8]] == [i / 1000 for i in range(1, 9)]  # type: ignore[index]
     assert isinstance(results[8], ValueError)
     assert max(calls) > 1  # at least one round encoded several submissions in one call
+
+
+def test_padded_tokens_count_the_second_pass_of_a_decomposed_model() -> None:
+    from service.batcher import _padded
+    from service.encoding import EncodedExample
+
+    def row(n: int, alone: int | None = None) -> EncodedExample:
+        extra = EncodedExample((1,) * alone, (0,) * alone) if alone else None
+        return EncodedExample((1,) * n, (0,) * n, (1,) * n, extra)
+
+    encoded = [row(10, 4), row(6), row(8, 7)]
+    # one call: 3 x 10 dialogue tokens, then 2 x 7 for the utterances alone
+    assert _padded(encoded, [[0, 1, 2]]) == 30 + 14
+    assert _padded(encoded, [[0], [1, 2]]) == (10 + 4) + (2 * 8 + 7)
