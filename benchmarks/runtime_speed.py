@@ -134,13 +134,16 @@ class TorchEngine(Engine):
         self.max_batch_tokens, self.max_batch_size = max_batch_tokens, max_batch_size
 
     def predict(self, examples: Sequence[Example]) -> Any:
-        from service.scoring import predictions_from_logits
+        from service.scoring import context_columns, decomposed_logits, predictions_from_logits
+
+        def rows(encoded: Sequence[EncodedExample]) -> np.ndarray:
+            logits = np.empty((len(encoded), len(self.card.heads)), dtype=np.float32)
+            for idx in token_budget_batches([len(e) for e in encoded], self.max_batch_tokens, self.max_batch_size):
+                logits[idx] = self.run_padded(pad_batch([encoded[i] for i in idx], self.encoder.pad_id))
+            return logits
 
         encoded = self.encoder.encode_batch(examples)
-        logits = np.empty((len(encoded), len(self.card.heads)), dtype=np.float32)
-        for idx in token_budget_batches([len(e) for e in encoded], self.max_batch_tokens, self.max_batch_size):
-            logits[idx] = self.run_padded(pad_batch([encoded[i] for i in idx], self.encoder.pad_id))
-        return predictions_from_logits(logits, self.card)
+        return predictions_from_logits(decomposed_logits(encoded, rows, context_columns(self.card)), self.card)
 
     def run_padded(self, feeds: dict[str, np.ndarray]) -> Any:
         with self.torch.inference_mode():

@@ -214,17 +214,22 @@ def render_model_card(card: ModelCard) -> str:
         lines += [
             "",
             f"Variants vs fp32 on labelled test splits (threshold {comparison['threshold']:.4g}): "
-            "OFFENSIVE-F1 (ΔF1, decisions changed = 100 % − agreement).",
+            "OFFENSIVE-F1 (ΔF1 [paired bootstrap 95 % interval], decisions changed = 100 % − agreement); "
+            "the gate: agreement ≥ 99 % on every split, mean ΔF1 ≥ −0.3, no interval entirely below −0.5.",
             "",
-            "| variant | " + " | ".join(f"{s} (n={comparison['splits'][s]['n']})" for s in splits) + " |",
-            "|---" * (len(splits) + 1) + "|",
+            "| variant | " + " | ".join(f"{s} (n={comparison['splits'][s]['n']})" for s in splits) + " | gate |",
+            "|---" * (len(splits) + 2) + "|",
         ]
         for variant, per_split in comparison["variants"].items():
-            cells = [
-                f"{r['offensive_f1']:.2f} ({r['delta_f1']:+.2f}, {100 * r['changed_decisions']:.2f}%)"
-                for r in (per_split[s] for s in splits)
-            ]
-            lines.append(f"| {variant} | " + " | ".join(cells) + " |")
+            cells = []
+            for r in (per_split[s] for s in splits):
+                ci = r.get("delta_f1_ci")
+                interval = f" [{ci[0]:+.2f}, {ci[1]:+.2f}]" if ci else ""
+                cells.append(
+                    f"{r['offensive_f1']:.2f} ({r['delta_f1']:+.2f}{interval}, {100 * r['changed_decisions']:.2f}%)"
+                )
+            verdict = (comparison.get("gate") or {}).get(variant, {}).get("why", "")
+            lines.append(f"| {variant} | " + " | ".join(cells) + f" | {verdict} |")
     if card.limitations:
         lines += ["", "## Limitations", *[f"- {item}" for item in card.limitations]]
     if card.licences:

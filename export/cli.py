@@ -62,13 +62,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         "--eval-sources",
         default=",".join(DEFAULT_EVAL_SOURCES),
         help="sources whose test split judges the variants (default: %(default)s); int8 becomes the CPU default "
-        "only if no split loses more than --max-f1-drop points against fp32 and the mean does not drop",
-    )
-    p.add_argument(
-        "--max-f1-drop",
-        type=float,
-        default=0.5,
-        help="the most OFFENSIVE-F1 points a split may lose to int8 (default: %(default)s)",
+        "only if it passes the gate (decision agreement with fp32 >= 99 %% on every split, mean ΔF1 >= -0.3, "
+        "no split's bootstrap interval of ΔF1 entirely below -0.5; export/comparison.py)",
     )
     p.add_argument("--no-eval", action="store_true", help="skip the variant comparison (CPU default: optimized)")
     p.add_argument("-q", "--quiet", action="store_true", help="only errors")
@@ -130,7 +125,6 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety export"
             ship=args.ship,
             opset=args.opset,
             test_sets=test_sets or None,
-            max_f1_drop=args.max_f1_drop,
             recipes={"int8": {"from": "optimized", **INT8_PRESETS[args.int8_preset]}},
         )
     except ParityError as exc:

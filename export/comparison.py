@@ -4,10 +4,15 @@
     report = compare_variants("models/default", {"diasafety/test": examples, "convabuse/test": more})
     variant, reason = choose_cpu_variant(report, ["fp32", "optimized", "int8"])
 
-int8 becomes the CPU default when it is good enough *by quality*: no split loses more than
-``max_f1_drop`` OFFENSIVE-F1 points against fp32 and the mean ΔF1 over the splits is not negative
-(a gain is not a failure); otherwise optimized (same rule), otherwise fp32. The report also gives
-each split's decision agreement with fp32 (``1 - changed_decisions``).
+The gate judges a variant on what users see and on what the test sets can resolve: per split the
+**decision agreement** with fp32 and the OFFENSIVE-F1 difference with a **paired bootstrap 95 %
+interval** (the same resampled items scored by both models, :data:`RESAMPLES` resamples, seeded).
+A variant passes when it agrees with fp32 on at least :data:`MIN_AGREEMENT` of the items of every
+split, the mean ΔF1 over the splits is at least :data:`MIN_MEAN_DELTA_F1`, and no split's interval
+lies entirely below :data:`CI_FLOOR` (a loss the test set shows beyond resampling noise). A split
+of ~130 positives moves its F1 by ~0.4 points per changed decision, so a fixed "no split loses
+more than 0.5" rule failed on two or three decisions. int8 becomes the CPU default when it
+passes, otherwise optimized (same gate), otherwise fp32.
 """
 
 from __future__ import annotations
@@ -25,6 +30,43 @@ from service.scoring import head_probabilities, is_offensive, main_scores
 from training.metrics import binary_metrics
 
 REFERENCE = "fp32"
+MIN_AGREEMENT = 0.99  # decisions the same as fp32 on every split
+MIN_MEAN_DELTA_F1 = -0.3  # mean ΔF1 (points) over the splits
+CI_FLOOR = -0.5  # no split's 95 % interval of ΔF1 entirely below this
+RESAMPLES = 1000
+SEED = 0
+
+
+def _f1(tp: np.ndarray, fp: np.ndarray, fn: np.ndarray) -> np.ndarray:
+    """OFFENSIVE-F1 in percent (0 where there is nothing to find and nothing flagged)."""
+    denom = 2 * tp + fp + fn
+    return np.where(denom > 0, 100.0 * 2 * tp / np.maximum(denom, 1), 0.0)
+
+
+def paired_bootstrap_delta_f1(
+    gold: np.ndarray, reference: np.ndarray, variant: np.ndarray, resamples: int = RESAMPLES, seed: int = SEED
+) -> dict[str, float]:
+    """ΔF1 (variant − reference, points) on the items and its paired bootstrap 95 % interval.
+
+    ``gold``, ``reference`` and ``variant`` are 0/1 arrays over the same items; every resample draws
+    the same item indices for both models, so the interval reflects their disagreement only.
+    """
+    g, r, v = (np.asarray(a, dtype=bool) for a in (gold, reference, variant))
+    n = g.size
+    if n == 0:
+        raise ValueError("paired_bootstrap_delta_f1 needs at least one item")
+    idx = np.random.default_rng(seed).integers(0, n, size=(resamples, n))
+    gs, rs, vs = g[idx], r[idx], v[idx]
+
+    def f1(pred: np.ndarray) -> np.ndarray:
+        return _f1((gs & pred).sum(1), (~gs & pred).sum(1), (gs & ~pred).sum(1))
+
+    deltas = f1(vs) - f1(rs)
+    point = float(_f1(*(np.array([x]) for x in ((g & v).sum(), (~g & v).sum(), (g & ~v).sum())))[0]) - float(
+        _f1(*(np.array([x]) for x in ((g & r).sum(), (~g & r).sum(), (g & ~r).sum())))[0]
+    )
+    lo, hi = np.percentile(deltas, [2.5, 97.5])
+    return {"delta_f1": point, "ci_low": float(lo), "ci_high": float(hi), "bootstrap_mean": float(deltas.mean())}
 
 
 def compare_variants(
@@ -74,47 +116,62 @@ def compare_variants(
             ref, got = scores[REFERENCE][s], scores[variant][s]
             ref_f1 = binary_metrics(gold[s], ref, t)["offensive_f1"]
             f1 = binary_metrics(gold[s], got, t)["offensive_f1"]
+            boot = paired_bootstrap_delta_f1(gold[s], is_offensive(ref, t), is_offensive(got, t))
             per_split[s] = {
                 "offensive_f1": round(f1, 3),
                 "delta_f1": round(f1 - ref_f1, 3),
+                "delta_f1_ci": [round(boot["ci_low"], 3), round(boot["ci_high"], 3)],
                 "changed_decisions": round(float(np.mean(is_offensive(got, t) != is_offensive(ref, t))), 5),
                 "max_abs_score_diff": float(np.max(np.abs(got - ref))),
             }
         report["variants"][variant] = per_split
+        report.setdefault("gate", {})[variant] = gate(per_split)
+    report["gate_rule"] = {
+        "min_agreement": MIN_AGREEMENT,
+        "min_mean_delta_f1": MIN_MEAN_DELTA_F1,
+        "ci_floor": CI_FLOOR,
+        "resamples": RESAMPLES,
+        "seed": SEED,
+    }
     return report
 
 
-def within(report: Mapping[str, Any], variant: str, max_f1_drop: float) -> tuple[bool, float, float]:
-    """Whether ``variant`` passes the quality rule; its worst ΔF1 (most negative) and mean ΔF1."""
-    per_split = report["variants"].get(variant)
-    if not per_split:
-        return False, float("-inf"), float("-inf")
-    deltas = [float(v["delta_f1"]) for v in per_split.values()]
-    worst, mean = min(deltas), float(np.mean(deltas))
-    return worst >= -max_f1_drop and mean >= 0.0, worst, mean
+def gate(per_split: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Whether a variant passes (see the module docstring), with the numbers that decided it."""
+    agreement = {s: 1.0 - float(v["changed_decisions"]) for s, v in per_split.items()}
+    mean = float(np.mean([float(v["delta_f1"]) for v in per_split.values()]))
+    below = sorted(s for s, v in per_split.items() if float(v["delta_f1_ci"][1]) < CI_FLOOR)
+    low_agreement = sorted(s for s, a in agreement.items() if a < MIN_AGREEMENT)
+    reasons = []
+    if low_agreement:
+        worst = min(agreement.values())
+        reasons.append(f"agreement {100 * worst:.2f} % < {100 * MIN_AGREEMENT:.0f} % on {', '.join(low_agreement)}")
+    if mean < MIN_MEAN_DELTA_F1:
+        reasons.append(f"mean ΔF1 {mean:+.2f} < {MIN_MEAN_DELTA_F1}")
+    if below:
+        reasons.append(f"ΔF1 interval entirely below {CI_FLOOR} on {', '.join(below)}")
+    return {
+        "passed": not reasons,
+        "min_agreement": min(agreement.values()),
+        "mean_delta_f1": mean,
+        "splits_below_floor": below,
+        "why": "; ".join(reasons) if reasons else "passes",
+    }
 
 
-def choose_cpu_variant(
-    report: Mapping[str, Any] | None, candidates: Sequence[str], *, max_f1_drop: float = 0.5
-) -> tuple[str, str]:
-    """The CPU default and why: int8 if validated within ``max_f1_drop``, else optimized, else fp32."""
+def choose_cpu_variant(report: Mapping[str, Any] | None, candidates: Sequence[str]) -> tuple[str, str]:
+    """The CPU default and why: int8 if it passes the gate, else optimized, else fp32."""
     fallback = "optimized" if "optimized" in candidates else "fp32"
     if report is None:
         if "int8" in candidates:
             return fallback, "int8 not validated (no labelled test sets at export); CPU default is " + fallback
         return fallback, f"CPU default is {fallback} (int8 not exported)"
     for variant in ("int8", "optimized"):
-        if variant not in candidates:
-            continue
-        ok, worst, mean = within(report, variant, max_f1_drop)
-        if ok:
+        if variant in candidates and variant in report.get("gate", {}) and report["gate"][variant]["passed"]:
+            g = report["gate"][variant]
             return variant, (
-                f"{variant}: worst ΔF1 vs fp32 {worst:+.2f} (no split loses more than {max_f1_drop} points), "
-                f"mean ΔF1 {mean:+.2f} >= 0"
+                f"{variant} passes the gate: agreement with fp32 >= {100 * g['min_agreement']:.2f} % on every split, "
+                f"mean ΔF1 {g['mean_delta_f1']:+.2f}, no split's interval below {CI_FLOOR}"
             )
-    reasons = []
-    for variant in ("int8", "optimized"):
-        if variant in candidates:
-            _, worst, mean = within(report, variant, max_f1_drop)
-            reasons.append(f"{variant} worst ΔF1 {worst:+.2f}, mean {mean:+.2f}")
-    return "fp32", f"fp32: {'; '.join(reasons)} (rule: worst >= -{max_f1_drop}, mean >= 0)"
+    reasons = [f"{v}: {report['gate'][v]['why']}" for v in ("int8", "optimized") if v in report.get("gate", {})]
+    return "fp32", f"fp32: {'; '.join(reasons)}"

@@ -257,14 +257,13 @@ def export_checkpoint(
     ship: bool = False,
     opset: int = DEFAULT_OPSET,
     test_sets: Mapping[str, Sequence[LabelledExample]] | None = None,
-    max_f1_drop: float = 0.5,
     recipes: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> ExportResult:
     """Export ``checkpoint`` to the model directory ``out_dir`` (see the module docstring).
 
     ``test_sets`` maps a split name (e.g. ``"diasafety/test"``) to labelled examples; with it,
-    every CPU variant is compared with fp32 (OFFENSIVE-F1, changed decisions) and int8 becomes
-    ``card.cpu_variant`` only if its F1 is within ``max_f1_drop`` points of fp32 on every split.
+    every CPU variant is compared with fp32 (decision agreement, ΔF1 with a paired bootstrap interval)
+    and int8 becomes ``card.cpu_variant`` only if it passes the gate of :mod:`export.comparison`.
     ``recipes`` overrides :data:`service.variants.DEFAULT_RECIPES` (recorded in the card).
     Raises :class:`ParityError` (nothing written) when ONNX and torch disagree.
     """
@@ -313,7 +312,6 @@ def export_checkpoint(
             ship=ship,
             opset=opset,
             test_sets=test_sets,
-            max_f1_drop=max_f1_drop,
             recipes=recipes,
         )
         _replace_dir(staging, out_dir)
@@ -340,7 +338,6 @@ def _export_into(
     ship: bool,
     opset: int,
     test_sets: Mapping[str, Sequence[LabelledExample]] | None,
-    max_f1_drop: float,
     recipes: Mapping[str, Mapping[str, Any]] | None,
 ) -> ExportResult:
     from export.card_markdown import render_model_card
@@ -410,7 +407,7 @@ def _export_into(
     if test_sets:
         comparison = compare_variants(staging, test_sets, variant_names=cpu_candidates)
         card.export["comparison"] = comparison
-    card.cpu_variant, reason = choose_cpu_variant(comparison, cpu_candidates, max_f1_drop=max_f1_drop)
+    card.cpu_variant, reason = choose_cpu_variant(comparison, cpu_candidates)
     card.export["cpu_variant_reason"] = reason
     if "fp16" not in variant_names:
         card.gpu_variant = "optimized" if "optimized" in variant_names else "fp32"

@@ -12,7 +12,7 @@ from onnx import TensorProto
 
 from export import onnx_export
 from export.cli import main as export_main
-from export.comparison import choose_cpu_variant, compare_variants
+from export.comparison import choose_cpu_variant, compare_variants, gate, paired_bootstrap_delta_f1
 from export.onnx_export import ExportError, ParityError, export_checkpoint, ort_logits, torch_logits
 from service import variants
 from service.encoding import DialogueEncoder
@@ -177,26 +177,68 @@ def test_compare_variants_reports_f1_and_changed_decisions(shipped: onnx_export.
     for v in ("optimized", "int8"):
         row = report["variants"][v]["fake/test"]
         assert 0 <= row["changed_decisions"] <= 1 and row["max_abs_score_diff"] < 0.05
+        low, high = row["delta_f1_ci"]
+        assert low <= row["delta_f1"] <= high
+    assert set(report["gate"]) == {"fp32", "optimized", "int8"} and report["gate"]["fp32"]["passed"]
+    assert report["gate_rule"]["resamples"] >= 1000
 
 
-def test_choose_cpu_variant() -> None:
-    def report(int8: float, optimized: float) -> dict:
+def _row(delta: float, ci: tuple[float, float], changed: float = 0.0) -> dict:
+    return {"delta_f1": delta, "delta_f1_ci": list(ci), "changed_decisions": changed}
+
+
+def test_gate_on_agreement_mean_and_interval() -> None:
+    ok = {"a": _row(-0.4, (-1.2, 0.3)), "b": _row(0.2, (-0.3, 0.8))}
+    assert gate(ok)["passed"] and gate(ok)["mean_delta_f1"] == pytest.approx(-0.1)
+    # a loss the split resolves: its whole interval is below -0.5
+    resolved = gate({"a": _row(-1.5, (-2.5, -0.6)), "b": _row(1.5, (0.5, 2.0))})
+    assert not resolved["passed"] and resolved["splits_below_floor"] == ["a"]
+    # the mean over the splits drops too far although no interval is resolved
+    assert "mean ΔF1 -0.40" in gate({"a": _row(-0.4, (-1.0, 0.1)), "b": _row(-0.4, (-1.0, 0.1))})["why"]
+    # too many changed decisions, whatever the F1 says
+    changed = gate({"a": _row(0.0, (-0.1, 0.1), changed=0.011)})
+    assert not changed["passed"] and "agreement 98.90 %" in changed["why"]
+
+
+def test_choose_cpu_variant_by_the_gate() -> None:
+    def report(int8_ok: bool, optimized_ok: bool) -> dict:
         return {
-            "variants": {
-                "fp32": {"a": {"delta_f1": 0.0}, "b": {"delta_f1": 0.0}},
-                "optimized": {"a": {"delta_f1": optimized}, "b": {"delta_f1": 0.0}},
-                "int8": {"a": {"delta_f1": 0.1}, "b": {"delta_f1": int8}},
+            "gate": {
+                "fp32": {"passed": True, "why": "passes", "min_agreement": 1.0, "mean_delta_f1": 0.0},
+                "optimized": {"passed": optimized_ok, "why": "o", "min_agreement": 1.0, "mean_delta_f1": 0.0},
+                "int8": {
+                    "passed": int8_ok,
+                    "why": "mean ΔF1 -0.40 < -0.3",
+                    "min_agreement": 0.995,
+                    "mean_delta_f1": 0.1,
+                },
             }
         }
 
     names = ["fp32", "optimized", "int8"]
-    assert choose_cpu_variant(report(-0.05, 0.0), names)[0] == "int8"  # mean +0.025
-    assert choose_cpu_variant(report(-0.4, 0.0), names)[0] == "optimized"  # within 0.5, but the mean drops
-    assert choose_cpu_variant(report(-0.6, 0.0), names)[0] == "optimized"
-    assert choose_cpu_variant(report(1.8, 0.0), names)[0] == "int8"  # a gain is not a failure
-    assert choose_cpu_variant(report(-0.6, -0.7), names)[0] == "fp32"
+    assert choose_cpu_variant(report(True, True), names)[0] == "int8"
+    assert choose_cpu_variant(report(False, True), names)[0] == "optimized"
+    variant, why = choose_cpu_variant(report(False, False), names)
+    assert variant == "fp32" and "int8: mean ΔF1 -0.40 < -0.3" in why
+    assert choose_cpu_variant(report(True, True), ["fp32", "optimized"])[0] == "optimized"
     assert choose_cpu_variant(None, names)[0] == "optimized"
     assert choose_cpu_variant(None, ["fp32"])[0] == "fp32"
+
+
+def test_paired_bootstrap_matches_a_hand_computed_case() -> None:
+    # two positives, both caught by the reference, the second missed by the variant. Resampling two
+    # items: (0,0) -> delta 0; (1,1) -> variant F1 0, delta -100; (0,1) or (1,0) -> variant F1 2/3,
+    # delta -33.3. Expected delta over the resamples: (0 - 100 - 2 x 33.3) / 4 = -41.7; the 2.5 %
+    # and 97.5 % points are -100 and 0.
+    gold, reference, variant = np.array([1, 1]), np.array([1, 1]), np.array([1, 0])
+    boot = paired_bootstrap_delta_f1(gold, reference, variant, resamples=20000, seed=1)
+    assert boot["delta_f1"] == pytest.approx(100 * 2 / 3 - 100)
+    assert boot["bootstrap_mean"] == pytest.approx(-41.67, abs=1.0)
+    assert (boot["ci_low"], boot["ci_high"]) == (-100.0, 0.0)
+    # the same decisions: a zero-width interval; seeded: the same answer twice
+    same = paired_bootstrap_delta_f1(gold, reference, reference)
+    assert (same["ci_low"], same["ci_high"], same["delta_f1"]) == (0.0, 0.0, 0.0)
+    assert paired_bootstrap_delta_f1(gold, reference, variant) == paired_bootstrap_delta_f1(gold, reference, variant)
 
 
 def test_model_card_markdown_renders_metric_tables() -> None:
