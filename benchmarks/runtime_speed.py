@@ -93,14 +93,19 @@ class Engine:
 
 
 class OnnxEngine(Engine):
-    def __init__(self, model_dir: Path, variant: str, threads: int, spin: bool | None) -> None:
+    """``one_pass``: a decomposed model without its second pass over the utterances alone (every head
+    read from the dialogue row): not what the service answers, only what that pass costs."""
+
+    def __init__(self, model_dir: Path, variant: str, threads: int, spin: bool | None, one_pass: bool = False) -> None:
         from service.runtime import OnnxClassifier
 
         providers = ["CUDAExecutionProvider", "CPUExecutionProvider"] if variant == "fp16" else ["CPUExecutionProvider"]
         self.clf = OnnxClassifier(
             model_dir, variant=variant, providers=providers, intra_op_threads=threads, allow_spinning=spin
         )
-        self.name = f"onnxruntime {variant}"
+        self.name = f"onnxruntime {variant}" + (" one pass" if one_pass else "")
+        if one_pass:
+            self.clf._context_cols = []
         self.variant, self.provider = self.clf.variant, self.clf.provider
         self.encoder, self.card = self.clf.encoder, self.clf.card
         self.file_bytes = self.clf.path.stat().st_size
@@ -368,6 +373,11 @@ def run(
             continue
         else:
             engines.append((name, lambda name=name: OnnxEngine(subject.model_dir, name, threads, spin)))  # type: ignore[misc]
+    if args.one_pass and card.encoding_config.context_mode == "decomposed":
+        served = card.cpu_variant
+        engines.append(
+            (f"{served}-one-pass", lambda: OnnxEngine(subject.model_dir, served, threads, spin, one_pass=True))
+        )
 
     encoder = DialogueEncoder.from_file(subject.model_dir / TOKENIZER_FILE, card.encoding_config)
     encoded: list[EncodedExample] = encoder.encode_batch(examples)
@@ -560,6 +570,12 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         type=int,
         default=MAX_BATCH_TOKENS,
         help="padded tokens per batch in the budget policy (default: %(default)s, the service's)",
+    )
+    p.add_argument(
+        "--one-pass",
+        action="store_true",
+        help="a decomposed model: also time the CPU default without its second pass over the utterances alone "
+        "(what that pass costs)",
     )
     p.add_argument("--no-sweep", action="store_true", help="skip the batch × length sweep")
     p.add_argument("--smoke", action="store_true", help="every step for a moment on a tiny model (tests)")
