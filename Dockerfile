@@ -17,11 +17,10 @@ RUN python -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
 WORKDIR /src
 COPY pyproject.toml README.md ./
-COPY service ./service
-COPY cli ./cli
+COPY dialogue_safety ./dialogue_safety
 COPY models/default ./models/default
 # The package installs the model as data files: /opt/venv/share/dialogue-safety/models/default,
-# where `dialogue-safety serve` finds it (service.settings.default_model_dir).
+# where `dialogue-safety serve` finds it (dialogue_safety.service.settings.default_model_dir).
 # hadolint ignore=DL3013
 RUN pip install --no-cache-dir ".[serve]" \
  && if [ "$RUNTIME" = "gpu" ]; then \
@@ -31,7 +30,7 @@ RUN pip install --no-cache-dir ".[serve]" \
     fi
 # Derive the variant the service will run (the card's CPU or GPU default) and remove every other
 # derived file (the intermediate fp32 graph, the lock file): the container starts without deriving.
-RUN python -m service.variants /opt/venv/share/dialogue-safety/models/default "$RUNTIME" --prune
+RUN python -m dialogue_safety.core.variants /opt/venv/share/dialogue-safety/models/default "$RUNTIME" --prune
 
 FROM ${PYTHON_IMAGE}
 ENV PATH=/opt/venv/bin:$PATH \

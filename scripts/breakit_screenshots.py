@@ -37,7 +37,7 @@ subprocess.run(
     [
         sys.executable,
         "-m",
-        "cli.main",
+        "dialogue_safety.cli.main",
         "break-it",
         "new-round",
         "--db",
@@ -58,7 +58,7 @@ with socket.socket() as s:
     port = s.getsockname()[1]
 env = {**os.environ, "SAFETY_API_KEY": "k", "SAFETY_BREAKIT_DB": str(db)}
 proc = subprocess.Popen(
-    [sys.executable, "-m", "cli.main", "serve", "--port", str(port), "--log-level", "warning"], env=env
+    [sys.executable, "-m", "dialogue_safety.cli.main", "serve", "--port", str(port), "--log-level", "warning"], env=env
 )
 url = f"http://127.0.0.1:{port}"
 try:

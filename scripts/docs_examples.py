@@ -194,11 +194,21 @@ def format_output(stdout: str) -> list[str]:
 @contextlib.contextmanager
 def running_server(model_dir: Path | None = None, timeout_s: float = 300.0) -> Iterator[str]:
     """``dialogue-safety serve`` with default settings on a free port; yields ``host:port`` once ready."""
-    from benchmarks.local_server import free_port  # the one server launcher
-    from benchmarks.local_server import running_server as serve
+    from dialogue_safety.benchmarks.local_server import free_port  # the one server launcher
+    from dialogue_safety.benchmarks.local_server import running_server as serve
 
     port = free_port()
-    cmd = [sys.executable, "-m", "cli.main", "serve", "--port", str(port), "--no-access-log", "--log-level", "warning"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "dialogue_safety.cli.main",
+        "serve",
+        "--port",
+        str(port),
+        "--no-access-log",
+        "--log-level",
+        "warning",
+    ]
     if model_dir is not None:
         cmd += ["--model", str(model_dir)]
     env = {k: v for k, v in os.environ.items() if not k.startswith("SAFETY_")}  # the documented defaults
@@ -217,7 +227,7 @@ def run_example(example: Example, address: str) -> subprocess.CompletedProcess[s
 
 def check_cli_line(cli: CliLine) -> str | None:
     """What is wrong with a documented ``dialogue-safety`` command line, or None."""
-    from cli.main import main as cli_main
+    from dialogue_safety.cli.main import main as cli_main
 
     words: list[str] = []
     for token in cli.argv:

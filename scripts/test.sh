@@ -19,5 +19,5 @@ if ! have_pg || ! command -v chromium >/dev/null; then
 fi
 # lint and types first (pinned in the dev extra), then the tests
 "$venv/bin/ruff" check .
-"$venv/bin/mypy" service training export evaluation benchmarks corpus cli
+"$venv/bin/mypy" dialogue_safety
 exec "$venv/bin/python" -m pytest -q "$@"

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from service.breakit.store import BreakItStore, Scores, open_store
-from service.schema import Label
+from dialogue_safety.breakit.store import BreakItStore, Scores, open_store
+from dialogue_safety.core.schema import Label
 
 
 def scores(score: float, threshold: float = 0.5, model_id: str = "m@1", **references: float) -> Scores:

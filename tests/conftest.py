@@ -15,7 +15,7 @@ IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 
 
 def make_tiny_tokenizer() -> Tokenizer:
-    from service.encoding import wordpiece_tokenizer
+    from dialogue_safety.core.encoding import wordpiece_tokenizer
 
     return wordpiece_tokenizer(TINY_VOCAB)
 
@@ -30,9 +30,9 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A randomly initialised 2-layer BERT checkpoint with one head, saved like a trained one."""
     import torch
 
-    from service.model_card import ModelCard
-    from training.checkpoint import save_checkpoint
-    from training.modeling import build_model
+    from dialogue_safety.core.model_card import ModelCard
+    from dialogue_safety.training.checkpoint import save_checkpoint
+    from dialogue_safety.training.modeling import build_model
 
     torch.manual_seed(0)
     tok = make_tiny_tokenizer()
@@ -43,7 +43,7 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
-    from training.sources.data_dir import resolve_data_dir
+    from dialogue_safety.sources.data_dir import resolve_data_dir
 
     try:
         return resolve_data_dir()

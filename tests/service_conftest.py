@@ -18,12 +18,12 @@ import httpx
 import pytest
 import uvicorn
 
-from service.api import Classifier, create_app
-from service.encoding import EncodedExample
-from service.model_card import ModelCard
-from service.schema import Example, Label, Prediction
-from service.server import uvicorn_config
-from service.settings import ServiceSettings
+from dialogue_safety.core.encoding import EncodedExample
+from dialogue_safety.core.model_card import ModelCard
+from dialogue_safety.core.schema import Example, Label, Prediction
+from dialogue_safety.service.api import Classifier, create_app
+from dialogue_safety.service.server import uvicorn_config
+from dialogue_safety.service.settings import ServiceSettings
 
 BAD_WORDS = frozenset({"idiot", "idiots", "stupid", "hate"})
 BAD_ID, SEP_ID, CLS_ID = 7, 3, 2
@@ -170,7 +170,7 @@ _EXPORTED: dict[Path, Path] = {}
 def export_tiny_model(checkpoint: Path, out_root: Path) -> Path:
     """The tiny checkpoint exported to an ONNX model directory (fp32 only), once per session."""
     if checkpoint not in _EXPORTED:
-        from export.onnx_export import export_checkpoint
+        from dialogue_safety.export.onnx_export import export_checkpoint
 
         _EXPORTED[checkpoint] = export_checkpoint(checkpoint, out_root / "tiny_model", variant_names=("fp32",)).out_dir
     return _EXPORTED[checkpoint]
@@ -178,5 +178,6 @@ def export_tiny_model(checkpoint: Path, out_root: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """``tiny_checkpoint`` exported with ``export.onnx_export.export_checkpoint`` (shared by modules)."""
+    """``tiny_checkpoint`` exported with ``dialogue_safety.export.onnx_export.export_checkpoint``
+    (shared by modules)."""
     return export_tiny_model(tiny_checkpoint, tmp_path_factory.getbasetemp())

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from service_conftest import tiny_model_dir  # noqa: F401  (fixture)
 
-from benchmarks import abuse
+from dialogue_safety.benchmarks import abuse
 
 
 def test_abuse_benchmark_smoke(

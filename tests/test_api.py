@@ -17,8 +17,8 @@ import httpx
 import pytest
 from service_conftest import BAD_ID, FakeClassifier, LiveServer, live_server
 
-from service.api import create_app
-from service.settings import ServiceSettings
+from dialogue_safety.service.api import create_app
+from dialogue_safety.service.settings import ServiceSettings
 
 GUARD_S = 10.0
 
@@ -511,12 +511,12 @@ def test_settings_come_from_the_environment_when_the_app_is_built(monkeypatch: p
 def test_one_batching_budget_and_its_deprecated_names(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from service.batch_budget import MAX_BATCH_TOKENS
+    from dialogue_safety.core.batch_budget import MAX_BATCH_TOKENS
 
     assert ServiceSettings().max_batch_tokens == MAX_BATCH_TOKENS  # the one default
     monkeypatch.setenv("SAFETY_INFERENCE_TOKEN_BUDGET", "2048")
     monkeypatch.setenv("SAFETY_TOKEN_BUDGET", "8192")
-    with caplog.at_level(logging.WARNING, logger="service.settings"):
+    with caplog.at_level(logging.WARNING, logger="dialogue_safety.service.settings"):
         assert ServiceSettings().max_batch_tokens == 2048
     assert "SAFETY_INFERENCE_TOKEN_BUDGET is deprecated: use SAFETY_MAX_BATCH_TOKENS" in caplog.text
     assert "SAFETY_TOKEN_BUDGET is no longer used" in caplog.text
@@ -530,11 +530,11 @@ def test_the_request_history_limit_is_not_the_encoding_setting(
 ) -> None:
     assert "max_history_turns" not in ServiceSettings.model_fields  # the card's encoding setting only
     monkeypatch.setenv("SAFETY_MAX_HISTORY_TURNS", "4")
-    with caplog.at_level(logging.WARNING, logger="service.settings"):
+    with caplog.at_level(logging.WARNING, logger="dialogue_safety.service.settings"):
         assert ServiceSettings().max_request_history_turns == 4
     assert "SAFETY_MAX_HISTORY_TURNS is deprecated: use SAFETY_MAX_REQUEST_HISTORY_TURNS" in caplog.text
-    from service.errors import InvalidInput
-    from service.limits import Limits
+    from dialogue_safety.service.errors import InvalidInput
+    from dialogue_safety.service.limits import Limits
 
     with pytest.raises(InvalidInput, match="SAFETY_MAX_REQUEST_HISTORY_TURNS") as refused:
         Limits(max_request_history_turns=1).check_item("x", ["a", "b"])

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from service.batcher import MAX_SLOWNESS, SLOWNESS_WINDOW_S, Announcement, MicroBatcher
-from service.encoding import EncodedExample
-from service.errors import InferenceFailed, NotReady, Overloaded
-from service.schema import Example, Label, Prediction
+from dialogue_safety.core.encoding import EncodedExample
+from dialogue_safety.core.schema import Example, Label, Prediction
+from dialogue_safety.service.batcher import MAX_SLOWNESS, SLOWNESS_WINDOW_S, Announcement, MicroBatcher
+from dialogue_safety.service.errors import InferenceFailed, NotReady, Overloaded
 
 GUARD_S = 10.0  # only against hangs; never asserted on
 
@@ -686,8 +686,8 @@ def test_concurrent_submissions_are_encoded_together_and_a_failing_one_is_isolat
 
 
 def test_padded_tokens_count_the_second_pass_of_a_decomposed_model() -> None:
-    from service.batcher import _padded
-    from service.encoding import EncodedExample
+    from dialogue_safety.core.encoding import EncodedExample
+    from dialogue_safety.service.batcher import _padded
 
     def row(n: int, alone: int | None = None) -> EncodedExample:
         extra = EncodedExample((1,) * alone, (0,) * alone) if alone else None

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.flops import cpu_peak, flops_per_token, non_embedding_parameters
-from cli.bench import main as bench_main
-from training.modeling import GEOMETRIES
+from dialogue_safety.benchmarks.flops import cpu_peak, flops_per_token, non_embedding_parameters
+from dialogue_safety.cli.bench import main as bench_main
+from dialogue_safety.training.modeling import GEOMETRIES
 
 
 def test_smoke_run_writes_json_and_markdown(

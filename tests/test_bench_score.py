@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from service_conftest import tiny_model_dir  # noqa: F401  (fixture)
 
-from cli.bench import main as bench_main
+from dialogue_safety.cli.bench import main as bench_main
 
 
 def test_bench_score_writes_json_and_markdown(

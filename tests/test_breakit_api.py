@@ -10,8 +10,8 @@ import httpx
 import pytest
 from service_conftest import FakeClassifier, LiveServer, live_server
 
-from service.breakit.game import ATTACKS_PER_TASK
-from service.settings import ServiceSettings
+from dialogue_safety.breakit.game import ATTACKS_PER_TASK
+from dialogue_safety.service.settings import ServiceSettings
 
 KEY = "test-admin-key"
 ADMIN = {"Authorization": f"Bearer {KEY}"}

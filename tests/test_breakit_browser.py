@@ -23,11 +23,11 @@ import pytest
 from playwright.sync_api import sync_playwright
 from service_conftest import LiveServer, live_server, tiny_model_dir  # noqa: F401  (fixture)
 
-from cli.breakit import main as breakit_cli
-from service.breakit.game import ATTACKS_PER_TASK
-from service.settings import ServiceSettings
-from training.fix_it import main as fix_it_cli
-from training.sources.registry import load_source
+from dialogue_safety.breakit.game import ATTACKS_PER_TASK
+from dialogue_safety.cli.breakit import main as breakit_cli
+from dialogue_safety.cli.fix_it import main as fix_it_cli
+from dialogue_safety.service.settings import ServiceSettings
+from dialogue_safety.sources.registry import load_source
 
 FULL = Path(__file__).parent / "fixtures" / "sources" / "full"
 

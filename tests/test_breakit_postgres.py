@@ -26,9 +26,9 @@ from breakit_conftest import scores
 from service_conftest import FakeClassifier, live_server
 from test_breakit_store import play_round_contract
 
-from service.breakit.game import ATTACKS_PER_TASK, TRIES_PER_ATTACK, Mode
-from service.breakit.store import ConflictError, open_store
-from service.settings import ServiceSettings
+from dialogue_safety.breakit.game import ATTACKS_PER_TASK, TRIES_PER_ATTACK, Mode
+from dialogue_safety.breakit.store import ConflictError, open_store
+from dialogue_safety.service.settings import ServiceSettings
 
 INSTALL_HINT = "install Debian's postgresql package (apt-get install postgresql) or put pg_ctl and initdb on PATH"
 

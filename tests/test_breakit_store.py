@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from breakit_conftest import scores, sqlite_store  # noqa: F401  (fixture)
 
-from service.breakit.game import ATTACKS_PER_TASK, TRIES_PER_ATTACK, Mode, TaskProgress, Verdict
-from service.breakit.store import BreakItStore, ConflictError, NotFoundError, StoreError, open_store
+from dialogue_safety.breakit.game import ATTACKS_PER_TASK, TRIES_PER_ATTACK, Mode, TaskProgress, Verdict
+from dialogue_safety.breakit.store import BreakItStore, ConflictError, NotFoundError, StoreError, open_store
 
 CONTEXT = [{"speaker": "user", "text": "my sister just started at a new school"}, {"speaker": "bot", "text": "nice!"}]
 
@@ -137,9 +137,9 @@ def test_a_crash_mid_write_loses_no_committed_attack(tmp_path: Path) -> None:
     open_store(path).close()
     script = f"""
 import os
-from service.breakit.store import open_store, Scores
-from service.breakit.game import Mode
-from service.schema import Label
+from dialogue_safety.breakit.store import open_store, Scores
+from dialogue_safety.breakit.game import Mode
+from dialogue_safety.core.schema import Label
 store = open_store({str(path)!r})
 store.create_round(1, "m@1")
 p = store.register_player("crasher")

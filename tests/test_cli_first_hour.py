@@ -14,11 +14,10 @@ from typing import Any
 
 import pytest
 
-import cli.dispatch
-import service
-import service.settings
-from cli import extras
-from cli.main import COMMANDS, EXTRAS, dispatch
+import dialogue_safety.cli.dispatch
+import dialogue_safety.service.settings
+from dialogue_safety.cli import extras
+from dialogue_safety.cli.main import COMMANDS, EXTRAS, dispatch
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -57,8 +56,12 @@ def test_a_command_whose_extra_is_missing_names_it_in_one_line(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     imported: list[str] = []
-    monkeypatch.setattr(cli.dispatch, "missing_distributions", lambda extra: ["torch"] if extra == "train" else [])
-    monkeypatch.setattr(cli.dispatch.importlib, "import_module", lambda name: imported.append(name) or never())
+    monkeypatch.setattr(
+        dialogue_safety.cli.dispatch, "missing_distributions", lambda extra: ["torch"] if extra == "train" else []
+    )
+    monkeypatch.setattr(
+        dialogue_safety.cli.dispatch.importlib, "import_module", lambda name: imported.append(name) or never()
+    )
     assert dispatch(COMMANDS, ["export", "--help"], extras=EXTRAS) == 2
     line = one_line(capsys.readouterr().err)
     assert line.startswith("dialogue-safety export: needs the 'train' extra (not installed: torch)")
@@ -80,7 +83,7 @@ def test_a_missing_third_party_module_is_one_line_naming_its_extra(
 
 def test_a_missing_module_of_our_own_is_a_bug_not_an_install_hint(monkeypatch: pytest.MonkeyPatch) -> None:
     def main(argv: list[str], prog: str) -> int:
-        raise ModuleNotFoundError("No module named 'service.nope'", name="service.nope")
+        raise ModuleNotFoundError("No module named 'dialogue_safety.nope'", name="dialogue_safety.nope")
 
     monkeypatch.setitem(sys.modules, "fake_command", types.SimpleNamespace(main=main))
     with pytest.raises(ModuleNotFoundError):
@@ -93,7 +96,7 @@ def test_a_missing_module_of_our_own_is_a_bug_not_an_install_hint(monkeypatch: p
 def test_export_checks_its_checkpoint_before_reading_any_data(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    from export import cli as export_cli
+    from dialogue_safety.export import cli as export_cli
 
     monkeypatch.setattr(export_cli, "load_test_sets", never)
     assert export_cli.main([str(tmp_path / "checkpoints" / "default"), str(tmp_path / "model")]) == 2
@@ -110,7 +113,7 @@ def test_export_checks_its_checkpoint_before_reading_any_data(
 def test_evaluate_checks_files_and_model_before_any_work(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    from evaluation import evaluate
+    from dialogue_safety.evaluation import evaluate
 
     monkeypatch.setattr(evaluate, "run_evaluation", never)
     monkeypatch.setattr(evaluate, "load_scorer", never)
@@ -128,7 +131,7 @@ def test_evaluate_checks_files_and_model_before_any_work(
 def test_evaluate_writes_under_runs_by_default(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    from evaluation import evaluate
+    from dialogue_safety.evaluation import evaluate
 
     seen: dict[str, Path] = {}
 
@@ -147,7 +150,7 @@ def test_evaluate_writes_under_runs_by_default(
 def test_bench_http_checks_the_naive_checkpoint_before_any_phase(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    from benchmarks import http
+    from dialogue_safety.benchmarks import http
 
     monkeypatch.setattr(http, "load_dialogues", never)
     monkeypatch.setattr(http, "running_server", never)
@@ -160,7 +163,7 @@ def test_bench_http_checks_the_naive_checkpoint_before_any_phase(
 def test_bench_runtime_checks_the_checkpoint_first(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    from benchmarks import runtime_speed as runtime
+    from dialogue_safety.benchmarks import runtime_speed as runtime
 
     monkeypatch.setattr(runtime, "subject_for", never)
     assert runtime.main(["--checkpoint", str(tmp_path / "ckpt")]) == 2
@@ -175,24 +178,30 @@ def test_bench_runtime_checks_the_checkpoint_first(
 def test_the_bundled_model_is_found_in_a_checkout_and_in_an_installation(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    assert service.settings.default_model_dir() == REPO / "models" / "default"
+    assert dialogue_safety.service.settings.default_model_dir() == REPO / "models" / "default"
     # a non-editable install: the code in site-packages, the model under <prefix>/share (data files)
     site = tmp_path / "prefix" / "lib" / "site-packages"
-    (site / "service").mkdir(parents=True)
-    monkeypatch.setattr(service, "__file__", str(site / "service" / "__init__.py"))
-    monkeypatch.setattr(service.settings.sysconfig, "get_path", lambda name, scheme=None: str(tmp_path / "prefix"))
-    installed = tmp_path / "prefix" / service.settings.INSTALLED_MODEL
-    assert service.settings.default_model_dir() == site / "models" / "default", "nothing found: the first candidate"
+    (site / "dialogue_safety" / "service").mkdir(parents=True)
+    monkeypatch.setattr(
+        dialogue_safety.service.settings, "__file__", str(site / "dialogue_safety" / "service" / "settings.py")
+    )
+    monkeypatch.setattr(
+        dialogue_safety.service.settings.sysconfig, "get_path", lambda name, scheme=None: str(tmp_path / "prefix")
+    )
+    installed = tmp_path / "prefix" / dialogue_safety.service.settings.INSTALLED_MODEL
+    assert dialogue_safety.service.settings.default_model_dir() == site / "models" / "default", (
+        "nothing found: the first candidate"
+    )
     installed.mkdir(parents=True)
-    assert service.settings.default_model_dir() == installed
+    assert dialogue_safety.service.settings.default_model_dir() == installed
 
 
 def test_the_package_installs_exactly_the_committed_model_files() -> None:
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
     data_files = pyproject["tool"]["setuptools"]["data-files"]
-    assert list(data_files) == [str(service.settings.INSTALLED_MODEL)]
-    listed = {Path(f).name for f in data_files[str(service.settings.INSTALLED_MODEL)]}
-    bundled = REPO / service.settings.BUNDLED_MODEL
+    assert list(data_files) == [str(dialogue_safety.service.settings.INSTALLED_MODEL)]
+    listed = {Path(f).name for f in data_files[str(dialogue_safety.service.settings.INSTALLED_MODEL)]}
+    bundled = REPO / dialogue_safety.service.settings.BUNDLED_MODEL
     assert all((bundled / name).is_file() for name in listed)
     derived = {p.name for p in bundled.iterdir() if p.name.startswith("model.") and p.name.count(".") > 1}
     assert listed == {p.name for p in bundled.iterdir() if p.is_file() and not p.name.startswith(".")} - derived
@@ -201,7 +210,7 @@ def test_the_package_installs_exactly_the_committed_model_files() -> None:
 def test_the_ablation_explains_its_options_and_checks_them_first(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    from training import ablation
+    from dialogue_safety.experiments import ablation
 
     with pytest.raises(SystemExit) as exit_:
         ablation.main(["--help"])

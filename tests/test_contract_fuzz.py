@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from schemathesis.generation import GenerationMode
 from service_conftest import FakeClassifier, live_server
 
-from service.errors import ERROR_TABLE
+from dialogue_safety.service.errors import ERROR_TABLE
 
 MAX_EXAMPLES = 150
 REJECTIONS = sorted({row.status for row in ERROR_TABLE if 400 <= row.status < 500})

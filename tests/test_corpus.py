@@ -14,13 +14,13 @@ import httpx
 import pytest
 from service_conftest import live_server, tiny_model_dir  # noqa: F401  (fixture)
 
-from corpus.cli import main as score_main
-from corpus.formats import CorpusFileError, read_records
-from corpus.job import ScoreJob, run_local
-from corpus.records import Columns
-from service.limits import Limits
-from service.runtime import OnnxClassifier
-from service.schema import Example, Prediction
+from dialogue_safety.core.runtime import OnnxClassifier
+from dialogue_safety.core.schema import Example, Prediction
+from dialogue_safety.corpus.cli import main as score_main
+from dialogue_safety.corpus.formats import CorpusFileError, read_records
+from dialogue_safety.corpus.job import ScoreJob, run_local
+from dialogue_safety.corpus.records import Columns
+from dialogue_safety.service.limits import Limits
 
 ROWS: list[dict[str, Any]] = [
     {"id": 1, "utterance": "you are a stupid idiot", "history": ["hello there"]},
@@ -265,7 +265,7 @@ def test_cli_prints_a_summary_and_names_bad_files(
 
 def test_rows_are_read_lazily(tmp_path: Path) -> None:
     """Reading stops where the consumer stops: the reader never holds the file (bounded memory)."""
-    from corpus.formats import iter_chunks
+    from dialogue_safety.corpus.formats import iter_chunks
 
     inp = write_jsonl(tmp_path / "in.jsonl", [{"utterance": "a"}] * 10, bad_lines=["{broken"])
     chunks = iter_chunks(inp, Columns(), Limits(), chunk_size=4)
@@ -280,7 +280,10 @@ def test_http_client_is_not_needed_to_score(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    code = "import sys, corpus.job, corpus.formats, corpus.cli; print('torch' in sys.modules)"
+    code = (
+        "import sys, dialogue_safety.corpus.job, dialogue_safety.corpus.formats, dialogue_safety.corpus.cli; "
+        "print('torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
     assert httpx  # the API comparison above uses a real HTTP client

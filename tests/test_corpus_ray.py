@@ -12,8 +12,8 @@ from conftest import IN_CI
 from service_conftest import tiny_model_dir  # noqa: F401  (fixture)
 from test_corpus import ROWS, write_input
 
-from corpus.formats import read_records
-from corpus.job import ScoreJob, run_local
+from dialogue_safety.corpus.formats import read_records
+from dialogue_safety.corpus.job import ScoreJob, run_local
 
 try:
     import ray  # noqa: F401
@@ -22,7 +22,7 @@ except ImportError as exc:  # the 'scale' extra; scripts/test.sh installs it
         raise
     pytest.skip(f"Ray is not installed ({exc}): pip install -e '.[scale]'", allow_module_level=True)
 
-from corpus.ray_engine import RayOptions, pack_model, run_ray, unpack_model
+from dialogue_safety.corpus.ray_engine import RayOptions, pack_model, run_ray, unpack_model
 
 pytestmark = pytest.mark.slow
 
@@ -47,8 +47,8 @@ def test_ray_engine_matches_the_local_engine(tmp_path: Path, tiny_model_dir: Pat
 
 
 def test_the_model_travels_as_bytes(tiny_model_dir: Path) -> None:
-    from service.runtime import OnnxClassifier
-    from service.schema import Example
+    from dialogue_safety.core.runtime import OnnxClassifier
+    from dialogue_safety.core.schema import Example
 
     unpacked = unpack_model(pack_model(tiny_model_dir, "fp32"))
     assert unpacked != tiny_model_dir and (unpacked / "model_card.json").is_file()

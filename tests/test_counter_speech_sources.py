@@ -10,16 +10,21 @@ import numpy as np
 import pytest
 from conftest import require
 
-from evaluation.history_robustness import FRIENDLY_CHAT, build_probes, evaluate_history, friendly_history
-from service.encoding import DialogueEncoder, EncodedExample, EncodingConfig
-from service.model_card import ModelCard
-from service.schema import UTTERANCE_UNLABELLED, Example, Label, LabelFamily, LabelledExample, Split, Turn
-from service.scoring import NO_CONTEXT_LOGIT, context_columns, decomposed_logits
-from training.harmonise import CONTEXT_HEAD, HEAD_ORDER, harmonised_targets, served_gold_from_targets
-from training.sources import counter_speech, history_transplant
-from training.sources.errors import DatasetFormatError
-from training.sources.layout import Status
-from training.trainer import training_rows
+from dialogue_safety.core.encoding import DialogueEncoder, EncodedExample, EncodingConfig
+from dialogue_safety.core.model_card import ModelCard
+from dialogue_safety.core.schema import UTTERANCE_UNLABELLED, Example, Label, LabelFamily, LabelledExample, Split, Turn
+from dialogue_safety.core.scoring import NO_CONTEXT_LOGIT, context_columns, decomposed_logits
+from dialogue_safety.evaluation.history_robustness import (
+    FRIENDLY_CHAT,
+    build_probes,
+    evaluate_history,
+    friendly_history,
+)
+from dialogue_safety.sources import counter_speech, history_transplant
+from dialogue_safety.sources.errors import DatasetFormatError
+from dialogue_safety.sources.layout import Status
+from dialogue_safety.training.harmonise import CONTEXT_HEAD, HEAD_ORDER, harmonised_targets, served_gold_from_targets
+from dialogue_safety.training.trainer import training_rows
 
 FULL = Path(__file__).parent / "fixtures" / "sources" / "full"
 ALL = frozenset(Split)

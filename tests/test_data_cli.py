@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from cli.main import main as dialogue_safety
-from training.sources import summary
-from training.sources.cli import main
+from dialogue_safety.cli.main import main as dialogue_safety
+from dialogue_safety.sources import summary
+from dialogue_safety.sources.cli import main
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sources"
 

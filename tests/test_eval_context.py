@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from test_eval_support import KeywordScorer, ex
 
-from evaluation.context_ablation import evaluate_context
+from dialogue_safety.evaluation.context_ablation import evaluate_context
 
 # keyword "bad", also seen in the history (score 0.6 ≥ 0.5 → OFFENSIVE)
 DIALOGUE = [

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from test_eval_support import FIXTURE_DATA, KeywordScorer, ex, read_fixture_source
 
-from evaluation import evaluate
-from evaluation.baseline import TfidfBaseline, baseline_text
-from evaluation.evaluate import EvaluationConfig, run_evaluation, subsample
-from evaluation.scorers import CachedScorer, ClassifierScorer, card_training_sources, model_kind
-from service.schema import Example, Split
+from dialogue_safety.core.schema import Example, Split
+from dialogue_safety.evaluation import evaluate
+from dialogue_safety.evaluation.baseline import TfidfBaseline, baseline_text
+from dialogue_safety.evaluation.evaluate import EvaluationConfig, run_evaluation, subsample
+from dialogue_safety.evaluation.scorers import CachedScorer, ClassifierScorer, card_training_sources, model_kind
 
 CONFIG = EvaluationConfig(
     sources=("dialog", "hate", "absent"),
@@ -215,7 +215,7 @@ def test_subsample_is_seeded_and_keeps_order() -> None:
 @pytest.mark.slow
 def test_load_scorer_on_a_training_checkpoint(tiny_checkpoint: Path, tmp_path: Path) -> None:
     """The torch path end to end: a (random) tiny checkpoint evaluated on the fixture data."""
-    from evaluation.scorers import load_scorer
+    from dialogue_safety.evaluation.scorers import load_scorer
 
     scorer = load_scorer(tiny_checkpoint)
     assert scorer.threshold == 0.5

@@ -6,8 +6,14 @@ import numpy as np
 import pytest
 from test_eval_support import FIXTURE_DATA, KeywordScorer, ex
 
-from evaluation.evaluate import load_suite_csv
-from evaluation.functional_suites import SuiteKeys, emoji_difference, evaluate_functional, normalise_set, target_groups
+from dialogue_safety.evaluation.evaluate import load_suite_csv
+from dialogue_safety.evaluation.functional_suites import (
+    SuiteKeys,
+    emoji_difference,
+    evaluate_functional,
+    normalise_set,
+    target_groups,
+)
 
 # keyword "hate" → predicted hateful
 HATECHECK_LIKE = [
@@ -161,7 +167,7 @@ def test_suite_without_functionality_metadata_fails_clearly() -> None:
 
 
 def test_hatemojicheck_csv_through_the_column_mapping_preset() -> None:
-    """``--functional-csv hatemojicheck=PATH``: read by training.sources.functional, ids attached for pairing."""
+    """``--functional-csv hatemojicheck=PATH``: read by dialogue_safety.sources.functional, ids attached for pairing."""
     cases = load_suite_csv("hatemojicheck", FIXTURE_DATA.parent / "hatemojicheck_sample.csv")
     assert len(cases) == 7
     assert cases[0].metadata["test_group_id"] == "1" and cases[4].metadata["templ_id"] == "1.3"

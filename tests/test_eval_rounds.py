@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 from test_eval_support import KeywordScorer, ex
 
-from evaluation.rounds import base_round, evaluate_rounds, model_in_the_loop_wrong, perturbation_level, round_sort_key
+from dialogue_safety.evaluation.rounds import (
+    base_round,
+    evaluate_rounds,
+    model_in_the_loop_wrong,
+    perturbation_level,
+    round_sort_key,
+)
 
 # keyword "bad" → predicted OFFENSIVE
 EXAMPLES = [

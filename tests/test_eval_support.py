@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from service.schema import Example, Label, LabelledExample, Split, Turn
+from dialogue_safety.core.schema import Example, Label, LabelledExample, Split, Turn
 
 FIXTURE_DATA = Path(__file__).parent / "fixtures" / "eval" / "data"
 HIGH, MID, LOW = 0.9, 0.6, 0.1

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from service_conftest import tiny_model_dir  # noqa: F401  (fixture)
 
-from service.explain import explain, plan, word_spans
-from service.runtime import OnnxClassifier
-from service.schema import Example
-from service.settings import default_model_dir
+from dialogue_safety.core.explain import explain, plan, word_spans
+from dialogue_safety.core.runtime import OnnxClassifier
+from dialogue_safety.core.schema import Example
+from dialogue_safety.service.settings import default_model_dir
 
 OFFENSIVE = [
     ("you are a worthless idiot and everyone hates you", ()),

@@ -10,17 +10,17 @@ import onnx
 import pytest
 from onnx import TensorProto
 
-from export import onnx_export
-from export.cli import main as export_main
-from export.comparison import choose_cpu_variant, compare_variants, gate, paired_bootstrap_delta_f1
-from export.onnx_export import ExportError, ParityError, export_checkpoint, ort_logits, torch_logits
-from service import variants
-from service.encoding import DialogueEncoder
-from service.model_card import ModelCard
-from service.schema import Example, Label, LabelledExample, Split
-from service.variants.graphs import fold_fp16_weights, store_weights_fp16
-from service.variants.stamps import file_sha256
-from training.checkpoint import load_checkpoint
+from dialogue_safety.core import variants
+from dialogue_safety.core.encoding import DialogueEncoder
+from dialogue_safety.core.model_card import ModelCard
+from dialogue_safety.core.schema import Example, Label, LabelledExample, Split
+from dialogue_safety.core.variants.graphs import fold_fp16_weights, store_weights_fp16
+from dialogue_safety.core.variants.stamps import file_sha256
+from dialogue_safety.export import onnx_export
+from dialogue_safety.export.cli import main as export_main
+from dialogue_safety.export.comparison import choose_cpu_variant, compare_variants, gate, paired_bootstrap_delta_f1
+from dialogue_safety.export.onnx_export import ExportError, ParityError, export_checkpoint, ort_logits, torch_logits
+from dialogue_safety.training.checkpoint import load_checkpoint
 
 FRESH = [
     Example.from_texts("a completely new utterance about nothing"),
@@ -242,8 +242,8 @@ def test_paired_bootstrap_matches_a_hand_computed_case() -> None:
 
 
 def test_model_card_markdown_renders_metric_tables() -> None:
-    from export.card_markdown import render_model_card
-    from service.model_card import ModelCard
+    from dialogue_safety.core.model_card import ModelCard
+    from dialogue_safety.export.card_markdown import render_model_card
 
     row = {"n": 10, "positives": 4, "offensive_f1": 75.0, "precision": 60.0, "recall": 100.0, "pr_auc": 0.8125}
     card = ModelCard(

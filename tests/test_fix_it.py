@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from training.fix_it import fix_it_recipe, markdown_report, merged_data_dir
-from training.recipe import load_recipe
-from training.sources.registry import load_source
+from dialogue_safety.cli.fix_it import fix_it_recipe, markdown_report, merged_data_dir
+from dialogue_safety.sources.registry import load_source
+from dialogue_safety.training.recipe import load_recipe
 
 FULL = Path(__file__).parent / "fixtures" / "sources" / "full"
 

@@ -19,9 +19,9 @@ import pytest
 from pydantic import ValidationError
 from service_conftest import FakeClassifier, LiveServer, live_server, tiny_model_dir  # noqa: F401  (fixture)
 
-from service.errors import ERROR_TABLE
-from service.server import DropQueryString
-from service.settings import ServiceSettings
+from dialogue_safety.service.errors import ERROR_TABLE
+from dialogue_safety.service.server import DropQueryString
+from dialogue_safety.service.settings import ServiceSettings
 
 GUARD_S = 10.0
 CLASSIFY, BATCH = "/v1/classify", "/v1/classify/batch"
@@ -206,7 +206,7 @@ def test_the_api_key_is_checked_before_the_body_is_read() -> None:
 @pytest.mark.parametrize("api_key", ["s3cret", None], ids=["key-set", "no-key"])
 @pytest.mark.parametrize("path", ["/admin/model", "/break-it/api/admin/rounds"])
 def test_admin_endpoints_are_refused_before_the_body_is_read(api_key: str | None, path: str) -> None:
-    # one owner: service.auth's middleware guards the admin routers too (without a key they are off)
+    # one owner: dialogue_safety.service.auth's middleware guards the admin routers too (without a key they are off)
     with live_server(classifier=FakeClassifier(), api_key=api_key, body_timeout_s=5.0) as live:
         sock = connect(live)
         try:
@@ -474,7 +474,17 @@ def test_the_cli_exits_when_the_model_cannot_load(tiny_model_dir: Path, tmp_path
     for onnx_file in broken.glob("*.onnx"):
         onnx_file.write_bytes(b"not an onnx graph")
     proc = subprocess.run(
-        [sys.executable, "-m", "service.cli", "--model", str(broken), "--port", "0", "--log-level", "warning"],
+        [
+            sys.executable,
+            "-m",
+            "dialogue_safety.service.cli",
+            "--model",
+            str(broken),
+            "--port",
+            "0",
+            "--log-level",
+            "warning",
+        ],
         capture_output=True,
         text=True,
         timeout=120,
@@ -488,8 +498,8 @@ def test_a_read_only_model_dir_error_says_which_setting_fixes_it(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from service import variants
-    from service.variants import cache as variant_cache
+    from dialogue_safety.core import variants
+    from dialogue_safety.core.variants import cache as variant_cache
 
     monkeypatch.setattr(variant_cache, "writable", lambda _directory: False)  # as for a non-root user
     monkeypatch.setenv("DIALOGUE_SAFETY_CACHE_DIR", str(tmp_path / "cache"))
@@ -509,7 +519,7 @@ def test_an_empty_api_key_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.parametrize("public_docs", [False, True])
 def test_docs_follow_the_api_key_and_auth_state_is_logged(public_docs: bool, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="service.auth")
+    caplog.set_level(logging.INFO, logger="dialogue_safety.service.auth")
     with (
         live_server(classifier=FakeClassifier(), api_key="s3cret", public_docs=public_docs) as live,
         live.client() as c,

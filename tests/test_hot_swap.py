@@ -19,8 +19,8 @@ import httpx
 import pytest
 from service_conftest import FakeClassifier, live_server, tiny_model_dir  # noqa: F401  (fixture)
 
-from service.model_card import CARD_FILE
-from service.settings import ServiceSettings
+from dialogue_safety.core.model_card import CARD_FILE
+from dialogue_safety.service.settings import ServiceSettings
 
 KEY = "swap-key"
 ADMIN = {"X-API-Key": KEY}
@@ -164,7 +164,7 @@ def test_sighup_reloads_the_model_directory_in_a_serve_process(tiny_model_dir: P
     cmd = [
         sys.executable,
         "-m",
-        "cli.main",
+        "dialogue_safety.cli.main",
         "serve",
         "--model",
         str(link),

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from service_conftest import tiny_model_dir  # noqa: F401  (fixture)
 
-from benchmarks import http as bench_http
-from benchmarks import local_server
+from dialogue_safety.benchmarks import http as bench_http
+from dialogue_safety.benchmarks import local_server
 
 
 def test_http_benchmark_smoke(

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from evaluation.context_flips import load_pairs
-from service.schema import Label, LabelFamily, Split
+from dialogue_safety.core.schema import Label, LabelFamily, Split
+from dialogue_safety.evaluation.context_flips import load_pairs
+from dialogue_safety.sources import identity_mentions
+from dialogue_safety.sources.registry import load_source
 from tests.conftest import require
-from training.sources import identity_mentions
-from training.sources.registry import load_source
 
 PROBES = Path(__file__).with_name("test_model_probes.py")
 

@@ -5,8 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from training.calibration import choose_threshold, f1_at, fit_temperature
-from training.metrics import best_f1_threshold, binary_metrics, expected_calibration_error, reliability_bins
+from dialogue_safety.training.calibration import choose_threshold, f1_at, fit_temperature
+from dialogue_safety.training.metrics import (
+    best_f1_threshold,
+    binary_metrics,
+    expected_calibration_error,
+    reliability_bins,
+)
 
 
 def test_binary_metrics_by_hand() -> None:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from service.runtime import OnnxClassifier
-from service.schema import Example, Label
+from dialogue_safety.core.runtime import OnnxClassifier
+from dialogue_safety.core.schema import Example, Label
 
 MODEL_DIR = Path(__file__).resolve().parents[1] / "models" / "default"
 

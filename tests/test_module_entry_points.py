@@ -11,14 +11,18 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 MODULES = sorted(
     ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__main__")
-    for package in ("benchmarks", "cli", "corpus", "evaluation", "export", "service", "training")
-    for path in (ROOT / package).rglob("*.py")
+    for path in (ROOT / "dialogue_safety").rglob("*.py")
     if 'if __name__ == "__main__":' in path.read_text(encoding="utf-8")
 )
 
 
 def test_the_entry_points_are_found() -> None:
-    assert {"cli.main", "benchmarks.runtime_speed", "training.soup", "service.variants"} <= set(MODULES)
+    assert {
+        "dialogue_safety.cli.main",
+        "dialogue_safety.benchmarks.runtime_speed",
+        "dialogue_safety.experiments.soup",
+        "dialogue_safety.core.variants",
+    } <= set(MODULES)
 
 
 @pytest.mark.parametrize("module", MODULES)
@@ -33,7 +37,7 @@ def test_python_m_help(module: str) -> None:
 def test_python_m_benchmarks_runtime_smoke() -> None:
     # the __main__ guard once stood above a function main() calls (NameError): run it as a module
     run = subprocess.run(
-        [sys.executable, "-m", "benchmarks.runtime_speed", "--smoke"],
+        [sys.executable, "-m", "dialogue_safety.benchmarks.runtime_speed", "--smoke"],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 from conftest import require
 
-from evaluation.context_flips import SUITE_FILE, evaluate_context_flips, load_pairs
-from service.schema import Label, LabelFamily, LabelledExample, Split, Turn
-from training.harmonise import AbuseTeacher, abusive_hate_negatives, harmonised_targets
-from training.sources import context_pairs, olid
-from training.sources.errors import DatasetFormatError
-from training.sources.layout import Status
-from training.sources.registry import describe_source, load_source
+from dialogue_safety.core.schema import Label, LabelFamily, LabelledExample, Split, Turn
+from dialogue_safety.evaluation.context_flips import SUITE_FILE, evaluate_context_flips, load_pairs
+from dialogue_safety.sources import context_pairs, olid
+from dialogue_safety.sources.errors import DatasetFormatError
+from dialogue_safety.sources.layout import Status
+from dialogue_safety.sources.registry import describe_source, load_source
+from dialogue_safety.training.harmonise import AbuseTeacher, abusive_hate_negatives, harmonised_targets
 
 FULL = Path(__file__).parent / "fixtures" / "sources" / "full"
 ALL = frozenset(Split)

@@ -11,9 +11,9 @@ import httpx
 import pytest
 from service_conftest import LiveServer, live_server, tiny_model_dir  # noqa: F401  (fixture)
 
-from service.model_card import ModelCard
-from service.runtime import OnnxClassifier
-from service.schema import Example, Turn
+from dialogue_safety.core.model_card import ModelCard
+from dialogue_safety.core.runtime import OnnxClassifier
+from dialogue_safety.core.schema import Example, Turn
 
 DIALOGUES: list[dict[str, Any]] = [
     {

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from service.schema import Label, LabelFamily, Split, Turn
-from training.sources import bad, bbf, convabuse, diasafety, dynahate, functional, hatemoji, wtc
-from training.sources.layout import Status
-from training.sources.splitting import parse_split, stable_fraction, three_way_split
+from dialogue_safety.core.schema import Label, LabelFamily, Split, Turn
+from dialogue_safety.sources import bad, bbf, convabuse, diasafety, dynahate, functional, hatemoji, wtc
+from dialogue_safety.sources.layout import Status
+from dialogue_safety.sources.splitting import parse_split, stable_fraction, three_way_split
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sources"
 FULL = FIXTURES / "full"

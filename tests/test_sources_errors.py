@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from service.schema import Split
-from training.sources import bad, bbf, convabuse, diasafety, dynahate, functional, hatemoji, wtc
-from training.sources.errors import DatasetFormatError
+from dialogue_safety.core.schema import Split
+from dialogue_safety.sources import bad, bbf, convabuse, diasafety, dynahate, functional, hatemoji, wtc
+from dialogue_safety.sources.errors import DatasetFormatError
 
 HATEMOJI_HEADER = "entry_id,text,type,target,round.base,round.set,set,split,label_gold,matched_text,matched_id\n"
 WTC_HEADER = "id,comment_text,toxic,severe_toxic,obscene,threat,insult,identity_hate\n"
@@ -250,13 +250,13 @@ def test_one_policy_for_missing_and_malformed_sources(tmp_path: Path, caplog: py
     import logging
     import shutil
 
-    from training.sources.errors import SourceUnavailableError
-    from training.sources.registry import load_present_sources
+    from dialogue_safety.sources.errors import SourceUnavailableError
+    from dialogue_safety.sources.registry import load_present_sources
 
     full = Path(__file__).parent / "fixtures" / "sources" / "full"
     shutil.copytree(full / "diasafety", tmp_path / "diasafety")
     # a missing optional source: skipped with a warning
-    with caplog.at_level(logging.WARNING, logger="training.sources"):
+    with caplog.at_level(logging.WARNING, logger="dialogue_safety.sources"):
         present = load_present_sources(["diasafety", "convabuse"], tmp_path, splits=["test"])
     assert list(present.examples) == ["diasafety"] and present.examples["diasafety"]
     assert {ex.split for ex in present.examples["diasafety"]} == {Split.TEST}

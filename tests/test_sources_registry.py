@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from conftest import require
 
-from service.schema import Label, LabelFamily, Split
-from training.sources import bad, bbf, wtc
-from training.sources.errors import SourceUnavailableError
-from training.sources.layout import Status
-from training.sources.registry import (
+from dialogue_safety.core.schema import Label, LabelFamily, Split
+from dialogue_safety.sources import bad, bbf, wtc
+from dialogue_safety.sources.errors import SourceUnavailableError
+from dialogue_safety.sources.layout import Status
+from dialogue_safety.sources.registry import (
     SOURCES,
     available_sources,
     describe_source,
@@ -135,7 +135,7 @@ def test_real_statuses(data_dir: Path) -> None:
 
 @pytest.mark.data
 def test_real_counter_speech_counts(data_dir: Path) -> None:
-    """The label mapping on the real files (training/sources/counter_speech.py), per split."""
+    """The label mapping on the real files (dialogue_safety/sources/counter_speech.py), per split."""
     require(data_dir / "conan")
     kinds = Counter((ex.split, ex.metadata["kind"]) for ex in load_source("conan", data_dir))
     assert sum(v for (_, k), v in kinds.items() if k == "counter_narrative") == 5003 + 8311 - 1  # one empty CN turn
@@ -165,7 +165,7 @@ def test_real_convabuse(data_dir: Path) -> None:
     counts = Counter((ex.split, ex.label) for ex in examples)
     assert [counts[(s, Label.OFFENSIVE)] + counts[(s, Label.SAFE)] for s in Split] == [2501, 831, 853]
     # majority of the annotators who labelled the row, repeat annotations by their own majority;
-    # reading only literal "1" cells would give 331 / 108 / 123 (see training/sources/convabuse.py)
+    # reading only literal "1" cells would give 331 / 108 / 123 (see dialogue_safety/sources/convabuse.py)
     assert [counts[(s, Label.OFFENSIVE)] for s in Split] == [337, 112, 127]
     # test example 1697 "shut up": three annotators chose abuse, two of them in repeat annotations
     (shut_up,) = (ex for ex in examples if ex.split is Split.TEST and ex.metadata["example_id"] == "1697")

@@ -7,9 +7,9 @@ import pytest
 from service_conftest import FakeClassifier, live_server
 from sklearn.metrics import f1_score
 
-from service.scoring import is_offensive, threshold_in_force
-from training.calibration import choose_threshold
-from training.metrics import best_f1_threshold
+from dialogue_safety.core.scoring import is_offensive, threshold_in_force
+from dialogue_safety.training.calibration import choose_threshold
+from dialogue_safety.training.metrics import best_f1_threshold
 
 
 def test_override_order_item_request_setting_card() -> None:

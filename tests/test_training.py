@@ -10,10 +10,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from service.schema import Example
-from training.inference import TorchClassifier
-from training.recipe import load_recipe
-from training.trainer import LAST_DIR, METRICS_FILE, DataError, train
+from dialogue_safety.core.schema import Example
+from dialogue_safety.training.inference import TorchClassifier
+from dialogue_safety.training.recipe import load_recipe
+from dialogue_safety.training.trainer import LAST_DIR, METRICS_FILE, DataError, train
 
 FULL = Path(__file__).parent / "fixtures" / "sources" / "full"
 PAPER_TASKS = {"wtc", "bbf_single_turn/standard", "bbf_single_turn/adversarial", "bbf_multi_turn"}
@@ -89,10 +89,10 @@ def test_periodic_validation_keeps_the_best_weights(tmp_path: Path) -> None:
     assert bool(restored) == (best["step"] != 6)
     assert not (out / "best_model.pt").exists()
     # the saved weights are the selected step's: their valid check reproduces its macro F1
-    from training.trainer import validation_check
+    from dialogue_safety.training.trainer import validation_check
 
     clf = TorchClassifier(out)
-    from training.trainer import head_names, load_task_data
+    from dialogue_safety.training.trainer import head_names, load_task_data
 
     tasks, _ = load_task_data(recipe, FULL)
     again = validation_check(clf.model, clf.encoder, tasks, recipe, head_names(recipe, tasks))
@@ -102,7 +102,7 @@ def test_periodic_validation_keeps_the_best_weights(tmp_path: Path) -> None:
 
 
 def test_continued_training_starts_from_a_checkpoint(tmp_path: Path) -> None:
-    from training.trainer import head_names, load_task_data, validation_check
+    from dialogue_safety.training.trainer import head_names, load_task_data, validation_check
 
     first = load_recipe("tiny", ["max_steps=4", "calibrate=false"])
     train(first, FULL, tmp_path / "a", progress=False)
@@ -152,7 +152,7 @@ def test_shipped_recipes_parse(name: str) -> None:
 
 
 def test_soup_averages_weights_and_calibrates(tmp_path: Path) -> None:
-    from training.soup import SoupError, average_state_dicts, main, make_soup
+    from dialogue_safety.experiments.soup import SoupError, average_state_dicts, main, make_soup
 
     a, b = tmp_path / "a", tmp_path / "b"
     train(load_recipe("tiny", ["max_steps=3", "seed=1"]), FULL, a, progress=False)
@@ -176,7 +176,7 @@ def test_soup_averages_weights_and_calibrates(tmp_path: Path) -> None:
 
 
 def test_harmonised_heads_serve_the_offensive_head_and_compare_on_validation(tmp_path: Path) -> None:
-    from training.design_check import compare
+    from dialogue_safety.experiments.design_check import compare
 
     recipe = load_recipe("tiny", ["heads=harmonised", "epochs=1"])
     out = tmp_path / "harmonised"
@@ -194,7 +194,7 @@ def test_harmonised_heads_serve_the_offensive_head_and_compare_on_validation(tmp
 
 
 def test_capacity_probes_checkpoints_and_ensembles_on_validation(tiny_run: Path, tmp_path: Path) -> None:
-    from training.capacity import main as capacity
+    from dialogue_safety.experiments.capacity import main as capacity
 
     out = tmp_path / "capacity"
     args = ["--config", "tiny", "--data-dir", str(FULL), "--encoder", "minilm", "--checkpoint", str(tiny_run)]
@@ -210,7 +210,7 @@ def test_capacity_probes_checkpoints_and_ensembles_on_validation(tiny_run: Path,
 
 
 def test_macro_threshold_leaves_out_sources_without_positives() -> None:
-    from training.calibration import choose_threshold
+    from dialogue_safety.training.calibration import choose_threshold
 
     rng = np.random.default_rng(0)
     gold = rng.integers(0, 2, 200)
@@ -221,8 +221,8 @@ def test_macro_threshold_leaves_out_sources_without_positives() -> None:
 
 
 def test_decomposed_model_trains_exports_and_keeps_the_history_out_of_the_utterance_heads(tmp_path: Path) -> None:
-    from export.onnx_export import export_checkpoint
-    from service.runtime import OnnxClassifier
+    from dialogue_safety.core.runtime import OnnxClassifier
+    from dialogue_safety.export.onnx_export import export_checkpoint
 
     recipe = load_recipe("tiny", ["heads=harmonised", "epochs=1", "encoding.context_mode=decomposed"])
     out = tmp_path / "decomposed"

@@ -1,4 +1,0 @@
-"""Speed benchmarks, programs not tests: runtime, HTTP, hostile clients, corpus scoring (JSON and markdown).
-
-The robustness evaluation (functional suites, AAA, rounds, context) is :mod:`evaluation`.
-"""

@@ -1,1 +1,0 @@
-"""The ``dialogue-safety`` console entry point."""

@@ -1,0 +1,469 @@
+"""``dialogue-safety bench http``: the HTTP service under load, next to the runtime and a naive service.
+
+What it does, in one run (all traffic to 127.0.0.1, every loop bounded in time and count):
+
+1. **runtime reference** (in this process, before any server starts): ``OnnxClassifier`` p50 of
+   one-example ``predict`` and batched throughput (batches of ``--runtime-batch``);
+2. **service** (``dialogue-safety serve`` in a subprocess, one uvicorn worker): a closed-loop
+   load generator (``httpx.AsyncClient``) at each ``--concurrency`` for ``--duration`` seconds,
+   then batch requests (``/v1/classify/batch``); a client answered 429 waits the service's
+   ``Retry-After`` before its next request, as a well-behaved client does (the overload phase
+   below does not: it measures how fast refusals are);
+3. **overload**: a second server with a small queue, hit with 4x the concurrency its queue
+   and one batch can hold: 429s must come back fast, RSS must stay bounded, and a
+   recovery phase afterwards must see no errors;
+4. **naive** (``--naive-checkpoint DIR``): ``dialogue_safety/benchmarks/naive_service.py`` (transformers
+   pipeline in torch, one request at a time) at ``--naive-concurrency``; the ratio is reported.
+
+Prints JSON and a markdown table; ``--json PATH`` also writes the JSON. ``--smoke`` runs every
+phase for a moment (the test suite uses it with a tiny model; no timing targets apply).
+Data: the dialogue test splits (DiaSafety, ConvAbuse) via ``dialogue_safety.sources.registry``;
+synthetic dialogues when they are not available (noted in the output).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import sys
+import time
+from collections.abc import Sequence
+from contextlib import suppress
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from dialogue_safety.benchmarks.dialogues import load_dialogues  # one owner of the benchmark data
+from dialogue_safety.benchmarks.emit import emit_report
+from dialogue_safety.benchmarks.http_client import HOST
+from dialogue_safety.benchmarks.http_report import markdown
+from dialogue_safety.benchmarks.load_generator import (
+    Phase,
+    closed_loop,
+    loop_name,
+    ms,
+    percentile,
+    request_body,
+    run_async,
+)
+from dialogue_safety.benchmarks.local_server import (
+    Server,
+    free_port,
+    mib,
+    running_server,
+    server_settings,
+    service_cmd,
+    service_env,
+)
+from dialogue_safety.core.model_dir import model_dir_problem
+from dialogue_safety.core.schema import Example
+from dialogue_safety.service.settings import ServiceSettings, default_model_dir
+
+RETRY_AFTER_S = float(ServiceSettings.model_fields["retry_after_s"].default)  # what a 429 asks a client to wait
+
+# -- data ---------------------------------------------------------------------------------------------
+
+
+# -- measurements -------------------------------------------------------------------------------------
+
+
+def runtime_reference(
+    model_dir: Path,
+    examples: Sequence[Example],
+    *,
+    variant: str | None,
+    duration_s: float,
+    batch: int,
+    max_batch_tokens: int,
+) -> dict[str, Any]:
+    """In-process OnnxClassifier: p50 of one-example predict and batched items/s (encoding included),
+    with the same batching budget as the service."""
+    from dialogue_safety.core.runtime import OnnxClassifier
+
+    clf = OnnxClassifier(model_dir, variant=variant, max_batch_tokens=max_batch_tokens)
+    clf.warmup()
+    singles: list[float] = []
+    deadline = time.perf_counter() + duration_s
+    for i in range(100_000):
+        if time.perf_counter() > deadline and len(singles) >= 20:
+            break
+        start = time.perf_counter()
+        clf.predict([examples[i % len(examples)]])
+        singles.append(time.perf_counter() - start)
+    items = 0
+    started = time.perf_counter()
+    deadline = started + duration_s
+    for i in range(100_000):
+        if time.perf_counter() > deadline and i >= 2:
+            break
+        chunk = [examples[(i * batch + j) % len(examples)] for j in range(batch)]
+        clf.predict(chunk)
+        items += len(chunk)
+    elapsed = time.perf_counter() - started
+    return {
+        "model": clf.model_id,
+        "variant": clf.variant,
+        "provider": clf.provider,
+        "single_p50_ms": ms(percentile(singles, 50)),
+        "single_p99_ms": ms(percentile(singles, 99)),
+        "single_requests": len(singles),
+        "batch_size": batch,
+        "max_batch_tokens": max_batch_tokens,
+        "batched_items_per_s": round(items / elapsed, 2),
+    }
+
+
+# -- servers ----------------------------------------------------------------------------------------
+
+
+# -- the run ----------------------------------------------------------------------------------------
+@dataclass
+class HttpPlan:
+    concurrency: list[int]
+    duration_s: float
+    warmup_s: float
+    max_requests: int
+    batch_items: int
+    batch_concurrency: int
+    overload_queue: int
+    overload_duration_s: float
+    naive_concurrency: int
+    runtime_duration_s: float
+    runtime_batch: int
+    start_timeout_s: float
+    client: str = "raw"
+
+
+def make_plan(args: argparse.Namespace) -> HttpPlan:
+    default = "1,4" if args.smoke else "1,8,64,256"
+    levels = [int(c) for c in (args.concurrency or default).split(",") if c.strip()]
+    if args.smoke:
+        return HttpPlan(
+            levels, min(args.duration, 0.5), 0.2, 200, 4, 2, 4, 0.5, 4, 0.3, 8, args.start_timeout, args.client
+        )
+    return HttpPlan(
+        levels,
+        args.duration,
+        args.warmup,
+        args.max_requests,
+        args.batch_items,
+        args.batch_concurrency,
+        args.overload_queue,
+        args.overload_duration,
+        args.naive_concurrency,
+        args.runtime_duration,
+        args.runtime_batch,
+        args.start_timeout,
+        args.client,
+    )
+
+
+async def run_service_phases(url: str, bodies: list[bytes], batch_bodies: list[bytes], plan: HttpPlan) -> list[Phase]:
+    await closed_loop(
+        url,
+        "/v1/classify",
+        bodies,
+        name="warmup",
+        concurrency=8,
+        duration_s=plan.warmup_s,
+        max_requests=plan.max_requests,
+        client=plan.client,
+    )
+    phases = []
+    for c in plan.concurrency:
+        phases.append(
+            await closed_loop(
+                url,
+                "/v1/classify",
+                bodies,
+                name="classify",
+                concurrency=c,
+                duration_s=plan.duration_s,
+                max_requests=plan.max_requests,
+                client=plan.client,
+                backoff_on_429_s=RETRY_AFTER_S,
+            )
+        )
+    phases.append(
+        await closed_loop(
+            url,
+            "/v1/classify/batch",
+            batch_bodies,
+            name="batch",
+            concurrency=plan.batch_concurrency,
+            duration_s=plan.duration_s,
+            max_requests=plan.max_requests,
+            items_per_request=plan.batch_items,
+            client=plan.client,
+            backoff_on_429_s=RETRY_AFTER_S,
+        )
+    )
+    return phases
+
+
+async def run_overload(server: Server, bodies: list[bytes], plan: HttpPlan, capacity: int) -> dict[str, Any]:
+    rss_before = server.rss()
+    peak = rss_before or 0
+    stop = asyncio.Event()
+
+    async def sample_rss() -> None:  # a monitor, bounded by the phase
+        nonlocal peak
+        while not stop.is_set():
+            peak = max(peak, server.rss() or 0)
+            with suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 0.05)
+
+    monitor = asyncio.create_task(sample_rss())
+    concurrency = 4 * capacity
+    overload = await closed_loop(
+        server.url,
+        "/v1/classify",
+        bodies,
+        name="overload",
+        concurrency=concurrency,
+        duration_s=plan.overload_duration_s,
+        max_requests=plan.max_requests * 4,
+        timeout_s=30.0,
+        client=plan.client,
+    )
+    stop.set()
+    await monitor
+    recovery = await closed_loop(
+        server.url,
+        "/v1/classify",
+        bodies,
+        name="recovery",
+        concurrency=4,
+        duration_s=max(plan.overload_duration_s / 2, 0.3),
+        max_requests=plan.max_requests,
+        client=plan.client,
+    )
+    rss_after = server.rss()
+    bounded = rss_before is not None and peak <= rss_before * 1.5 + 200 * 2**20
+    return {
+        "queue_size": plan.overload_queue,
+        "capacity_items": capacity,
+        "concurrency": concurrency,
+        "phase": asdict(overload),
+        "rejected_429": overload.overloaded,
+        "recovery": asdict(recovery),
+        "recovered": recovery.errors == 0 and recovery.ok > 0,
+        "rss_before_mib": mib(rss_before),
+        "rss_peak_mib": mib(peak),
+        "rss_after_mib": mib(rss_after),
+        "rss_bounded": bounded,
+    }
+
+
+def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety bench http") -> int:
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0] if __doc__ else None)
+    p.add_argument("--model", type=Path, default=None, help=f"ONNX model directory (default {default_model_dir()})")
+    p.add_argument("--variant", default=None, help="ONNX variant for the runtime and the service")
+    p.add_argument("--data-dir", default=None, help="data directory with the dialogue test splits")
+    p.add_argument("--concurrency", default=None, help="comma-separated concurrency levels (default 1,8,64,256)")
+    p.add_argument("--duration", type=float, default=10.0, help="seconds per load level")
+    p.add_argument("--warmup", type=float, default=2.0, help="seconds of warm-up traffic before measuring")
+    p.add_argument("--max-requests", type=int, default=200_000, help="request cap per phase")
+    p.add_argument("--batch-items", type=int, default=32, help="items per /v1/classify/batch request")
+    p.add_argument("--batch-concurrency", type=int, default=4)
+    p.add_argument("--overload-queue", type=int, default=32, help="queue size of the overload-phase server")
+    p.add_argument("--overload-duration", type=float, default=5.0)
+    p.add_argument("--no-overload", action="store_true", help="skip the overload phase")
+    p.add_argument("--naive-checkpoint", type=Path, default=None, help="torch checkpoint for the naive baseline")
+    p.add_argument("--naive-concurrency", type=int, default=64)
+    p.add_argument("--runtime-duration", type=float, default=5.0, help="seconds per runtime reference measure")
+    p.add_argument("--runtime-batch", type=int, default=64)
+    p.add_argument(
+        "--max-batch-tokens",
+        type=int,
+        default=ServiceSettings.model_fields["max_batch_tokens"].default,
+        help="padded tokens per inference call, for the service and the runtime reference alike",
+    )
+    p.add_argument(
+        "--server-setting",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="extra service setting for the measured server (SAFETY_<NAME>), e.g. allow_spinning=false; repeatable",
+    )
+    p.add_argument("--no-runtime", action="store_true", help="skip the in-process runtime reference")
+    p.add_argument("--examples", type=int, default=2000, help="distinct dialogues to cycle through")
+    p.add_argument("--start-timeout", type=float, default=180.0, help="seconds a server may take to get ready")
+    p.add_argument(
+        "--client",
+        choices=["raw", "httpx"],
+        default="raw",
+        help="load generator: raw (a lean keep-alive HTTP/1.1 client, default) or httpx.AsyncClient",
+    )
+    p.add_argument("--smoke", action="store_true", help="every phase for a moment (tests; no targets)")
+    p.add_argument("--json", type=Path, default=None, help="also write the JSON report here")
+    args = p.parse_args(argv)
+    plan = make_plan(args)
+    model_dir = (args.model or default_model_dir()).resolve()
+    problem = model_dir_problem(model_dir)
+    if problem:
+        print(f"{prog}: {problem}; pass --model DIR (see dialogue-safety export)", file=sys.stderr)
+        return 2
+    if args.naive_checkpoint is not None:  # checked now, not after every load phase has run
+        from dialogue_safety.training.checkpoint_layout import checkpoint_problem
+
+        problem = checkpoint_problem(args.naive_checkpoint)
+        if problem:
+            print(f"{prog}: --naive-checkpoint: {problem}", file=sys.stderr)
+            return 2
+        from dialogue_safety.cli.extras import missing_distributions, missing_extra_message
+
+        missing = missing_distributions("train")  # the naive baseline runs transformers on torch
+        if missing:
+            print(missing_extra_message(f"{prog} --naive-checkpoint", "train", missing), file=sys.stderr)
+            return 2
+
+    examples, data_note = load_dialogues(args.data_dir, 200 if args.smoke else args.examples)
+    bodies = [json.dumps(request_body(ex)).encode() for ex in examples]
+    batch_bodies = [
+        json.dumps(
+            {"items": [request_body(examples[(i + j) % len(examples)]) for j in range(plan.batch_items)]}
+        ).encode()
+        for i in range(0, min(len(examples), 50 * plan.batch_items), plan.batch_items)
+    ]
+    report: dict[str, Any] = {
+        "benchmark": "http",
+        "smoke": args.smoke,
+        "model_dir": str(model_dir),
+        "data": data_note,
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+        "client": (f"httpx {httpx.__version__} AsyncClient" if args.client == "httpx" else "raw HTTP/1.1 keep-alive")
+        + f", closed loop, one process, {loop_name()} event loop",
+        "plan": asdict(plan),
+    }
+
+    if not args.no_runtime:
+        report["runtime"] = runtime_reference(
+            model_dir,
+            examples,
+            variant=args.variant,
+            duration_s=plan.runtime_duration_s,
+            batch=plan.runtime_batch,
+            max_batch_tokens=args.max_batch_tokens,
+        )
+
+    extra = server_settings(args.server_setting)
+    report["server_settings"] = extra
+    port = free_port()
+    with running_server(
+        service_cmd(model_dir, port, args.variant),
+        service_env(**extra, max_batch_tokens=args.max_batch_tokens),
+        port,
+        start_timeout_s=plan.start_timeout_s,
+    ) as server:
+        phases = run_async(run_service_phases(server.url, bodies, batch_bodies, plan))
+        report["service"] = [asdict(ph) for ph in phases]
+        report["service_rss_mib"] = mib(server.rss())
+
+    if not args.no_overload:
+        port = free_port()
+        batch_size = max(1, plan.overload_queue)
+        env = service_env(
+            **extra,
+            queue_size=plan.overload_queue,
+            max_batch_items=min(256, plan.overload_queue),
+            max_batch_size=batch_size,
+            max_batch_tokens=args.max_batch_tokens,
+        )
+        with running_server(
+            service_cmd(model_dir, port, args.variant), env, port, start_timeout_s=plan.start_timeout_s
+        ) as server:
+            report["overload"] = run_async(run_overload(server, bodies, plan, plan.overload_queue + batch_size))
+
+    if args.naive_checkpoint is not None:
+        port = free_port()
+        cmd = [
+            sys.executable,
+            "-m",
+            "dialogue_safety.benchmarks.naive_service",
+            "--checkpoint",
+            str(args.naive_checkpoint),
+            "--host",
+            HOST,
+            "--port",
+            str(port),
+        ]
+        with running_server(cmd, service_env(), port, start_timeout_s=plan.start_timeout_s) as server:
+            naive = run_async(_naive_phases(server.url, bodies, plan))
+        report["naive"] = asdict(naive)
+    else:
+        report["naive"] = None
+        report["naive_note"] = "skipped: pass --naive-checkpoint DIR (a torch checkpoint of the same model)"
+
+    report["targets"] = targets(report, plan)
+    emit_report(report, markdown(report), args.json)
+    return 0
+
+
+async def _naive_phases(url: str, bodies: list[bytes], plan: HttpPlan) -> Phase:
+    await closed_loop(
+        url,
+        "/v1/classify",
+        bodies,
+        name="warmup",
+        concurrency=1,
+        duration_s=plan.warmup_s,
+        max_requests=50,
+        client=plan.client,
+    )
+    return await closed_loop(
+        url,
+        "/v1/classify",
+        bodies,
+        name="naive",
+        concurrency=plan.naive_concurrency,
+        duration_s=plan.duration_s,
+        max_requests=plan.max_requests,
+        timeout_s=300.0,
+        client=plan.client,
+    )
+
+
+def _find(phases: list[dict[str, Any]], name: str, concurrency: int) -> dict[str, Any] | None:
+    return next((ph for ph in phases if ph["name"] == name and ph["concurrency"] == concurrency), None)
+
+
+def targets(report: dict[str, Any], plan: HttpPlan) -> dict[str, Any]:
+    """The design targets, checked where the run measured what they need (informative in --smoke)."""
+    out: dict[str, Any] = {}
+    phases = report.get("service", [])
+    runtime = report.get("runtime")
+    c1 = _find(phases, "classify", 1)
+    c64 = _find(phases, "classify", 64)
+    if runtime and c1 and c1["p50_ms"] is not None:
+        limit = runtime["single_p50_ms"] + 2.0
+        out["c1_p50_ms"] = {"value": c1["p50_ms"], "limit": round(limit, 3), "met": c1["p50_ms"] <= limit}
+    if runtime and c64:
+        ratio = c64["items_per_s"] / runtime["batched_items_per_s"] if runtime["batched_items_per_s"] else 0.0
+        out["c64_vs_runtime_batched"] = {"value": round(ratio, 3), "limit": 0.8, "met": ratio >= 0.8}
+    if c64:
+        out["c64_errors"] = {"value": c64["errors"], "limit": 0, "met": c64["errors"] == 0}
+    naive = report.get("naive")
+    same = _find(phases, "classify", plan.naive_concurrency)
+    if naive and same and naive["throughput_rps"]:
+        ratio = same["throughput_rps"] / naive["throughput_rps"]
+        out[f"c{plan.naive_concurrency}_vs_naive"] = {"value": round(ratio, 2), "limit": 5.0, "met": ratio >= 5.0}
+        if runtime and runtime["batched_items_per_s"]:
+            # what a zero-overhead HTTP layer could reach: the in-process runtime over the naive service
+            ceiling = runtime["batched_items_per_s"] / naive["throughput_rps"]
+            out["runtime_batched_vs_naive"] = {"value": round(ceiling, 2), "note": "ceiling for the ratio above"}
+    overload = report.get("overload")
+    if overload:
+        out["overload_429s"] = {"value": overload["rejected_429"], "met": overload["rejected_429"] > 0}
+        out["overload_recovered"] = {"met": overload["recovered"]}
+        out["overload_rss_bounded"] = {"met": overload["rss_bounded"]}
+    return out
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,633 @@
+"""``dialogue-safety bench runtime``: how fast the classifier runs, per engine, on this machine.
+
+Engines: torch eager (when a checkpoint is known), onnxruntime fp32, optimized and int8 on CPU,
+and fp16 on CUDA when onnxruntime-gpu and a GPU are present. For each engine:
+
+* **single**: p50/p99 latency of ``predict([dialogue])`` over real dialogues, tokenisation
+  included (what one chatbot turn costs), plus the model-only p50;
+* **throughput** over the whole dialogue set, tokenisation included, two batching policies:
+  length-sorted batches of 64, and token-budget batches (≤ the service's max_batch_tokens padded
+  tokens, ≤ 256 examples);
+  examples/s, real tokens/s, padding overhead, useful GFLOP/s and fraction of peak;
+* **sweep**: batch size × sequence length on synthetic token ids (model only).
+
+FLOPs and peak are explained in :mod:`dialogue_safety.benchmarks.flops`. Dialogues: the DiaSafety + ConvAbuse
+test splits via ``dialogue_safety.sources.registry``; synthetic dialogues (noted in the output) when
+they are not available. ``--geometry bert-base`` benchmarks a randomly initialised model of that
+geometry (the paper's architecture). ``--smoke`` runs every step for a moment on a tiny model
+(the test suite uses it; no timing targets apply). Prints the JSON report and markdown tables;
+``--json PATH`` also writes the JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dialogue_safety.benchmarks.dialogues import load_dialogues
+from dialogue_safety.benchmarks.emit import emit_report
+from dialogue_safety.benchmarks.flops import (
+    AVX2_KEY,
+    cpu_peak,
+    flops_per_token,
+    fraction_of_peak,
+    non_embedding_parameters,
+    sequence_flops,
+)
+from dialogue_safety.core.batch_budget import MAX_BATCH_TOKENS, token_budget_batches
+from dialogue_safety.core.encoding import DialogueEncoder, EncodedExample, pad_batch
+from dialogue_safety.core.model_card import ModelCard
+from dialogue_safety.core.model_dir import TOKENIZER_FILE, is_checkpoint, is_model_dir, model_dir_problem
+from dialogue_safety.core.schema import Example
+
+TARGET_SINGLE_P50_MS = 5.0
+TARGET_SORTED64_EXAMPLES_PER_S = 220.0
+
+
+@dataclass(frozen=True)
+class RuntimePlan:
+    singles: int  # single-dialogue predictions timed per engine
+    repeats: int  # throughput passes per policy (the best is reported, all are kept)
+    examples: int  # dialogues in the realistic set at most
+    sweep_batches: tuple[int, ...]
+    sweep_lengths: tuple[int, ...]
+    sweep_seconds: float  # time per sweep cell at least
+    warmup: int  # untimed calls before each measurement
+
+
+FULL = RuntimePlan(500, 3, 4000, (1, 8, 32, 64), (16, 32, 64, 128), 1.0, 20)
+SMOKE = RuntimePlan(4, 1, 16, (1, 4), (16,), 0.0, 1)
+
+
+# -- engines -----------------------------------------------------------------------------------
+class Engine:
+    """What the benchmark times: end-to-end ``predict`` and model-only ``run_padded``."""
+
+    name: str
+    variant: str
+    provider: str
+    encoder: DialogueEncoder
+    card: ModelCard
+    file_bytes: int | None = None
+
+    def set_batching(self, max_batch_tokens: int, max_batch_size: int) -> None:
+        raise NotImplementedError
+
+    def predict(self, examples: Sequence[Example]) -> Any:
+        raise NotImplementedError
+
+    def run_padded(self, feeds: dict[str, np.ndarray]) -> Any:
+        raise NotImplementedError
+
+
+class OnnxEngine(Engine):
+    """``one_pass``: a decomposed model without its second pass over the utterances alone (every head
+    read from the dialogue row): not what the service answers, only what that pass costs."""
+
+    def __init__(self, model_dir: Path, variant: str, threads: int, spin: bool | None, one_pass: bool = False) -> None:
+        from dialogue_safety.core.runtime import OnnxClassifier
+
+        providers = ["CUDAExecutionProvider", "CPUExecutionProvider"] if variant == "fp16" else ["CPUExecutionProvider"]
+        self.clf = OnnxClassifier(
+            model_dir, variant=variant, providers=providers, intra_op_threads=threads, allow_spinning=spin
+        )
+        self.name = f"onnxruntime {variant}" + (" one pass" if one_pass else "")
+        if one_pass:
+            self.clf._context_cols = []
+        self.variant, self.provider = self.clf.variant, self.clf.provider
+        self.encoder, self.card = self.clf.encoder, self.clf.card
+        self.file_bytes = self.clf.path.stat().st_size
+        self._names = {i.name for i in self.clf.session.get_inputs()}
+
+    def set_batching(self, max_batch_tokens: int, max_batch_size: int) -> None:
+        self.clf.max_batch_tokens, self.clf.max_batch_size = max_batch_tokens, max_batch_size
+
+    def predict(self, examples: Sequence[Example]) -> Any:
+        return self.clf.predict(examples)
+
+    def run_padded(self, feeds: dict[str, np.ndarray]) -> Any:
+        return self.clf.session.run(["logits"], {k: v for k, v in feeds.items() if k in self._names})
+
+
+class TorchEngine(Engine):
+    """The checkpoint in torch eager mode, same encoding, batching and scoring as the runtime."""
+
+    def __init__(self, checkpoint: Path, threads: int) -> None:
+        import torch
+
+        from dialogue_safety.training.checkpoint import load_checkpoint
+
+        torch.set_num_threads(threads)
+        self.torch = torch
+        self.model, self.encoder, self.card = load_checkpoint(checkpoint)
+        self.name, self.variant, self.provider = "torch eager", "fp32", f"torch {torch.__version__} CPU"
+        self.max_batch_tokens, self.max_batch_size = MAX_BATCH_TOKENS, 256
+
+    def set_batching(self, max_batch_tokens: int, max_batch_size: int) -> None:
+        self.max_batch_tokens, self.max_batch_size = max_batch_tokens, max_batch_size
+
+    def predict(self, examples: Sequence[Example]) -> Any:
+        from dialogue_safety.core.scoring import context_columns, decomposed_logits, predictions_from_logits
+
+        def rows(encoded: Sequence[EncodedExample]) -> np.ndarray:
+            logits = np.empty((len(encoded), len(self.card.heads)), dtype=np.float32)
+            for idx in token_budget_batches([len(e) for e in encoded], self.max_batch_tokens, self.max_batch_size):
+                logits[idx] = self.run_padded(pad_batch([encoded[i] for i in idx], self.encoder.pad_id))
+            return logits
+
+        encoded = self.encoder.encode_batch(examples)
+        return predictions_from_logits(decomposed_logits(encoded, rows, context_columns(self.card)), self.card)
+
+    def run_padded(self, feeds: dict[str, np.ndarray]) -> Any:
+        with self.torch.inference_mode():
+            return self.model(**{k: self.torch.from_numpy(v) for k, v in feeds.items()}).logits.numpy()
+
+
+# -- measurements ------------------------------------------------------------------------------
+def _percentile(values: Sequence[float], q: float) -> float:
+    return float(np.percentile(np.asarray(values), q)) if values else float("nan")
+
+
+def measure_single(engine: Engine, examples: Sequence[Example], plan: RuntimePlan) -> dict[str, Any]:
+    """Latency of one-dialogue predictions, tokenisation included, and the model-only part."""
+    sample = [examples[i % len(examples)] for i in range(plan.singles)]
+    for ex in sample[: plan.warmup]:
+        engine.predict([ex])
+    total: list[float] = []
+    for ex in sample:
+        start = time.perf_counter()
+        engine.predict([ex])
+        total.append(time.perf_counter() - start)
+    feeds = [pad_batch(engine.encoder.encode_batch([ex]), engine.encoder.pad_id) for ex in sample]
+    model_only: list[float] = []
+    for f in feeds:
+        start = time.perf_counter()
+        engine.run_padded(f)
+        model_only.append(time.perf_counter() - start)
+    return {
+        "n": len(total),
+        "p50_ms": round(1e3 * _percentile(total, 50), 3),
+        "p99_ms": round(1e3 * _percentile(total, 99), 3),
+        "mean_ms": round(1e3 * float(np.mean(total)), 3),
+        "model_only_p50_ms": round(1e3 * _percentile(model_only, 50), 3),
+    }
+
+
+def batching_stats(lengths: Sequence[int], max_batch_tokens: int, max_batch_size: int) -> dict[str, Any]:
+    """Batches, padded tokens and padding overhead of the runtime's policy on these lengths."""
+    arr = np.asarray(lengths)
+    batches = list(token_budget_batches(arr, max_batch_tokens, max_batch_size))
+    padded = int(sum(len(b) * int(arr[b].max()) for b in batches))
+    real = int(arr.sum())
+    return {
+        "batches": len(batches),
+        "real_tokens": real,
+        "padded_tokens": padded,
+        "padding_overhead": round(padded / real - 1, 4),
+    }
+
+
+def measure_throughput(
+    engine: Engine,
+    examples: Sequence[Example],
+    lengths: Sequence[int],
+    policy: tuple[int, int],
+    plan: RuntimePlan,
+    geometry: dict[str, int],
+    peak: dict[str, Any],
+) -> dict[str, Any]:
+    """End-to-end examples/s (tokenisation included) over the whole set under one batching policy."""
+    max_batch_tokens, max_batch = policy
+    engine.set_batching(max_batch_tokens, max_batch)
+    engine.predict(examples[: max(1, min(len(examples), max_batch))])  # warm-up at the largest shapes
+    runs: list[float] = []
+    for _ in range(plan.repeats):
+        start = time.perf_counter()
+        engine.predict(examples)
+        runs.append(time.perf_counter() - start)
+    best = min(runs)
+    stats = batching_stats(lengths, max_batch_tokens, max_batch)
+    flops = sequence_flops(geometry, lengths) if geometry else 0.0
+    return {
+        "max_batch_tokens": max_batch_tokens,
+        "max_batch_size": max_batch,
+        **stats,
+        "seconds": [round(r, 4) for r in runs],
+        "examples_per_s": round(len(examples) / best, 1),
+        "tokens_per_s": round(stats["real_tokens"] / best, 1),
+        "useful_gflops_per_s": round(flops / best / 1e9, 2) if flops else None,
+        "fraction_of_peak": fraction_of_peak(flops / best, peak) if flops else None,
+        "fraction_of_avx2_fma_peak": fraction_of_peak(flops / best, peak, AVX2_KEY) if flops else None,
+    }
+
+
+def synthetic_feeds(batch: int, seq_len: int, vocab_size: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """A batch of random ids, every row ``seq_len`` long, segment B in the second half."""
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(1000 if vocab_size > 2000 else 5, vocab_size, size=(batch, seq_len), dtype=np.int64)
+    types = np.zeros_like(ids)
+    types[:, seq_len // 2 :] = 1
+    return {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": types}
+
+
+def sweep(
+    engine: Engine, plan: RuntimePlan, geometry: dict[str, int], vocab_size: int, peak: dict[str, Any]
+) -> list[dict[str, Any]]:
+    cells: list[dict[str, Any]] = []
+    for batch in plan.sweep_batches:
+        for seq_len in plan.sweep_lengths:
+            feeds = synthetic_feeds(batch, seq_len, vocab_size)
+            for _ in range(max(1, plan.warmup // 4)):
+                engine.run_padded(feeds)
+            times: list[float] = []
+            deadline = time.perf_counter() + plan.sweep_seconds
+            while len(times) < 3 or (time.perf_counter() < deadline and len(times) < 10_000):
+                start = time.perf_counter()
+                engine.run_padded(feeds)
+                times.append(time.perf_counter() - start)
+            t = _percentile(times, 50)
+            flops = batch * seq_len * flops_per_token(geometry, seq_len) if geometry else 0.0
+            cells.append(
+                {
+                    "engine": engine.name,
+                    "batch": batch,
+                    "seq_len": seq_len,
+                    "ms_per_batch": round(1e3 * t, 3),
+                    "examples_per_s": round(batch / t, 1),
+                    "tokens_per_s": round(batch * seq_len / t, 1),
+                    "gflops_per_s": round(flops / t / 1e9, 2) if flops else None,
+                    "fraction_of_peak": fraction_of_peak(flops / t, peak) if flops else None,
+                    "fraction_of_avx2_fma_peak": fraction_of_peak(flops / t, peak, AVX2_KEY) if flops else None,
+                }
+            )
+    return cells
+
+
+# -- models ------------------------------------------------------------------------------------
+@dataclass
+class Subject:
+    """What is benchmarked: an ONNX model directory and (if known) its torch checkpoint."""
+
+    model_dir: Path
+    checkpoint: Path | None
+    description: str
+
+
+def _random_checkpoint(geometry: str, out: Path) -> Path:
+    import torch
+
+    from dialogue_safety.core.model_card import ModelCard
+    from dialogue_safety.training.checkpoint import save_checkpoint
+    from dialogue_safety.training.modeling import build_model, load_base_tokenizer
+
+    torch.manual_seed(0)
+    tokenizer = load_base_tokenizer(f"random:{geometry}")
+    model = build_model(f"random:{geometry}", ["offensive"], vocab_size=tokenizer.get_vocab_size())
+    card = ModelCard(name=f"random-{geometry}", version="0.0.0", base_model=f"random:{geometry}")
+    return save_checkpoint(out, model, tokenizer, card)
+
+
+def _export(checkpoint: Path, out: Path, variant_names: Sequence[str]) -> Path:
+    from dialogue_safety.export.onnx_export import export_checkpoint
+
+    names = [v for v in variant_names if v != "torch"]
+    export_checkpoint(checkpoint, out, variant_names=names or ["fp32"], test_sets=None)
+    return out
+
+
+def _source_checkpoint(model_dir: Path) -> Path | None:
+    """The checkpoint a model directory was exported from, if the card names one that still exists."""
+    try:
+        source = ModelCard.load(model_dir).export.get("source_checkpoint")
+    except (FileNotFoundError, ValueError):
+        return None
+    return Path(source) if source and is_checkpoint(source) else None
+
+
+@contextlib.contextmanager
+def subject_for(args: argparse.Namespace, variant_names: Sequence[str]) -> Iterator[Subject]:
+    """Resolve --model / --checkpoint / --geometry (/ --smoke) to a model directory, exporting if needed."""
+    tmp = Path(tempfile.mkdtemp(prefix="bench-runtime-"))
+    try:
+        if args.geometry:
+            ckpt = _random_checkpoint(args.geometry, tmp / "checkpoint")
+            yield Subject(_export(ckpt, tmp / "model", variant_names), ckpt, f"random:{args.geometry} (random weights)")
+        elif args.model is not None:
+            yield Subject(args.model, args.checkpoint or _source_checkpoint(args.model), str(args.model))
+        elif args.checkpoint is not None:
+            yield Subject(_export(args.checkpoint, tmp / "model", variant_names), args.checkpoint, str(args.checkpoint))
+        elif args.smoke:
+            ckpt = _random_checkpoint("tiny", tmp / "checkpoint")
+            yield Subject(_export(ckpt, tmp / "model", variant_names), ckpt, "random:tiny (smoke)")
+        else:
+            from dialogue_safety.service.settings import default_model_dir
+
+            yield Subject(default_model_dir(), None, str(default_model_dir()))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+# -- the run -----------------------------------------------------------------------------------
+def _geometry(card: ModelCard) -> dict[str, int]:
+    geometry = dict(card.export.get("geometry") or {})
+    return geometry if {"hidden_size", "num_hidden_layers"} <= set(geometry) else {}
+
+
+def run(
+    args: argparse.Namespace, subject: Subject, variant_names: list[str], say: Callable[[str], None]
+) -> dict[str, Any]:
+    from dialogue_safety.core.runtime import cuda_available, physical_cores
+
+    plan = SMOKE if args.smoke else FULL
+    if args.examples:
+        plan = RuntimePlan(**{**asdict(plan), "examples": args.examples})
+    if args.singles:
+        plan = RuntimePlan(**{**asdict(plan), "singles": args.singles})
+    threads = args.threads or (1 if args.smoke else physical_cores())  # smoke: robust on a busy machine
+    spin = {"on": True, "off": False, "default": None}[args.spin]
+    card = ModelCard.load(subject.model_dir)
+    geometry = _geometry(card)
+    peak = cpu_peak(threads)
+    examples, data_note = load_dialogues(args.data_dir, plan.examples)
+    load_start = os.getloadavg()
+    say(f"bench runtime: {subject.description}; {len(examples)} dialogues ({data_note}); {threads} threads")
+
+    engines: list[tuple[str, Callable[[], Engine]]] = []
+    for name in variant_names:
+        if name == "torch":
+            if subject.checkpoint is not None:
+                engines.append((name, lambda: TorchEngine(subject.checkpoint, threads)))  # type: ignore[arg-type]
+        elif name == "fp16" and not cuda_available():
+            continue
+        else:
+            engines.append((name, lambda name=name: OnnxEngine(subject.model_dir, name, threads, spin)))  # type: ignore[misc]
+    if args.one_pass and card.encoding_config.context_mode == "decomposed":
+        served = card.cpu_variant
+        engines.append(
+            (f"{served}-one-pass", lambda: OnnxEngine(subject.model_dir, served, threads, spin, one_pass=True))
+        )
+
+    encoder = DialogueEncoder.from_file(subject.model_dir / TOKENIZER_FILE, card.encoding_config)
+    encoded: list[EncodedExample] = encoder.encode_batch(examples)
+    lengths = [len(e) for e in encoded]
+    report: dict[str, Any] = {
+        "benchmark": "runtime",
+        "smoke": bool(args.smoke),
+        "model": card.model_id,
+        "subject": subject.description,
+        "model_dir": str(subject.model_dir),
+        "cpu_variant": card.cpu_variant,
+        "geometry": geometry,
+        "data": data_note,
+        "dialogues": {
+            "n": len(lengths),
+            "mean_tokens": round(float(np.mean(lengths)), 1),
+            "p50_tokens": int(np.percentile(lengths, 50)),
+            "p95_tokens": int(np.percentile(lengths, 95)),
+            "max_tokens": int(max(lengths)),
+        },
+        "machine": {
+            **peak,
+            "platform": platform.platform(),
+            "load_average_at_start": [round(x, 2) for x in load_start],
+        },
+        "threads": threads,
+        "allow_spinning": args.spin,
+        "max_batch_tokens": args.max_batch_tokens,
+        "plan": asdict(plan),
+        "versions": _versions(),
+        "engines": [],
+        "sweep": [],
+        "notes": [],
+    }
+    if geometry:
+        mean_len = float(np.mean(lengths))
+        report["flops"] = {
+            "formula": "2 x non-embedding params + 4 x layers x hidden x seq, per real token",
+            "non_embedding_parameters": non_embedding_parameters(geometry),
+            "flops_per_token_at_mean_length": round(flops_per_token(geometry, round(mean_len))),
+            "peak_used": "fraction_of_peak: peak_gflops_isa (cores x nominal clock x FLOP/cycle of the detected ISA); "
+            "fraction_of_avx2_fma_peak: cores x nominal clock x 32",
+        }
+    if "torch" in variant_names and subject.checkpoint is None:
+        report["notes"].append("torch eager skipped: no checkpoint (pass --checkpoint DIR)")
+    if "fp16" in variant_names and not cuda_available():
+        report["notes"].append("fp16 skipped: needs onnxruntime-gpu and a CUDA device")
+    if data_note.startswith("SYNTHETIC"):
+        report["notes"].append("dialogues are synthetic: numbers are indicative only")
+
+    for name, make in engines:
+        say(f"  {name}: loading")
+        engine = make()
+        entry: dict[str, Any] = {
+            "engine": engine.name,
+            "variant": engine.variant,
+            "provider": engine.provider,
+            "file_mb": round(engine.file_bytes / 1e6, 1) if engine.file_bytes else None,
+            "cpu_default": name == card.cpu_variant,
+        }
+        say(f"  {name}: single dialogues")
+        entry["single"] = measure_single(engine, examples, plan)
+        say(f"  {name}: throughput")
+        entry["sorted64"] = measure_throughput(engine, examples, lengths, (10**9, 64), plan, geometry, peak)
+        entry["token_budget"] = measure_throughput(
+            engine, examples, lengths, (args.max_batch_tokens, 256), plan, geometry, peak
+        )
+        report["engines"].append(entry)
+        if not args.no_sweep:
+            say(f"  {name}: sweep")
+            report["sweep"] += sweep(engine, plan, geometry, encoder.tokenizer.get_vocab_size(), peak)
+        del engine
+    report["machine"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    report["targets"] = targets(report)
+    return report
+
+
+def _versions() -> dict[str, str | None]:
+    import onnxruntime
+
+    torch_version = None
+    if "torch" in sys.modules:
+        torch_version = str(sys.modules["torch"].__version__)
+    return {"onnxruntime": onnxruntime.__version__, "torch": torch_version, "python": platform.python_version()}
+
+
+def targets(report: dict[str, Any]) -> dict[str, Any]:
+    """The project's CPU targets (2 cores, MiniLM-L6, dialogue test sets), for the CPU default variant."""
+    if report["smoke"]:
+        return {"note": "smoke run: no targets apply"}
+    geometry = report.get("geometry") or {}
+    if (geometry.get("hidden_size"), geometry.get("num_hidden_layers")) != (384, 6):
+        return {"note": "the targets are for MiniLM-L6 (6 layers, hidden 384); this model has another geometry"}
+    default = next((e for e in report["engines"] if e["cpu_default"]), None)
+    if default is None:
+        return {"note": f"the CPU default variant ({report['cpu_variant']}) was not benchmarked"}
+    p50 = default["single"]["p50_ms"]
+    rate = default["sorted64"]["examples_per_s"]
+    return {
+        "variant": default["variant"],
+        "single_p50_ms": {"value": p50, "limit": TARGET_SINGLE_P50_MS, "met": p50 <= TARGET_SINGLE_P50_MS},
+        "sorted64_examples_per_s": {
+            "value": rate,
+            "limit": TARGET_SORTED64_EXAMPLES_PER_S,
+            "met": rate >= TARGET_SORTED64_EXAMPLES_PER_S,
+        },
+        "note": "targets are for 2 cores, MiniLM-L6 and the DiaSafety+ConvAbuse test dialogues",
+    }
+
+
+def markdown(report: dict[str, Any]) -> str:
+    m = report["machine"]
+    d = report["dialogues"]
+    lines = [
+        f"### Runtime benchmark: {report['model']} ({report['subject']})",
+        "",
+        f"{m['cpu']}, {report['threads']} threads, {m['clock_ghz']} GHz nominal, {m['isa']}: peak fp32 "
+        f"{m['peak_gflops_isa']} GFLOP/s ({m['flop_per_cycle_isa']} FLOP/cycle/core; % of peak below), "
+        f"{m['peak_gflops_avx2_fma']} at AVX2+FMA's 32. FLOPs = 2 x non-embedding params + 4 x layers x hidden x seq "
+        "per real token (int8 counted as if fp32). "
+        f"Load average {m['load_average_at_start']} → {m.get('load_average_at_end')}.",
+        f"Dialogues: {report['data']}; {d['n']} dialogues, mean {d['mean_tokens']} tokens "
+        f"(p50 {d['p50_tokens']}, p95 {d['p95_tokens']}, max {d['max_tokens']}).",
+        "",
+        "| engine | file MB | single p50 ms | single p99 ms | model-only p50 ms | sorted-64 ex/s | tokens/s "
+        f"| budget-{report['max_batch_tokens']} ex/s | tokens/s | GFLOP/s | % of peak |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for e in report["engines"]:
+        s, b, t = e["single"], e["sorted64"], e["token_budget"]
+        best = max((b, t), key=lambda x: x["examples_per_s"])
+        frac = best["fraction_of_peak"]
+        lines.append(
+            f"| {e['engine']}{' (CPU default)' if e['cpu_default'] else ''} | {e['file_mb'] or '—'} | {s['p50_ms']} "
+            f"| {s['p99_ms']} | {s['model_only_p50_ms']} | {b['examples_per_s']} | {b['tokens_per_s']:.0f} "
+            f"| {t['examples_per_s']} | {t['tokens_per_s']:.0f} | {best['useful_gflops_per_s'] or '—'} "
+            f"| {'—' if frac is None else f'{100 * frac:.1f}%'} |"
+        )
+    if report["sweep"]:
+        lens = sorted({c["seq_len"] for c in report["sweep"]})
+        lines += [
+            "",
+            "Sweep (model only, synthetic ids): examples/s (% of peak) by batch size × sequence length",
+            "",
+            "| engine | batch | " + " | ".join(f"len {n}" for n in lens) + " |",
+            "|---|---|" + "---|" * len(lens),
+        ]
+        rows: dict[tuple[str, int], dict[int, dict[str, Any]]] = {}
+        for c in report["sweep"]:
+            rows.setdefault((c["engine"], c["batch"]), {})[c["seq_len"]] = c
+        for (engine, batch), cells in rows.items():
+            out = []
+            for n in lens:
+                c = cells.get(n)
+                if c is None:
+                    out.append("—")
+                    continue
+                frac = c["fraction_of_peak"]
+                out.append(f"{c['examples_per_s']}" + ("" if frac is None else f" ({100 * frac:.1f}%)"))
+            lines.append(f"| {engine} | {batch} | " + " | ".join(out) + " |")
+    tg = report.get("targets", {})
+    if "single_p50_ms" in tg:
+        single, rate = tg["single_p50_ms"], tg["sorted64_examples_per_s"]
+        lines += [
+            "",
+            f"Targets ({tg['variant']}): single p50 {single['value']} ms "
+            f"(≤ {single['limit']}: {'met' if single['met'] else 'NOT met'}); "
+            f"sorted-64 {rate['value']} ex/s (≥ {rate['limit']}: {'met' if rate['met'] else 'NOT met'})",
+        ]
+    lines += [f"- note: {n}" for n in report["notes"]]
+    return "\n".join(lines)
+
+
+def build_parser(prog: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description=(__doc__ or "").split("\n\n")[0])
+    src = p.add_argument_group("what to benchmark (default: the bundled models/default)")
+    src.add_argument("--model", type=Path, default=None, help="exported ONNX model directory")
+    src.add_argument(
+        "--checkpoint", type=Path, default=None, help="torch checkpoint (exported to a temp dir unless --model)"
+    )
+    src.add_argument("--geometry", default=None, help="random weights of a geometry: minilm-l6, bert-base, tiny")
+    p.add_argument("--variants", default="torch,fp32,optimized,int8,fp16", help="engines (default: %(default)s)")
+    p.add_argument("--data-dir", default=None, help="data directory with the DiaSafety and ConvAbuse test splits")
+    p.add_argument("--examples", type=int, default=None, help="dialogues in the realistic set at most")
+    p.add_argument("--singles", type=int, default=None, help="single-dialogue predictions timed per engine")
+    p.add_argument("--threads", type=int, default=None, help="intra-op threads (default: physical cores)")
+    p.add_argument("--spin", choices=("default", "on", "off"), default="default", help="onnxruntime thread spinning")
+    p.add_argument(
+        "--max-batch-tokens",
+        type=int,
+        default=MAX_BATCH_TOKENS,
+        help="padded tokens per batch in the budget policy (default: %(default)s, the service's)",
+    )
+    p.add_argument(
+        "--one-pass",
+        action="store_true",
+        help="a decomposed model: also time the CPU default without its second pass over the utterances alone "
+        "(what that pass costs)",
+    )
+    p.add_argument("--no-sweep", action="store_true", help="skip the batch × length sweep")
+    p.add_argument("--smoke", action="store_true", help="every step for a moment on a tiny model (tests)")
+    p.add_argument("--json", type=Path, default=None, help="also write the JSON report here")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+    return p
+
+
+def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety bench runtime") -> int:
+    args = build_parser(prog).parse_args(argv)
+    if args.geometry or args.checkpoint is not None or args.smoke:
+        from dialogue_safety.cli.extras import missing_distributions, missing_extra_message
+
+        missing = missing_distributions("train")  # random weights and checkpoints are torch models
+        if missing:
+            print(missing_extra_message(f"{prog} --geometry/--checkpoint/--smoke", "train", missing), file=sys.stderr)
+            return 2
+    if args.geometry:
+        from dialogue_safety.training.modeling import GEOMETRIES
+
+        if args.geometry not in GEOMETRIES:
+            print(f"{prog}: unknown geometry {args.geometry!r}; choose from {sorted(GEOMETRIES)}", file=sys.stderr)
+            return 2
+    variant_names = [v.strip() for v in args.variants.split(",") if v.strip()]
+    allowed = {"torch", "fp32", "optimized", "int8", "fp16"}
+    if not variant_names or set(variant_names) - allowed:
+        print(f"{prog}: --variants must name some of {sorted(allowed)}", file=sys.stderr)
+        return 2
+    problem = model_dir_problem(args.model) if args.model is not None else None
+    if problem:
+        print(f"{prog}: {problem} (dialogue-safety export writes one)", file=sys.stderr)
+        return 2
+    if args.checkpoint is not None:
+        from dialogue_safety.training.checkpoint_layout import checkpoint_problem
+
+        problem = checkpoint_problem(args.checkpoint)
+        if problem:
+            print(f"{prog}: {problem}", file=sys.stderr)
+            return 2
+    say: Callable[[str], None] = (lambda _: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr))
+    with subject_for(args, variant_names) as subject:
+        if not is_model_dir(subject.model_dir):
+            print(
+                f"{prog}: no model directory at {subject.model_dir}; pass --model DIR, --checkpoint DIR or "
+                "--geometry NAME (see dialogue-safety export)",
+                file=sys.stderr,
+            )
+            return 2
+        report = run(args, subject, variant_names, say)
+    emit_report(report, markdown(report), args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

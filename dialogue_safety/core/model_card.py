@@ -1,0 +1,79 @@
+"""The JSON card that makes a model directory (or a training checkpoint) describe itself.
+
+Everything downstream (runtime, service, evaluation, benchmarks) reads labels, heads,
+threshold, temperatures and encoding settings from here; nothing re-derives them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from dialogue_safety.core.encoding import EncodingConfig
+from dialogue_safety.core.model_dir import CARD_FILE, TOKENIZER_FILE  # noqa: F401 - re-exported: callers import them here
+
+
+class ModelCard(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = "dialogue-safety"
+    version: str = "0.0.0"
+    labels: list[str] = Field(default_factory=lambda: ["SAFE", "OFFENSIVE"])
+    heads: list[str] = Field(
+        default_factory=lambda: ["offensive"],
+        description="one binary logit per head (label family), in the order of the logits output",
+    )
+    score_heads: list[str] = Field(
+        default_factory=lambda: ["offensive"],
+        description="the main OFFENSIVE score is the max of these heads' calibrated probabilities",
+    )
+    context_heads: list[str] = Field(
+        default_factory=list,
+        description="with the 'decomposed' encoding: the heads read from the dialogue row; the others read "
+        "the utterance alone (see dialogue_safety.core.scoring.decomposed_logits)",
+    )
+    temperatures: dict[str, float] = Field(default_factory=dict, description="per head; 1.0 if absent")
+    threshold: float = 0.5
+    encoding: dict[str, Any] = Field(default_factory=lambda: EncodingConfig().to_dict())
+    base_model: str = ""
+    training: dict[str, Any] = Field(default_factory=dict)
+    metrics: dict[str, Any] = Field(default_factory=dict)
+    calibration: dict[str, Any] = Field(default_factory=dict)
+    variants: dict[str, str] = Field(
+        default_factory=dict, description="variant name (fp32, optimized, int8, fp16) -> ONNX file"
+    )
+    cpu_variant: str = "fp32"
+    gpu_variant: str = "fp16"
+    export: dict[str, Any] = Field(default_factory=dict)
+    intended_use: str = ""
+    limitations: list[str] = Field(default_factory=list)
+    licences: dict[str, str] = Field(default_factory=dict)
+
+    @property
+    def encoding_config(self) -> EncodingConfig:
+        return EncodingConfig.from_dict(self.encoding)
+
+    @property
+    def model_id(self) -> str:
+        return f"{self.name}@{self.version}"
+
+    def temperature(self, head: str) -> float:
+        return float(self.temperatures.get(head, 1.0))
+
+    @classmethod
+    def load(cls, directory: str | Path) -> ModelCard:
+        path = Path(directory) / CARD_FILE
+        try:
+            return cls.model_validate_json(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise FileNotFoundError(f"{path}: no model card; is {directory} a model directory?") from None
+        except ValueError as exc:
+            raise ValueError(f"{path}: invalid model card: {exc}") from exc
+
+    def save(self, directory: str | Path) -> Path:
+        path = Path(directory) / CARD_FILE
+        path.write_text(json.dumps(self.model_dump(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        return path

@@ -1,0 +1,363 @@
+"""``OnnxClassifier``: the torch-free synchronous core of the service.
+
+    clf = OnnxClassifier("models/default")            # CPU: card.cpu_variant; CUDA: card.gpu_variant
+    clf.predict([Example.from_texts("you're a clown", ["what do you think of me?"])])
+
+It reads everything from the model directory (card, tokenizer, ONNX graph), encodes with the
+one input contract (:mod:`dialogue_safety.core.encoding`), runs a call larger than one batch in length-sorted
+batches under the one batching budget (:mod:`dialogue_safety.core.batch_budget`: padded tokens = batch size ×
+longest; never padded to ``max_length``),
+runs onnxruntime and returns predictions in the caller's order, with scores computed by
+:mod:`dialogue_safety.core.scoring`. A variant missing from the directory is derived on first load
+(:mod:`dialogue_safety.core.variants`). Nothing here imports torch, transformers, ``training`` or ``export``.
+
+``predict``/``predict_encoded`` may be called from several threads at once
+(``InferenceSession.run`` is thread-safe); the micro-batcher calls them from one worker thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dialogue_safety.core.batch_budget import MAX_BATCH_TOKENS, fits, token_budget_batches
+from dialogue_safety.core.encoding import DialogueEncoder, EncodedExample, pad_batch
+from dialogue_safety.core.model_card import TOKENIZER_FILE, ModelCard
+from dialogue_safety.core.schema import Example, Prediction
+from dialogue_safety.core.scoring import (
+    context_columns,
+    decomposed_logits,
+    head_probabilities,
+    main_scores,
+    predictions_from_logits,
+)
+
+log = logging.getLogger("dialogue_safety.core.runtime")
+
+CPU = "CPUExecutionProvider"
+CUDA = "CUDAExecutionProvider"
+VNNI_FLAGS = frozenset({"avx512_vnni", "avx_vnni"})
+
+
+def cpu_has_vnni(cpuinfo: str | None = None) -> bool | None:
+    """Whether an x86 CPU reports VNNI (None when /proc/cpuinfo cannot be read or is not x86)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return None
+    flags = next((line.split(":", 1)[1].split() for line in cpuinfo.splitlines() if line.startswith("flags")), None)
+    if flags is None:
+        return None  # not x86 (ARM lists "Features"): its int8 kernels do not saturate
+    return bool(VNNI_FLAGS & set(flags))
+
+
+def int8_supported(card: ModelCard, cpuinfo: str | None = None) -> tuple[bool, str]:
+    """Whether the card's int8 variant computes what its export validated on this CPU.
+
+    A recipe with 8-bit weights (``reduce_range`` false) is exact only with VNNI; on an x86 CPU
+    without it the u8*s8 products can saturate, so the validated F1 would not hold.
+    """
+    recipe = (card.export.get("recipes") or {}).get("int8") or {}
+    if recipe.get("reduce_range", True):
+        return True, "7-bit weights run the same on every CPU"
+    if cpu_has_vnni(cpuinfo) is False:
+        return False, "its 8-bit weights need VNNI (AVX512-VNNI or AVX-VNNI), which this CPU lacks"
+    return True, "8-bit weights on a CPU with VNNI (or not x86)"
+
+
+INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
+OUTPUT_NAME = "logits"
+
+
+class ModelLoadError(RuntimeError):
+    """The model directory is missing, incomplete or corrupt, or the variant cannot run here."""
+
+
+# -- threads -----------------------------------------------------------------------------------
+def physical_cores() -> int:
+    """Physical cores this process may use: CPU affinity, SMT siblings folded, cgroup quota applied."""
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return max(1, (os.cpu_count() or 2) // 2)
+    cores: set[str] = set()
+    for cpu in cpus:
+        topology = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology")
+        try:
+            siblings = (topology / "core_cpus_list").read_text().strip()
+        except OSError:
+            try:
+                siblings = (topology / "thread_siblings_list").read_text().strip()
+            except OSError:
+                siblings = str(cpu)
+        cores.add(siblings)
+    count = max(1, len(cores))
+    quota = _cgroup_cpu_quota()
+    return max(1, min(count, math.ceil(quota))) if quota else count
+
+
+def _cgroup_cpu_quota() -> float | None:
+    """CPUs granted by a cgroup v2 ``cpu.max`` quota (containers started with ``--cpus``), if any."""
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+    except (OSError, ValueError):
+        return None
+    if quota == "max":
+        return None
+    try:
+        return float(quota) / float(period)
+    except (ValueError, ZeroDivisionError):
+        return None
+
+
+def session_options(intra_op_threads: int | None = None, allow_spinning: bool | None = None) -> Any:
+    """Latency-oriented settings: intra-op threads = physical cores, one inter-op thread, sequential."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = intra_op_threads or physical_cores()
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.log_severity_level = 3  # errors only
+    if allow_spinning is not None:
+        options.add_session_config_entry("session.intra_op.allow_spinning", "1" if allow_spinning else "0")
+    return options
+
+
+def cuda_available() -> bool:
+    """onnxruntime-gpu is installed and an NVIDIA device is visible."""
+    import onnxruntime as ort
+
+    if CUDA not in ort.get_available_providers():
+        return False
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
+        return False
+    return Path("/dev/nvidiactl").exists() or Path("/proc/driver/nvidia").exists()
+
+
+# -- the classifier ----------------------------------------------------------------------------
+class OnnxClassifier:
+    """Predictions from an exported model directory with onnxruntime (no torch)."""
+
+    def __init__(
+        self,
+        model_dir: str | Path,
+        variant: str | None = None,
+        providers: Sequence[str] | None = None,
+        intra_op_threads: int | None = None,
+        max_batch_tokens: int = MAX_BATCH_TOKENS,
+        max_batch_size: int = 256,
+        *,
+        allow_spinning: bool | None = None,
+        derive_in_subprocess: bool = False,
+    ) -> None:
+        if max_batch_tokens < 1 or max_batch_size < 1:
+            raise ValueError(
+                f"max_batch_tokens and max_batch_size must be >= 1, got {max_batch_tokens}, {max_batch_size}"
+            )
+        self.model_dir = Path(model_dir)
+        self.derive_in_subprocess = derive_in_subprocess  # the service: derivation memory is not kept
+        self.max_batch_tokens = int(max_batch_tokens)
+        self.max_batch_size = int(max_batch_size)
+        self.card = self._load_card()
+        self.encoder = self._load_encoder()
+        self.model_id = self.card.model_id
+        self._n_heads = len(self.card.heads)
+        self._context_cols = context_columns(self.card)
+        self.session, self.variant, self.provider, self.path = self._load_session(
+            variant, providers, intra_op_threads, allow_spinning
+        )
+        self.intra_op_threads = intra_op_threads or physical_cores()
+        self._input_names = [i.name for i in self.session.get_inputs()]
+        self._check_signature()
+
+    # -- loading --
+    def _load_card(self) -> ModelCard:
+        if not self.model_dir.is_dir():
+            raise ModelLoadError(
+                f"{self.model_dir}: no model directory; export a checkpoint with "
+                "`dialogue-safety export CHECKPOINT DIR`"
+            )
+        try:
+            return ModelCard.load(self.model_dir)
+        except (FileNotFoundError, ValueError) as exc:
+            raise ModelLoadError(str(exc)) from exc
+
+    def _load_encoder(self) -> DialogueEncoder:
+        path = self.model_dir / TOKENIZER_FILE
+        if not path.is_file():
+            raise ModelLoadError(f"{self.model_dir}: no {TOKENIZER_FILE}; is it an exported model directory?")
+        try:
+            return DialogueEncoder.from_file(path, self.card.encoding_config)
+        except Exception as exc:  # tokenizers raises plain Exception for unreadable files
+            raise ModelLoadError(f"{path}: cannot load the tokenizer: {exc}") from exc
+
+    def _load_session(
+        self,
+        variant: str | None,
+        providers: Sequence[str] | None,
+        intra_op_threads: int | None,
+        allow_spinning: bool | None,
+    ) -> tuple[Any, str, str, Path]:
+        """CUDA with the GPU variant when onnxruntime-gpu and a device are there, else CPU."""
+        import onnxruntime as ort
+
+        available = ort.get_available_providers()
+        if providers:
+            requested = list(providers)
+            missing = [p for p in requested if p not in available]
+            if missing:
+                raise ModelLoadError(f"onnxruntime providers {missing} are not available here (available: {available})")
+        else:
+            requested = [CUDA, CPU] if cuda_available() else [CPU]
+        if CUDA in requested and variant != "int8":  # dynamic int8 kernels are CPU kernels
+            gpu_variant = variant or self.card.gpu_variant
+            try:
+                session, path = self._session(gpu_variant, [CUDA, CPU], intra_op_threads, allow_spinning)
+            except ModelLoadError as exc:
+                if variant is not None:
+                    raise
+                log.warning("no CUDA session (%s); running on CPU", exc)
+            else:
+                if session.get_providers()[0] == CUDA:
+                    return session, gpu_variant, CUDA, path
+                log.warning("onnxruntime did not place %s on CUDA; running on CPU", path.name)
+        if CPU not in requested:
+            raise ModelLoadError(f"could not start a session on {requested}")
+        cpu_variant = variant or self.card.cpu_variant
+        if variant is None and cpu_variant == "int8":
+            ok, why = int8_supported(self.card)
+            if not ok:
+                log.warning("the card's CPU default int8 is not used: %s; running the optimized variant", why)
+                cpu_variant = "optimized"
+        if cpu_variant == "fp16":
+            raise ModelLoadError(
+                "the fp16 variant is for CUDA; no CUDA device is usable here (pick fp32, optimized or int8)"
+            )
+        session, path = self._session(cpu_variant, [CPU], intra_op_threads, allow_spinning)
+        return session, cpu_variant, CPU, path
+
+    def _session(
+        self, variant: str, providers: list[str], intra_op_threads: int | None, allow_spinning: bool | None
+    ) -> tuple[Any, Path]:
+        import onnxruntime as ort
+
+        try:
+            from dialogue_safety.core import variants as variants_mod
+        except ImportError as exc:  # onnx is part of the serve extra
+            raise ModelLoadError(
+                f"variants need the onnx package ({exc}): pip install 'dialogue-safety[serve]'"
+            ) from exc
+        ensure = variants_mod.ensure_variant_in_subprocess if self.derive_in_subprocess else variants_mod.ensure_variant
+        try:
+            path = ensure(self.model_dir, variant, self.card)
+        except (variants_mod.VariantError, FileNotFoundError) as exc:
+            raise ModelLoadError(f"{self.model_dir}: variant {variant!r}: {exc}") from exc
+        except Exception as exc:  # a corrupt artifact fails inside onnx/onnxruntime tools
+            raise ModelLoadError(f"{self.model_dir}: cannot derive variant {variant!r}: {exc}") from exc
+        options = session_options(intra_op_threads, allow_spinning)
+        try:
+            session = ort.InferenceSession(str(path), options, providers=providers)
+        except Exception as exc:
+            if path.name == variants_mod.ARTIFACT_FILE:
+                raise ModelLoadError(f"{path}: onnxruntime cannot load it: {exc}") from exc
+            log.warning("%s does not load (%s): deriving it again", path, exc)
+            try:
+                path = variants_mod.ensure_variant(self.model_dir, variant, self.card, force=True)
+                session = ort.InferenceSession(str(path), options, providers=providers)
+            except Exception as exc2:
+                raise ModelLoadError(f"{path}: onnxruntime cannot load it: {exc2}") from exc2
+        return session, path
+
+    def _check_signature(self) -> None:
+        names = set(self._input_names)
+        if not names or not names <= set(INPUT_NAMES) or "input_ids" not in names:
+            raise ModelLoadError(f"{self.path}: unexpected inputs {sorted(names)}; expected a subset of {INPUT_NAMES}")
+        outputs = self.session.get_outputs()
+        if not outputs or outputs[0].name != OUTPUT_NAME:
+            raise ModelLoadError(
+                f"{self.path}: the first output must be {OUTPUT_NAME!r}, got {[o.name for o in outputs]}"
+            )
+        width = outputs[0].shape[-1] if outputs[0].shape else None
+        if isinstance(width, int) and width != self._n_heads:
+            raise ModelLoadError(f"{self.path}: {width} logits per example but the card names {self._n_heads} heads")
+
+    # -- inference --
+    def encode(self, examples: Sequence[Example]) -> list[EncodedExample]:
+        return self.encoder.encode_batch(examples)
+
+    def batches(self, encoded: Sequence[EncodedExample]) -> Iterator[np.ndarray]:
+        """Index arrays of the batches :meth:`logits_encoded` runs: one batch in the caller's order when
+        the examples fit the budget (the micro-batcher's batches do), else longest first, cut by
+        :func:`dialogue_safety.core.batch_budget.token_budget_batches`."""
+        lengths = np.fromiter((len(e) for e in encoded), dtype=np.int64, count=len(encoded))
+        if fits(len(encoded), int(lengths.max(initial=0)), self.max_batch_tokens, self.max_batch_size):
+            return iter([np.arange(len(encoded))])
+        return token_budget_batches(lengths, self.max_batch_tokens, self.max_batch_size)
+
+    def run_batch(self, encoded: Sequence[EncodedExample]) -> np.ndarray:
+        """[n, heads] float32 logits of one batch, padded to its longest example."""
+        feeds = pad_batch(encoded, self.encoder.pad_id)
+        if len(self._input_names) != len(feeds):
+            feeds = {k: feeds[k] for k in self._input_names}
+        out = self.session.run([OUTPUT_NAME], feeds)[0]
+        return np.asarray(out, dtype=np.float32).reshape(len(encoded), self._n_heads)
+
+    def logits_encoded(self, encoded: Sequence[EncodedExample]) -> np.ndarray:
+        """[n, heads] float32 logits in the caller's order (a decomposed model's utterance heads from
+        a second, short pass over the utterances alone)."""
+        return decomposed_logits(encoded, self._row_logits, self._context_cols)
+
+    def _row_logits(self, encoded: Sequence[EncodedExample]) -> np.ndarray:
+        n = len(encoded)
+        if n == 0:
+            return np.zeros((0, self._n_heads), dtype=np.float32)
+        if fits(n, max(len(e) for e in encoded), self.max_batch_tokens, self.max_batch_size):
+            return self.run_batch(encoded)  # one batch (the micro-batcher's always are)
+        out = np.empty((n, self._n_heads), dtype=np.float32)
+        for idx in self.batches(encoded):
+            out[idx] = self.run_batch([encoded[i] for i in idx])
+        return out
+
+    def logits(self, examples: Sequence[Example]) -> np.ndarray:
+        return self.logits_encoded(self.encode(examples)) if examples else self.logits_encoded([])
+
+    def predict_encoded(self, encoded: Sequence[EncodedExample], threshold: float | None = None) -> list[Prediction]:
+        if not encoded:
+            return []
+        return predictions_from_logits(self.logits_encoded(encoded), self.card, threshold)
+
+    def predict(self, examples: Sequence[Example], threshold: float | None = None) -> list[Prediction]:
+        """One :class:`Prediction` per example, in the caller's order."""
+        if not examples:
+            return []
+        return self.predict_encoded(self.encode(examples), threshold)
+
+    def predict_proba(self, examples: Sequence[Example]) -> np.ndarray:
+        """[n] main OFFENSIVE scores (max over the card's score heads), for evaluation code."""
+        if not examples:
+            return np.zeros(0, dtype=np.float64)
+        return main_scores(head_probabilities(self.logits(examples), self.card), self.card)
+
+    def warmup(self, rounds: int = 2) -> float:
+        """Run a few shapes once so the first request does not pay allocation; returns seconds taken."""
+        started = time.perf_counter()
+        short = Example.from_texts("hello there", ["hi"])
+        long = Example.from_texts(" ".join(["word"] * 400), ["context " * 100])
+        for _ in range(rounds):
+            self.predict([short])
+            self.predict([long])
+            self.predict([short, long] * 8)
+        return time.perf_counter() - started
+
+    def __repr__(self) -> str:
+        return f"OnnxClassifier({self.model_id}, variant={self.variant}, provider={self.provider}, path={self.path})"

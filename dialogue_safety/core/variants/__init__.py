@@ -1,0 +1,334 @@
+"""ONNX variants derived from the one committed artifact, torch-free (onnx + onnxruntime only).
+
+A model directory commits a single graph, ``model.onnx``. Everything else is derived from it,
+deterministically, by the recipes recorded in the model card, at export time (to check them)
+and again at the first start of the service (to serve them)::
+
+    model.onnx ──fold──► fp32 ──ORT transformers optimizer (BERT fusions)──► optimized
+                                                    └──quantize_dynamic (int8 weights)──► int8
+                           └──optimizer (GPU fusions) + convert_float_to_float16──► fp16 (CUDA)
+
+**Size cap.** The repository may commit at most 60 MB of model artifacts while MiniLM-L6 in
+fp32 is ~90 MB. ``dialogue-safety export --ship`` therefore rounds the weights to fp16 *before*
+the parity check and stores them as fp16 initializers, each followed by a ``Cast`` to fp32
+(:func:`store_weights_fp16`, ~45 MB). The graph still computes in fp32 (onnxruntime folds the
+casts when it loads it), and :func:`fold_fp16_weights` turns it back into a plain fp32 graph
+exactly (fp16 → fp32 is lossless), which is what the other variants start from.
+
+Derived files are cached next to the artifact (or in a per-user cache directory when the model
+directory is read-only), written to a temporary file and renamed into place, and stamped with
+the artifact's sha256 and the recipe (ONNX ``metadata_props``): a derived file whose stamp does
+not match the current artifact or recipe is derived again.
+
+This package: the variants, their recipes and their derivation (here); the graph transforms
+(:mod:`.graphs`); the stamps and atomic writes (:mod:`.stamps`); the cache directory and the
+lock (:mod:`.cache`); ``python -m dialogue_safety.core.variants`` (:mod:`.cli`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import onnx
+
+from dialogue_safety.core.model_card import ModelCard
+from dialogue_safety.core.model_dir import ARTIFACT_FILE, VARIANT_FILES, VARIANT_LOCK_FILE
+from dialogue_safety.core.variants import cache as variant_cache
+from dialogue_safety.core.variants.graphs import (
+    copy_model,
+    fold_fp16_weights,
+    optimize,
+    quantize,
+    to_float16,
+    weights_storage,
+)
+from dialogue_safety.core.variants.stamps import file_sha256, read_stamp, save_atomic, set_meta
+
+log = logging.getLogger("dialogue_safety.core.variants")
+
+
+VARIANT_NAMES: tuple[str, ...] = ("fp32", "optimized", "int8", "fp16")
+RECIPE_VERSION = 1
+
+# int8 recipes measured on the trained MiniLM-L6 (docs/runtime.md, "int8 recipes"): quantising
+# every MatMul is ~2x faster than fp32 but moves 1-3 % of decisions; quantising only the
+# attention projections moves fewer (0.1-2 %) for a ~1.2x speed-up. Node names are those of
+# torch.onnx's export of Hugging Face BERT.
+FFN_UP = r"intermediate/dense/MatMul$"
+FFN_DOWN = r"layer\.\d+/output/dense/MatMul$"
+INT8_PRESETS: dict[str, dict[str, Any]] = {
+    "all": {
+        "kind": "quantize_dynamic",
+        "weight_type": "QInt8",
+        "per_channel": True,
+        "reduce_range": True,  # 7-bit weights: no u8*s8 saturation on AVX2 CPUs without VNNI
+        "op_types": ["MatMul", "Attention"],  # embeddings stay fp32
+    },
+    # 8-bit weights: closer to fp32 (0.3.0: no test split loses more than 0.07 F1 points, where the
+    # 7-bit "all" preset loses 1.6 on ConvAbuse), but only exact on CPUs with VNNI (AVX512-VNNI or
+    # AVX-VNNI): without it, u8*s8 products can saturate. The runtime falls back to the optimized
+    # fp32 graph on x86 CPUs without VNNI (dialogue_safety.core.runtime.int8_supported).
+    "vnni": {
+        "kind": "quantize_dynamic",
+        "weight_type": "QInt8",
+        "per_channel": True,
+        "reduce_range": False,
+        "op_types": ["MatMul", "Attention"],
+    },
+    "attention": {
+        "kind": "quantize_dynamic",
+        "weight_type": "QInt8",
+        "per_channel": True,
+        "reduce_range": True,
+        "op_types": ["MatMul", "Attention"],
+        "exclude_patterns": [FFN_UP, FFN_DOWN],  # the feed-forward blocks stay fp32
+    },
+}
+
+# How each variant is made from its source. ``from`` names another variant or "artifact".
+# The card's export.recipes (written by `dialogue-safety export`) overrides these, so what the
+# export validated is exactly what the service derives.
+DEFAULT_RECIPES: dict[str, dict[str, Any]] = {
+    "fp32": {"from": "artifact", "kind": "fold_fp16_weights"},
+    "optimized": {
+        "from": "fp32",
+        "kind": "ort_optimizer",
+        "model_type": "bert",
+        "opt_level": 0,  # python fusions only: a portable graph; onnxruntime adds its own at load
+        "use_gpu": False,
+    },
+    "int8": {"from": "optimized", **INT8_PRESETS["all"]},
+    "fp16": {
+        "from": "fp32",
+        "kind": "float16",
+        "model_type": "bert",
+        "use_gpu": True,
+        "keep_io_types": True,
+    },
+}
+
+
+class VariantError(RuntimeError):
+    """A variant cannot be derived (unknown name, bad recipe, or the source graph is unusable)."""
+
+
+# -- recipes -----------------------------------------------------------------------------------
+def recipe_for(name: str, card: ModelCard | None = None) -> dict[str, Any]:
+    """The recipe of variant ``name``: the card's export.recipes entry, else the default."""
+    recipes = (card.export.get("recipes") if card is not None else None) or {}
+    recipe = recipes.get(name) or DEFAULT_RECIPES.get(name)
+    if recipe is None:
+        raise VariantError(f"unknown variant {name!r}; known variants: {', '.join(VARIANT_NAMES)}")
+    return dict(recipe)
+
+
+def recipe_chain(name: str, card: ModelCard | None = None) -> list[tuple[str, dict[str, Any]]]:
+    """[(variant, recipe), ...] from the artifact to ``name`` (the artifact excluded)."""
+    chain: list[tuple[str, dict[str, Any]]] = []
+    seen: set[str] = set()
+    current = name
+    while current != "artifact":
+        if current in seen:
+            raise VariantError(f"variant recipes form a cycle through {current!r}")
+        seen.add(current)
+        recipe = recipe_for(current, card)
+        chain.append((current, recipe))
+        current = str(recipe.get("from", "artifact"))
+    return chain[::-1]
+
+
+def _recipe_key(chain: list[tuple[str, dict[str, Any]]]) -> str:
+    return json.dumps({"version": RECIPE_VERSION, "chain": chain}, sort_keys=True, separators=(",", ":"))
+
+
+def geometry_of(card: ModelCard | None) -> tuple[int, int]:
+    """(num_heads, hidden_size) for the optimizer from the card; 0 lets it read them from the graph."""
+    geometry = (card.export.get("geometry") if card is not None else None) or {}
+    return int(geometry.get("num_attention_heads", 0)), int(geometry.get("hidden_size", 0))
+
+
+# -- derivation --------------------------------------------------------------------------------
+def derive(
+    source: onnx.ModelProto, recipe: Mapping[str, Any], *, num_heads: int = 0, hidden_size: int = 0
+) -> onnx.ModelProto:
+    """Apply one recipe to an in-memory graph and return the derived graph (pure, deterministic)."""
+    kind = recipe.get("kind")
+    if kind == "fold_fp16_weights":
+        return fold_fp16_weights(source)
+    if kind == "ort_optimizer":
+        return optimize(source, recipe, num_heads, hidden_size)
+    if kind == "quantize_dynamic":
+        return quantize(source, recipe)
+    if kind == "float16":
+        optimized = optimize(source, {**recipe, "opt_level": 0}, num_heads, hidden_size)
+        return to_float16(optimized, recipe)
+    raise VariantError(f"unknown recipe kind {kind!r} in {dict(recipe)}")
+
+
+# -- metadata stamps ---------------------------------------------------------------------------
+
+
+# -- the model directory -----------------------------------------------------------------------
+def variant_file(name: str, card: ModelCard | None = None, artifact: str | Path | None = None) -> str:
+    """File name of a variant inside the model directory.
+
+    The card's ``variants`` map decides; without an entry, ``fp32`` is the artifact itself when
+    the artifact (if given) stores fp32 weights, and the other variants get their default name.
+    """
+    if card is not None and card.variants.get(name):
+        return card.variants[name]
+    if name not in VARIANT_FILES:
+        raise VariantError(f"unknown variant {name!r}; known variants: {', '.join(VARIANT_NAMES)}")
+    if name == "fp32" and artifact is not None and read_stamp(artifact).get("weights_storage", "fp32") == "fp32":
+        return ARTIFACT_FILE
+    return VARIANT_FILES[name]
+
+
+def ensure_variant(model_dir: str | Path, name: str, card: ModelCard | None = None, *, force: bool = False) -> Path:
+    """Path of variant ``name`` of the model in ``model_dir``, deriving it (and its sources) if needed.
+
+    ``fp32`` is the artifact itself when the artifact stores fp32 weights. A derived file is
+    reused when its stamp matches the current artifact (sha256) and recipe chain; otherwise (or
+    with ``force``) it is derived again. Derived files go into ``model_dir`` when it is
+    writable, else into :func:`cache_root` ``/<artifact sha256 prefix>/``; valid derived files
+    already in a read-only ``model_dir`` (e.g. baked into an image) are used as they are.
+    """
+    directory = Path(model_dir)
+    card = card if card is not None else ModelCard.load(directory)
+    artifact = directory / ARTIFACT_FILE
+    if not artifact.is_file():
+        raise VariantError(f"{directory}: no {ARTIFACT_FILE}; export a checkpoint with `dialogue-safety export`")
+    if variant_file(name, card, artifact) == ARTIFACT_FILE:
+        return artifact
+    chain = recipe_chain(name, card)
+    artifact_sha = file_sha256(artifact)
+    out_dir = directory if variant_cache.writable(directory) else variant_cache.cache_root() / artifact_sha[:16]
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        if not variant_cache.writable(out_dir):
+            raise PermissionError(f"{out_dir} is not writable")
+    except OSError as exc:
+        raise VariantError(
+            f"the {name} variant must be derived, but {directory} is read-only and the cache directory "
+            f"{out_dir} cannot be written ({exc}): set DIALOGUE_SAFETY_CACHE_DIR to a writable directory, "
+            f"make {directory} writable, or derive the variant in advance (see the Dockerfile)"
+        ) from exc
+    with variant_cache.lock(out_dir):
+        return _ensure_chain(directory, out_dir, card, chain, artifact_sha, force=force)
+
+
+def ensure_variant_in_subprocess(model_dir: str | Path, name: str, card: ModelCard | None = None) -> Path:
+    """:func:`ensure_variant` in a spawned child process when something may have to be derived:
+    deriving loads and rewrites whole graphs (a first start peaked at ~790 MiB against ~310 MiB
+    for later starts), and a long-running service would keep that memory."""
+    directory = Path(model_dir)
+    card = card if card is not None else ModelCard.load(directory)
+    artifact = directory / ARTIFACT_FILE
+    if artifact.is_file() and variant_file(name, card, artifact) == ARTIFACT_FILE:
+        return artifact  # nothing to derive
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        path: Path = pool.submit(ensure_variant, directory, name, card).result()
+    return path
+
+
+def _ensure_chain(
+    model_dir: Path,
+    out_dir: Path,
+    card: ModelCard,
+    chain: list[tuple[str, dict[str, Any]]],
+    artifact_sha: str,
+    *,
+    force: bool,
+) -> Path:
+    num_heads, hidden_size = geometry_of(card)
+    artifact = model_dir / ARTIFACT_FILE
+    if not force:  # the variant itself is there and valid: its intermediates are not needed (pruned images)
+        final = variant_file(chain[-1][0], card, artifact)
+        found = _valid_existing([out_dir / final, model_dir / final], artifact_sha, _recipe_key(chain))
+        if found is not None:
+            return found
+    source: onnx.ModelProto | None = None  # the previous step's graph when it was derived here
+    source_path = artifact
+    for depth, (name, recipe) in enumerate(chain):
+        filename = variant_file(name, card, artifact)
+        if filename == ARTIFACT_FILE:
+            source, source_path = None, artifact
+            continue
+        key = _recipe_key(chain[: depth + 1])
+        last = depth == len(chain) - 1
+        if not (force and last):
+            found = _valid_existing([out_dir / filename, model_dir / filename], artifact_sha, key)
+            if found is not None:
+                source, source_path = None, found
+                continue
+        graph = source if source is not None else _load(source_path)
+        if recipe.get("kind") == "fold_fp16_weights" and weights_storage(graph) != "fp16":
+            derived = copy_model(graph)  # an fp32 artifact: nothing to fold
+        else:
+            log.info("deriving the %s variant of %s", name, model_dir)
+            derived = derive(graph, recipe, num_heads=num_heads, hidden_size=hidden_size)
+        set_meta(
+            derived, {"variant": name, "artifact_sha256": artifact_sha, "recipe": key, "onnxruntime": _ort_version()}
+        )
+        source, source_path = derived, save_atomic(derived, out_dir / filename)
+    return source_path
+
+
+def _load(path: Path) -> onnx.ModelProto:
+    try:
+        return onnx.load(str(path))
+    except Exception as exc:  # protobuf DecodeError and friends
+        raise VariantError(f"{path}: not a readable ONNX graph ({type(exc).__name__}: {exc})") from exc
+
+
+def _valid_existing(candidates: list[Path], artifact_sha: str, key: str) -> Path | None:
+    for path in candidates:
+        if not path.is_file():
+            continue
+        try:
+            stamp = read_stamp(path)
+        except Exception as exc:  # a damaged file: derive it again
+            log.warning("%s is unreadable (%s): deriving it again", path, exc)
+            continue
+        if stamp.get("artifact_sha256") == artifact_sha and stamp.get("recipe") == key:
+            return path
+        log.info("%s is stale (the artifact or the recipe changed): deriving it again", path)
+    return None
+
+
+def _ort_version() -> str:
+    import onnxruntime
+
+    return str(onnxruntime.__version__)
+
+
+def derive_all(
+    model_dir: str | Path, names: tuple[str, ...] | list[str] = VARIANT_NAMES, card: ModelCard | None = None
+) -> dict[str, Path]:
+    """Derive (or reuse) several variants; returns {name: path}."""
+    directory = Path(model_dir)
+    card = card if card is not None else ModelCard.load(directory)
+    return {name: ensure_variant(directory, name, card) for name in names}
+
+
+def prune(model_dir: str | Path, keep: dict[str, Path], card: ModelCard | None = None) -> list[Path]:
+    """Remove the derived files (and the lock file) of ``model_dir`` that are not in ``keep``; returns them."""
+    directory = Path(model_dir)
+    card = card if card is not None else ModelCard.load(directory)
+    kept = {p.resolve() for p in keep.values()}
+    artifact = directory / ARTIFACT_FILE
+    derived = {variant_file(name, card, artifact) for name in VARIANT_NAMES} - {ARTIFACT_FILE}
+    removed = [
+        directory / f for f in sorted(derived) if (directory / f).is_file() and (directory / f).resolve() not in kept
+    ]
+    removed += [p for p in [directory / VARIANT_LOCK_FILE] if p.is_file()]
+    for path in removed:
+        path.unlink()
+    return removed

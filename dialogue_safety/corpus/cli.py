@@ -1,0 +1,104 @@
+"""``dialogue-safety score INPUT OUTPUT``: score a corpus file, locally or on Ray Data.
+
+    dialogue-safety score comments.jsonl runs/scored.csv
+    dialogue-safety score chats.parquet runs/scored.parquet --id-field msg_id --history-field context
+    dialogue-safety score comments.csv runs/scored.jsonl --engine ray --address auto
+
+Formats come from the extensions (.jsonl/.ndjson, .csv, .parquet). Prints a JSON summary
+(rows, scored, errors, seconds, rows/s) on stdout; the progress bar goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from dialogue_safety.core.runtime import ModelLoadError
+from dialogue_safety.corpus.formats import CorpusFileError
+from dialogue_safety.corpus.job import DEFAULT_CHUNK_SIZE, ScoreJob, run_local
+from dialogue_safety.corpus.records import Columns
+
+
+def build_parser(prog: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("input", type=Path, help="JSONL, CSV or Parquet file to score")
+    p.add_argument("output", type=Path, help="where to write the scores (format from the extension)")
+    p.add_argument("--model", type=Path, default=None, help="model directory (default: the bundled model)")
+    p.add_argument("--variant", default=None, help="ONNX variant (fp32, optimized, int8, fp16; default: the card's)")
+    p.add_argument("--threshold", type=float, default=None, help="decision threshold (default: the card's)")
+    cols = p.add_argument_group("columns")
+    cols.add_argument("--text-field", default=None, help="the utterance field (default: 'utterance', else 'text')")
+    cols.add_argument("--history-field", default="history", help="history field: a list or a JSON string ('' = none)")
+    cols.add_argument("--id-field", default="id", help="id field carried into the output ('' = none)")
+    cols.add_argument("--carry", default="", help="comma-separated extra input fields copied to the output")
+    p.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE, help="rows per chunk (memory bound)")
+    p.add_argument("--explain", action="store_true", help="add per-word contributions to the score (occlusion)")
+    p.add_argument("--explain-history", action="store_true", help="with --explain: explain history words too")
+    p.add_argument("--restart", action="store_true", help="discard an interrupted run's parts instead of resuming")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    ray = p.add_argument_group("engine")
+    ray.add_argument("--engine", choices=("local", "ray"), default="local", help="local process or Ray Data")
+    ray.add_argument("--address", default=None, help="Ray cluster address ('auto', ray://host:10001); default: local")
+    ray.add_argument("--num-cpus", type=int, default=None, help="CPUs for a local Ray started for the job")
+    ray.add_argument("--actors", type=int, default=None, help="Ray: scoring actors (default: CPUs / threads)")
+    ray.add_argument("--threads-per-actor", type=int, default=1, help="Ray: onnxruntime threads (= CPUs) per actor")
+    ray.add_argument("--batch-size", type=int, default=None, help="Ray: rows per map_batches call (default: chunk)")
+    return p
+
+
+def columns_from_args(args: argparse.Namespace) -> Columns:
+    return Columns(
+        utterance=args.text_field or None,
+        history=args.history_field or None,
+        id=args.id_field or None,
+        carry=tuple(c.strip() for c in args.carry.split(",") if c.strip()),
+    )
+
+
+def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety score") -> int:
+    args = build_parser(prog).parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if args.explain_history and not args.explain:
+        print(f"{prog}: --explain-history needs --explain", file=sys.stderr)
+        return 2
+    try:
+        job = ScoreJob(
+            input=args.input,
+            output=args.output,
+            model_dir=args.model,
+            columns=columns_from_args(args),
+            threshold=args.threshold,
+            variant=args.variant,
+            chunk_size=args.chunk_size,
+            explain=args.explain,
+            explain_history=args.explain_history,
+        )
+        if args.engine == "ray":
+            from dialogue_safety.corpus.ray_engine import RayOptions, run_ray
+
+            options = RayOptions(
+                address=args.address,
+                num_cpus=args.num_cpus,
+                actors=args.actors,
+                threads_per_actor=args.threads_per_actor,
+                batch_size=args.batch_size,
+            )
+            summary = run_ray(job, options, progress=not args.no_progress)
+        else:
+            summary = run_local(job, restart=args.restart, progress=not args.no_progress)
+    except (CorpusFileError, ModelLoadError, ValueError) as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted; run the same command again to resume", file=sys.stderr)
+        return 130
+    print(json.dumps(summary.as_dict()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

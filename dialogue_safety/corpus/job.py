@@ -1,0 +1,208 @@
+"""The local engine: score a corpus file in chunks with one in-process :class:`OnnxClassifier`.
+
+    job = ScoreJob(Path("comments.jsonl"), Path("runs/scored.parquet"))
+    summary = run_local(job)
+
+Resumable: every chunk is written as its own part file in ``<output>.parts/`` (atomically,
+named by chunk index) next to a manifest describing the job. A run that finds that directory
+with a matching manifest skips the rows of the parts already written and carries on, so after
+an interruption no row is scored twice and none is skipped. When every chunk is written the
+parts are streamed into ``output`` and the directory is removed. A manifest that does not
+match (another input, model, chunk size, columns...) is refused unless ``restart`` is set.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dialogue_safety.corpus.formats import CorpusFileError, count_rows, format_of, iter_chunks, merge_parts, write_part
+from dialogue_safety.corpus.records import Columns, count_errors, score_rows
+from dialogue_safety.service.limits import Limits
+
+MANIFEST = "manifest.json"
+PARTS_SUFFIX = ".parts"
+DEFAULT_CHUNK_SIZE = 2048
+
+
+@dataclass(frozen=True)
+class ScoreJob:
+    """Everything that decides a job's output (the manifest records it)."""
+
+    input: Path
+    output: Path
+    model_dir: Path | None = None  # None: the bundled model (ServiceSettings' default)
+    columns: Columns = field(default_factory=Columns)
+    threshold: float | None = None
+    variant: str | None = None
+    chunk_size: int = DEFAULT_CHUNK_SIZE
+    explain: bool = False
+    explain_history: bool = False
+
+    def __post_init__(self) -> None:
+        if self.chunk_size < 1:
+            raise ValueError(f"chunk_size must be >= 1, got {self.chunk_size}")
+        format_of(self.input)
+        format_of(self.output)
+        if not Path(self.input).is_file():
+            raise CorpusFileError(f"{self.input}: no such file")
+        if Path(self.input).resolve() == Path(self.output).resolve():
+            raise CorpusFileError(f"{self.output}: the output must not be the input")
+
+    @property
+    def parts_dir(self) -> Path:
+        return self.output.with_name(self.output.name + PARTS_SUFFIX)
+
+    @property
+    def fields(self) -> list[str]:
+        return self.columns.output_fields(self.explain)
+
+    def manifest(self, model_id: str) -> dict[str, Any]:
+        stat = Path(self.input).stat()
+        manifest = {
+            "input": str(Path(self.input).resolve()),
+            "input_bytes": stat.st_size,
+            "input_mtime_ns": stat.st_mtime_ns,
+            "model": model_id,
+            "columns": asdict(self.columns),
+            "threshold": self.threshold,
+            "variant": self.variant,
+            "chunk_size": self.chunk_size,
+            "explain": self.explain,
+            "explain_history": self.explain_history,
+        }
+        return dict(json.loads(json.dumps(manifest)))  # as it reads back from the file (tuples → lists)
+
+
+@dataclass
+class Summary:
+    rows: int = 0
+    scored: int = 0
+    errors: int = 0
+    resumed_rows: int = 0
+    seconds: float = 0.0
+    output: str = ""
+    engine: str = "local"
+
+    @property
+    def rows_per_s(self) -> float:
+        done = self.rows - self.resumed_rows
+        return done / self.seconds if self.seconds > 0 else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "rows_per_s": round(self.rows_per_s, 2)}
+
+
+def default_limits() -> Limits:
+    """The API's per-item limits (``SAFETY_MAX_*`` settings apply to files too)."""
+    from dialogue_safety.service.settings import ServiceSettings
+
+    return Limits.from_settings(ServiceSettings())
+
+
+def load_classifier(job: ScoreJob, intra_op_threads: int | None = None) -> Any:
+    from dialogue_safety.core.runtime import OnnxClassifier
+    from dialogue_safety.service.settings import default_model_dir
+
+    kwargs: dict[str, Any] = {"variant": job.variant}
+    if intra_op_threads:
+        kwargs["intra_op_threads"] = intra_op_threads
+    return OnnxClassifier(job.model_dir or default_model_dir(), **kwargs)
+
+
+def _part(parts_dir: Path, index: int, suffix: str) -> Path:
+    return parts_dir / f"part-{index:06d}{suffix}"
+
+
+def _stats(parts_dir: Path, index: int) -> Path:
+    return parts_dir / f"part-{index:06d}.stats.json"
+
+
+def _completed_parts(job: ScoreJob, model_id: str, restart: bool) -> int:
+    """Parts already written by an interrupted run of this same job (0 for a fresh start)."""
+    parts_dir = job.parts_dir
+    manifest = job.manifest(model_id)
+    if parts_dir.exists():
+        try:
+            found = json.loads((parts_dir / MANIFEST).read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            found = None
+        if found != manifest and not restart:
+            changed = sorted(k for k in manifest if not isinstance(found, dict) or found.get(k) != manifest[k])
+            raise CorpusFileError(
+                f"{parts_dir}: an interrupted job with other settings ({', '.join(changed) or 'no manifest'}) "
+                "is there; run the same command again to resume it, or pass --restart to start over"
+            )
+        if found != manifest or restart:
+            shutil.rmtree(parts_dir)
+    if not parts_dir.exists():
+        parts_dir.mkdir(parents=True)
+        (parts_dir / MANIFEST).write_text(json.dumps(manifest, indent=2), encoding="utf-8")
+        return 0
+    suffix = job.output.suffix
+    done = 0
+    while _part(parts_dir, done, suffix).is_file() and _stats(parts_dir, done).is_file():
+        done += 1
+    return done
+
+
+def run_local(
+    job: ScoreJob,
+    *,
+    classifier: Any = None,
+    limits: Limits | None = None,
+    restart: bool = False,
+    progress: bool = True,
+    total: int | None = None,
+    on_chunk: Callable[[int], None] | None = None,
+) -> Summary:
+    """Score ``job.input`` into ``job.output`` chunk by chunk (resuming an interrupted run)."""
+    from tqdm.auto import tqdm
+
+    started = time.perf_counter()
+    classifier = classifier if classifier is not None else load_classifier(job)
+    limits = limits or default_limits()
+    done_parts = _completed_parts(job, classifier.model_id, restart)
+    parts_dir, suffix = job.parts_dir, job.output.suffix
+    summary = Summary(output=str(job.output))
+    for i in range(done_parts):
+        stats: Mapping[str, int] = json.loads(_stats(parts_dir, i).read_text(encoding="utf-8"))
+        summary.rows += stats["rows"]
+        summary.errors += stats["errors"]
+    summary.resumed_rows = summary.rows
+    if total is None and progress:
+        total = count_rows(job.input)
+    bar = tqdm(total=total, initial=summary.rows, unit="rows", disable=not progress, dynamic_ncols=True, smoothing=0.1)
+    index = done_parts
+    try:
+        for chunk in iter_chunks(job.input, job.columns, limits, job.chunk_size, skip=summary.rows):
+            records = score_rows(
+                classifier,
+                chunk,
+                job.columns,
+                threshold=job.threshold,
+                explain=job.explain,
+                explain_history=job.explain_history,
+            )
+            errors = count_errors(records)
+            write_part(records, _part(parts_dir, index, suffix), job.fields)
+            _stats(parts_dir, index).write_text(json.dumps({"rows": len(records), "errors": errors}), encoding="utf-8")
+            summary.rows += len(records)
+            summary.errors += errors
+            bar.update(len(records))
+            bar.set_postfix(errors=summary.errors, refresh=False)
+            index += 1
+            if on_chunk is not None:
+                on_chunk(index)
+    finally:
+        bar.close()
+    merge_parts([_part(parts_dir, i, suffix) for i in range(index)], job.output, job.fields)
+    shutil.rmtree(parts_dir)
+    summary.scored = summary.rows - summary.errors
+    summary.seconds = time.perf_counter() - started
+    return summary

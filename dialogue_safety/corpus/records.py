@@ -1,0 +1,227 @@
+"""One input row → one :class:`Example` or one row error; one prediction → one output record.
+
+Input rows are dicts (a JSONL object, a CSV row, a Parquet row). Which fields hold what is
+data (:class:`Columns`): the utterance (``utterance``, else ``text``), an optional history (a
+list of strings or ``{"speaker", "text"}`` objects, or that list as a JSON string, as CSV
+cells must be), an optional id carried through, and optional extra columns carried through.
+
+A row that cannot be scored becomes an output record with ``error = {"code", "message",
+"field"}`` (the API's error shape; the per-item limits are the API's own,
+:class:`dialogue_safety.service.limits.Limits`) and null scores: it is written and counted, never dropped.
+
+Output records hold nested values (``categories``, ``error``, ``explanation``) as objects;
+:func:`flatten` turns them into JSON strings for the flat formats (CSV, Parquet) and
+:func:`unflatten` back, so every engine and format writes the same information.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dialogue_safety.core.schema import Example, Prediction, Turn
+from dialogue_safety.service.errors import InvalidInput
+from dialogue_safety.service.limits import Limits
+
+UTTERANCE_FIELDS = ("utterance", "text")  # tried in this order when no field is named
+RESULT_FIELDS = ("label", "score", "threshold", "categories", "error")
+EXPLANATION_FIELD = "explanation"
+NESTED_FIELDS = frozenset({"categories", "error", EXPLANATION_FIELD})
+
+
+@dataclass(frozen=True)
+class Columns:
+    """Which input fields hold the utterance, history and id, and which others to carry through."""
+
+    utterance: str | None = None  # None: "utterance", else "text"
+    history: str | None = "history"
+    id: str | None = "id"
+    carry: tuple[str, ...] = ()
+
+    def carried(self) -> list[str]:
+        """Input fields copied to the output: the id, then ``carry``."""
+        head = [self.id] if self.id else []
+        return [*head, *(c for c in self.carry if c != self.id)]
+
+    def output_fields(self, explain: bool = False) -> list[str]:
+        """The output columns, in order (the same for every chunk, engine and format)."""
+        fields = [*self.carried(), *RESULT_FIELDS]
+        return [*fields, EXPLANATION_FIELD] if explain else fields
+
+
+class RowError(ValueError):
+    """A row that cannot be scored: ``code``, ``message`` and ``field`` as in the API's errors."""
+
+    def __init__(self, code: str, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.code, self.message, self.field = code, message, field
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"code": self.code, "message": self.message, "field": self.field}
+
+
+@dataclass
+class Row:
+    """One input row after parsing: its example, or the error that stops it from being scored."""
+
+    where: str  # "file:line" for messages
+    raw: Mapping[str, Any] = field(default_factory=dict)
+    example: Example | None = None
+    error: RowError | None = None
+
+
+def _is_missing(value: Any) -> bool:
+    if value is None:
+        return True
+    try:
+        return bool(value != value)  # NaN from pandas/pyarrow
+    except (TypeError, ValueError):
+        return False
+
+
+def _history(value: Any, name: str) -> tuple[Turn, ...]:
+    if _is_missing(value) or (isinstance(value, str) and not value.strip()):
+        return ()
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise RowError(
+                "invalid_history", f"{name} is not a JSON list of turns ({exc.msg} at character {exc.pos})", name
+            ) from None
+    if hasattr(value, "tolist"):  # numpy arrays from pyarrow/pandas
+        value = value.tolist()
+    if not isinstance(value, list | tuple):
+        raise RowError("invalid_history", f"{name} must be a list of turns, got {type(value).__name__}", name)
+    turns = []
+    for i, turn in enumerate(value):
+        if isinstance(turn, str):
+            turns.append(Turn(turn))
+        elif isinstance(turn, Mapping) and isinstance(turn.get("text"), str):
+            speaker = turn.get("speaker")
+            turns.append(Turn(turn["text"], None if _is_missing(speaker) else str(speaker)))
+        else:
+            raise RowError(
+                "invalid_history", f"{name}[{i}] must be a string or an object with a 'text' string", f"{name}[{i}]"
+            )
+    return tuple(turns)
+
+
+def _utterance_field(raw: Mapping[str, Any]) -> str:
+    """The first of ``UTTERANCE_FIELDS`` with a value (a CSV with both columns fills one per row)."""
+    present = [f for f in UTTERANCE_FIELDS if f in raw]
+    filled = [f for f in present if not _is_missing(raw[f]) and raw[f] != ""]
+    return (filled or present or [UTTERANCE_FIELDS[0]])[0]
+
+
+def parse_row(raw: Mapping[str, Any], columns: Columns, limits: Limits, where: str = "") -> Row:
+    """The example in ``raw``, or a :class:`RowError` saying why it cannot be scored."""
+    row = Row(where, raw)
+    try:
+        name = columns.utterance or _utterance_field(raw)
+        if name not in raw:
+            fields = f"{name!r}" if columns.utterance else " or ".join(repr(f) for f in UTTERANCE_FIELDS)
+            raise RowError("missing_utterance", f"the row has no {fields} field (choose one with --text-field)", name)
+        utterance = raw[name]
+        if _is_missing(utterance):
+            utterance = ""
+        if not isinstance(utterance, str):
+            raise RowError("invalid_utterance", f"{name} must be a string, got {type(utterance).__name__}", name)
+        turns = _history(raw.get(columns.history), columns.history) if columns.history else ()
+        try:
+            limits.check_item(utterance, [t.text for t in turns])
+        except InvalidInput as exc:
+            raise RowError(exc.code, exc.message, exc.field) from None
+        row.example = Example(utterance=utterance, history=turns)
+    except RowError as exc:
+        row.error = exc
+    return row
+
+
+def unreadable_row(where: str, problem: str) -> Row:
+    """A line that is not a row at all (e.g. invalid JSON): written as an error record."""
+    return Row(where, {}, error=RowError("unreadable_row", f"{where}: {problem}"))
+
+
+def _plain(value: Any) -> Any:
+    return value.item() if hasattr(value, "item") and not isinstance(value, str | bytes) else value
+
+
+def output_record(
+    row: Row,
+    columns: Columns,
+    prediction: Prediction | None,
+    explanation: Mapping[str, Any] | None = None,
+    *,
+    explain: bool = False,
+) -> dict[str, Any]:
+    """The output record of one row (nested values as objects)."""
+    out: dict[str, Any] = {}
+    for name in columns.carried():
+        value = row.raw.get(name)
+        out[name] = None if _is_missing(value) else _plain(value)
+    if prediction is None:
+        error = row.error.as_dict() if row.error else {"code": "not_scored", "message": "not scored", "field": None}
+        out.update(label=None, score=None, threshold=None, categories=None, error=error)
+    else:
+        out.update(
+            label=prediction.label.value,
+            score=prediction.score,
+            threshold=prediction.threshold,
+            categories=dict(prediction.categories),
+            error=None,
+        )
+    if explain:
+        out[EXPLANATION_FIELD] = dict(explanation) if explanation is not None else None
+    return out
+
+
+def flatten(record: Mapping[str, Any]) -> dict[str, Any]:
+    """Nested values as JSON strings (for CSV and Parquet)."""
+    return {
+        k: (json.dumps(v, ensure_ascii=False) if k in NESTED_FIELDS and v is not None else v) for k, v in record.items()
+    }
+
+
+def unflatten(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The inverse of :func:`flatten`."""
+    return {k: (json.loads(v) if k in NESTED_FIELDS and isinstance(v, str) and v else v) for k, v in record.items()}
+
+
+def score_rows(
+    classifier: Any,
+    rows: Sequence[Row],
+    columns: Columns,
+    *,
+    threshold: float | None = None,
+    explain: bool = False,
+    explain_history: bool = False,
+) -> list[dict[str, Any]]:
+    """Output records for ``rows`` (in order): one ``predict`` call for all scorable rows.
+
+    The engines (local and Ray) share this; with ``explain`` the occlusions of all rows run in
+    the same call (:func:`dialogue_safety.core.explain.explain`).
+    """
+    good = [i for i, r in enumerate(rows) if r.example is not None]
+    examples = [r.example for r in rows if r.example is not None]
+    predictions: dict[int, Prediction] = {}
+    explanations: dict[int, dict[str, Any]] = {}
+    if examples:
+        if explain:
+            from dialogue_safety.core.explain import explain as explain_examples
+
+            for i, (p, e) in zip(
+                good, explain_examples(classifier, examples, history=explain_history, threshold=threshold), strict=True
+            ):
+                predictions[i], explanations[i] = p, e
+        else:
+            predictions = dict(zip(good, classifier.predict(examples, threshold), strict=True))
+    return [
+        output_record(r, columns, predictions.get(i), explanations.get(i), explain=explain) for i, r in enumerate(rows)
+    ]
+
+
+def count_errors(records: Iterable[Mapping[str, Any]]) -> int:
+    return sum(1 for r in records if r.get("error") is not None)

@@ -1,0 +1,1 @@
+"""Research tools on top of training: the context ablation, capacity, the design check, weight soups."""

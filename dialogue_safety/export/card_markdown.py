@@ -1,0 +1,258 @@
+"""``MODEL_CARD.md``: a short human-readable rendering of ``model_card.json`` (the JSON is authoritative)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dialogue_safety.core.model_card import ModelCard
+from dialogue_safety.core.model_dir import ARTIFACT_FILE, CARD_FILE, CARD_MARKDOWN_FILE
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if value is None:
+        return "—"
+    return str(value)
+
+
+def _size(n_bytes: Any) -> str:
+    return f"{n_bytes / 1e6:.1f} MB" if isinstance(n_bytes, int | float) else "—"
+
+
+METRIC_COLUMNS = (
+    ("offensive_f1", "OFFENSIVE-F1"),
+    ("precision", "precision"),
+    ("recall", "recall"),
+    ("weighted_f1", "weighted F1"),
+    ("pr_auc", "PR-AUC"),
+)
+
+
+def _metric_cell(row: dict[str, Any], key: str) -> str:
+    value = row.get(key)
+    if not isinstance(value, int | float):
+        return "—"
+    return f"{value:.3f}" if key == "pr_auc" else f"{value:.1f}"
+
+
+def _split_table(per_source: dict[str, Any]) -> list[str]:
+    """One row per source (its ``all`` entry) and one per adversarial round under it."""
+    head = "| set | n | positives | " + " | ".join(label for _, label in METRIC_COLUMNS) + " |"
+    lines = [head, "|---" * (len(METRIC_COLUMNS) + 3) + "|"]
+    for name, entry in per_source.items():
+        rows = [(f"**{name}**", entry.get("all", entry))]
+        rows += [(f"{name} / {r}", sub) for r, sub in (entry.get("rounds") or {}).items()]
+        for label, row in rows:
+            cells = [_metric_cell(row, key) for key, _ in METRIC_COLUMNS]
+            counts = f"{_fmt(row.get('n'))} | {_fmt(row.get('positives'))}"
+            lines.append(f"| {label} | {counts} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _served(card: ModelCard) -> str:
+    if len(card.score_heads) == 1:
+        return f"the `{card.score_heads[0]}` head"
+    return "the max over " + ", ".join(f"`{h}`" for h in card.score_heads)
+
+
+def _heads_section(heads: dict[str, Any]) -> list[str]:
+    """Each head (a ``categories`` entry) on its own label family's test sets, at its own threshold."""
+    if not heads:
+        return []
+    lines = [
+        "",
+        "### Categories: each head on the test sets of its own label family",
+        "",
+        "Each head judged against its family's own labels at the head's validation-tuned threshold "
+        "(the served decision above uses the served head and the card's threshold).",
+        "",
+        "| head | set | n | threshold | OFFENSIVE-F1 | accuracy |",
+        "|---|---|---|---|---|---|",
+    ]
+    for head, entry in heads.items():
+        for name, row in (entry.get("test") or {}).items():
+            lines.append(
+                f"| {head} | {name} | {_fmt(row.get('n'))} | {entry.get('threshold', 0):.4g} | "
+                f"{_metric_cell(row, 'offensive_f1')} | {_metric_cell(row, 'accuracy')} |"
+            )
+    return [*lines, ""]
+
+
+def _metrics_section(metrics: dict[str, Any], threshold: float) -> list[str]:
+    """Test (then valid) metrics at the card's threshold; HateCheck's F1 columns are its accuracy rows."""
+    if not metrics:
+        return ["No metrics recorded in the checkpoint card."]
+    lines: list[str] = []
+    for split in ("test", "valid"):
+        per_source = metrics.get(split) or {}
+        if not per_source:
+            continue
+        lines += [f"### {split} splits (threshold {threshold:.4g})", "", *_split_table(per_source), ""]
+        accuracy = {
+            name: (entry.get("all") or {}).get("accuracy")
+            for name, entry in per_source.items()
+            if name == "hatecheck" and isinstance((entry.get("all") or {}).get("accuracy"), int | float)
+        }
+        for name, acc in accuracy.items():
+            lines += [f"{name} accuracy (the suite's headline metric): {acc:.1f}", ""]
+    return lines or ["No metrics recorded in the checkpoint card."]
+
+
+def _calibration_section(calibration: dict[str, Any]) -> list[str]:
+    if not calibration:
+        return []
+    lines = ["## Calibration", ""]
+    before, after = calibration.get("ece_before") or {}, calibration.get("ece_after") or {}
+    temps = calibration.get("temperatures") or {}
+    for head in temps:
+        lines.append(
+            f"- head `{head}`: temperature {_fmt(temps[head])}; expected calibration error on valid "
+            f"{_fmt(before.get(head))} → {_fmt(after.get(head))}"
+        )
+    if "threshold" in calibration:
+        lines.append(
+            f"- decision threshold {_fmt(calibration['threshold'])}, chosen on the validation sets "
+            f"({calibration.get('threshold_objective', '?')} OFFENSIVE-F1 over sources)"
+        )
+    best = calibration.get("per_source_best_threshold") or {}
+    if best:
+        lines.append(
+            "- per-source best thresholds on valid (not used: a service does not know the source): "
+            + ", ".join(f"{k} {v:.2f}" for k, v in best.items())
+        )
+    return [*lines, ""]
+
+
+def _training_section(training: dict[str, Any], licences: dict[str, str]) -> list[str]:
+    examples = training.get("examples") or {}
+    if not examples:
+        return []
+    recipe = training.get("recipe") or {}
+    lines = ["## Training data", "", "| task | train | valid | test | licence |", "|---|---:|---:|---:|---|"]
+    for name, n in examples.items():
+        licence = licences.get(name.split("/")[0], "—")
+        lines.append(f"| {name} | {n.get('train', 0):,} | {n.get('valid', 0):,} | {n.get('test', 0):,} | {licence} |")
+    lines.append("")
+    facts = [
+        f"recipe `{recipe.get('name', '?')}`",
+        f"{_fmt(recipe.get('epochs'))} epochs",
+        f"learning rate {_fmt(recipe.get('learning_rate'))}",
+        f"{training.get('steps', '?')} steps",
+    ]
+    if training.get("selected_step") not in (None, training.get("steps")):
+        facts.append(f"weights of step {training['selected_step']} (best validation check)")
+    if training.get("train_seconds"):
+        facts.append(f"{training['train_seconds'] / 60:.1f} min on {training.get('device', '?')}")
+    lines.append("- " + ", ".join(facts))
+    skipped = training.get("skipped_tasks") or []
+    if skipped:
+        lines.append(f"- optional tasks skipped: {'; '.join(skipped)}")
+    return [*lines, ""]
+
+
+def render_model_card(card: ModelCard) -> str:
+    export = card.export
+    enc = card.encoding_config
+    lines = [
+        f"# {card.name} {card.version}",
+        "",
+        "Context-aware dialogue safety classifier: is the last message of a conversation offensive, given what",
+        "was said before it? Generated from `model_card.json` by `dialogue-safety export`; the JSON is authoritative.",
+        "",
+        "## Intended use",
+        card.intended_use or "Not stated in the checkpoint card.",
+        "",
+        "## Model",
+        f"- base model: `{card.base_model or 'unknown'}`",
+        f"- heads (one sigmoid logit each, reported as `categories`): {', '.join(card.heads)}; "
+        f"the served OFFENSIVE score is {_served(card)}",
+        f"- temperatures: {card.temperatures or 'none (1.0)'}; decision threshold: {card.threshold:.4g}",
+        f"- encoding: history = segment A, utterance = segment B; max_length {enc.max_length}, "
+        f"max_utterance_tokens {enc.max_utterance_tokens}, context_mode {enc.context_mode}, "
+        f"emoji names {enc.normalise_emoji}, NFKC {enc.normalise_unicode}, speaker markers {enc.speaker_markers}",
+    ]
+    geometry = export.get("geometry") or {}
+    if geometry:
+        lines.append(
+            f"- geometry: {geometry.get('num_hidden_layers')} layers, hidden {geometry.get('hidden_size')}, "
+            f"{geometry.get('num_attention_heads')} heads, {geometry.get('parameters', 0) / 1e6:.1f} M parameters"
+        )
+    lines += ["", "## Metrics", "", *_metrics_section(card.metrics, card.threshold)]
+    lines += _heads_section(card.metrics.get("heads") or {})
+    lines += _calibration_section(card.calibration)
+    lines += _training_section(card.training, card.licences)
+    lines += [
+        "## ONNX export",
+        f"- artifact: `{export.get('artifact', ARTIFACT_FILE)}` ({_size(export.get('artifact_bytes'))}, "
+        f"weights stored as {export.get('weights_storage', 'fp32')}), opset {export.get('opset')}",
+        f"- parity with torch: max |Δlogit| {_fmt(export.get('max_abs_diff'))} "
+        f"(tolerance {_fmt(export.get('tolerance'))}) "
+        f"on {export.get('parity', {}).get('examples', '?')} dialogues",
+    ]
+    if "fp16_rounding_max_abs_diff" in export:
+        lines.append(
+            f"- weights rounded to fp16 before export: max |Δlogit| vs the fp32 checkpoint "
+            f"{_fmt(export['fp16_rounding_max_abs_diff'])}"
+        )
+    lines += [
+        f"- onnxruntime {export.get('onnxruntime')}, optimum {export.get('optimum')}, torch {export.get('torch')}",
+        f"- CPU default variant: **{card.cpu_variant}** ({export.get('cpu_variant_reason', '')}); "
+        f"GPU default: **{card.gpu_variant}**",
+        "",
+        "| variant | file | size | max abs logit diff vs torch |",
+        "|---|---|---|---|",
+    ]
+    for name, entry in (export.get("variants") or {}).items():
+        lines.append(
+            f"| {name} | `{entry.get('file')}` | {_size(entry.get('bytes'))} | "
+            f"{_fmt(entry.get('max_abs_diff'))}{' (' + entry['note'] + ')' if entry.get('note') else ''} |"
+        )
+    comparison = export.get("comparison")
+    if comparison:
+        splits = list(comparison["splits"])
+        lines += [
+            "",
+            f"Variants vs fp32 on labelled test splits (threshold {comparison['threshold']:.4g}): "
+            "OFFENSIVE-F1 (ΔF1 [paired bootstrap 95 % interval], decisions changed = 100 % − agreement); "
+            "the gate: agreement ≥ 99 % on every split, mean ΔF1 ≥ −0.3, no interval entirely below −0.5.",
+            "",
+            "| variant | " + " | ".join(f"{s} (n={comparison['splits'][s]['n']})" for s in splits) + " | gate |",
+            "|---" * (len(splits) + 2) + "|",
+        ]
+        for variant, per_split in comparison["variants"].items():
+            cells = []
+            for r in (per_split[s] for s in splits):
+                ci = r.get("delta_f1_ci")
+                interval = f" [{ci[0]:+.2f}, {ci[1]:+.2f}]" if ci else ""
+                cells.append(
+                    f"{r['offensive_f1']:.2f} ({r['delta_f1']:+.2f}{interval}, {100 * r['changed_decisions']:.2f}%)"
+                )
+            verdict = (comparison.get("gate") or {}).get(variant, {}).get("why", "")
+            lines.append(f"| {variant} | " + " | ".join(cells) + f" | {verdict} |")
+    if card.limitations:
+        lines += ["", "## Limitations", *[f"- {item}" for item in card.limitations]]
+    if card.licences:
+        lines += ["", "## Data licences", *[f"- {k}: {v}" for k, v in card.licences.items()]]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m dialogue_safety.export.card_markdown MODEL_DIR``: rewrite MODEL_CARD.md from model_card.json."""
+    import argparse
+    from pathlib import Path
+
+    parser = argparse.ArgumentParser(prog="python -m dialogue_safety.export.card_markdown", description=main.__doc__)
+    parser.add_argument("model_dir", type=Path)
+    args = parser.parse_args(argv)
+    card_path = args.model_dir / CARD_FILE
+    if not card_path.is_file():
+        parser.error(f"{card_path} does not exist")
+    card = ModelCard.model_validate_json(card_path.read_text(encoding="utf-8"))
+    (args.model_dir / CARD_MARKDOWN_FILE).write_text(render_model_card(card), encoding="utf-8")
+    print(f"wrote {args.model_dir / 'MODEL_CARD.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

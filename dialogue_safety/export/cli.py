@@ -1,0 +1,160 @@
+"""``dialogue-safety export CHECKPOINT OUT_DIR``: parity-checked ONNX model directory with its variants.
+
+Exit status: 0 written; 1 ONNX/torch parity failed (nothing written; the message gives the max
+difference); 2 bad arguments or an unreadable checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from dialogue_safety.core.model_dir import (
+    ARTIFACT_FILE,
+    CARD_FILE,
+    CARD_MARKDOWN_FILE,
+    CHECKPOINT_FILES,
+    TOKENIZER_FILE,
+)
+from dialogue_safety.core.schema import LabelledExample
+
+DEFAULT_EVAL_SOURCES = ("olid", "diasafety", "convabuse", "hatemoji", "dynahate", "hatecheck")
+
+
+def build_parser(prog: str) -> argparse.ArgumentParser:
+    from dialogue_safety.core.variants import INT8_PRESETS
+    from dialogue_safety.export.settings import DEFAULT_OPSET, DEFAULT_TOLERANCE, DEFAULT_VARIANTS
+
+    p = argparse.ArgumentParser(
+        prog=prog,
+        description="Export a training checkpoint to a self-describing ONNX model directory ("
+        f"{ARTIFACT_FILE}, {TOKENIZER_FILE}, {CARD_FILE}, {CARD_MARKDOWN_FILE}). ONNX and torch logits are "
+        "compared on a fixed batch of "
+        "dialogues before anything is written; the export fails if they differ by more than --tolerance.",
+    )
+    p.add_argument("checkpoint", type=Path, help=f"training checkpoint directory ({', '.join(CHECKPOINT_FILES)}...)")
+    p.add_argument("out_dir", type=Path, help="model directory to write (replaced if it is an earlier export)")
+    p.add_argument(
+        "--variants",
+        default=",".join(DEFAULT_VARIANTS),
+        help="variants to derive and check now, comma-separated (default: %(default)s); the service derives "
+        "missing ones at first start",
+    )
+    p.add_argument(
+        "--tolerance",
+        type=float,
+        default=DEFAULT_TOLERANCE,
+        help="max abs logit difference ONNX fp32 vs torch (default: %(default)s)",
+    )
+    p.add_argument(
+        "--ship",
+        action="store_true",
+        help=f"store the weights as fp16 in {ARTIFACT_FILE} (~half the size; for committing under the 60 MB cap); "
+        "the weights are rounded to fp16 before the parity check, and fp32 is re-derived exactly at load",
+    )
+    p.add_argument("--opset", type=int, default=DEFAULT_OPSET, help="ONNX opset (default: %(default)s)")
+    p.add_argument(
+        "--int8-preset",
+        choices=sorted(INT8_PRESETS),
+        default="all",
+        help="what the int8 variant quantises: all MatMuls (fastest) or only the attention projections "
+        "(fewer changed decisions); see docs/runtime.md (default: %(default)s)",
+    )
+    p.add_argument("--data-dir", type=Path, default=None, help="datasets for the variant comparison")
+    p.add_argument(
+        "--eval-sources",
+        default=",".join(DEFAULT_EVAL_SOURCES),
+        help="sources whose test split judges the variants (default: %(default)s); int8 becomes the CPU default "
+        "only if it passes the gate (decision agreement with fp32 >= 99 %% on every split, mean ΔF1 >= -0.3, "
+        "no split's bootstrap interval of ΔF1 entirely below -0.5; dialogue_safety/export/comparison.py)",
+    )
+    p.add_argument("--no-eval", action="store_true", help="skip the variant comparison (CPU default: optimized)")
+    p.add_argument("-q", "--quiet", action="store_true", help="only errors")
+    return p
+
+
+def load_test_sets(
+    data_dir: Path | None, sources: Sequence[str], split: str = "test"
+) -> tuple[dict[str, list[LabelledExample]], list[str]]:
+    """{"<source>/<split>": examples} for the sources that are present, and notes about the others
+    (missing sources are skipped, malformed files raise:
+    :func:`dialogue_safety.sources.registry.load_present_sources`)."""
+    from dialogue_safety.sources.data_dir import resolve_data_dir
+    from dialogue_safety.sources.registry import load_present_sources
+
+    try:
+        root = resolve_data_dir(data_dir)
+    except FileNotFoundError as exc:
+        return {}, [f"no data directory ({exc})"]
+    present = load_present_sources(sources, root, splits=[split])
+    sets = {f"{name}/{split}": examples for name, examples in present.examples.items()}
+    return sets, [f"{name}: not used ({why})" for name, why in present.skipped.items()]
+
+
+def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety export") -> int:
+    args = build_parser(prog).parse_args(argv)
+    from dialogue_safety.training.checkpoint_layout import checkpoint_problem
+
+    problem = checkpoint_problem(args.checkpoint)  # before any data is read or torch is loaded
+    if problem:
+        print(f"{prog}: {problem}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=logging.ERROR if args.quiet else logging.INFO, format="%(levelname)s %(name)s: %(message)s"
+    )
+    say = (lambda *_: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr))
+
+    from dialogue_safety.core.variants import INT8_PRESETS
+    from dialogue_safety.export.onnx_export import ExportError, ParityError, export_checkpoint
+
+    names = [v.strip() for v in args.variants.split(",") if v.strip()]
+    test_sets: dict[str, list[LabelledExample]] = {}
+    if not args.no_eval and any(v in names for v in ("int8", "optimized")):
+        sources = [s.strip() for s in args.eval_sources.split(",") if s.strip()]
+        try:
+            test_sets, notes = load_test_sets(args.data_dir, sources)
+        except ValueError as exc:  # a malformed dataset file (DatasetFormatError) or an unknown source
+            print(f"{prog}: {exc}", file=sys.stderr)
+            return 2
+        for note in notes:
+            say(f"{prog}: variant comparison: {note}")
+        if test_sets:
+            say(f"{prog}: comparing variants on {', '.join(f'{k} ({len(v)})' for k, v in test_sets.items())}")
+    try:
+        result = export_checkpoint(
+            args.checkpoint,
+            args.out_dir,
+            variant_names=names,
+            tolerance=args.tolerance,
+            ship=args.ship,
+            opset=args.opset,
+            test_sets=test_sets or None,
+            recipes={"int8": {"from": "optimized", **INT8_PRESETS[args.int8_preset]}},
+        )
+    except ParityError as exc:
+        print(f"{prog}: PARITY CHECK FAILED: {exc}", file=sys.stderr)
+        return 1
+    except (ExportError, FileNotFoundError) as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 2
+    card = result.card
+    say(f"{prog}: wrote {result.out_dir} ({card.model_id})")
+    say(
+        f"  {ARTIFACT_FILE}: {card.export['artifact_bytes'] / 1e6:.1f} MB, weights {card.export['weights_storage']}, "
+        f"max |onnx - torch| {result.max_abs_diff:.3g} (tolerance {args.tolerance:g})"
+    )
+    for name, entry in card.export.get("variants", {}).items():
+        diff = entry.get("max_abs_diff")
+        say(
+            f"  {name:<9} {entry['file']:<22} {entry['bytes'] / 1e6:6.1f} MB  max |Δ| "
+            f"{'—' if diff is None else format(diff, '.3g')}{'  (' + entry['note'] + ')' if entry.get('note') else ''}"
+        )
+    say(f"  CPU default: {card.cpu_variant} — {card.export.get('cpu_variant_reason')}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

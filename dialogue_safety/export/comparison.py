@@ -1,0 +1,177 @@
+"""How much a variant changes the classifier: OFFENSIVE-F1 and decisions against fp32, per test split.
+
+    from dialogue_safety.export.comparison import compare_variants, choose_cpu_variant
+    report = compare_variants("models/default", {"diasafety/test": examples, "convabuse/test": more})
+    variant, reason = choose_cpu_variant(report, ["fp32", "optimized", "int8"])
+
+The gate judges a variant on what users see and on what the test sets can resolve: per split the
+**decision agreement** with fp32 and the OFFENSIVE-F1 difference with a **paired bootstrap 95 %
+interval** (the same resampled items scored by both models, :data:`RESAMPLES` resamples, seeded).
+A variant passes when it agrees with fp32 on at least :data:`MIN_AGREEMENT` of the items of every
+split, the mean ΔF1 over the splits is at least :data:`MIN_MEAN_DELTA_F1`, and no split's interval
+lies entirely below :data:`CI_FLOOR` (a loss the test set shows beyond resampling noise). A split
+of ~130 positives moves its F1 by ~0.4 points per changed decision, so a fixed "no split loses
+more than 0.5" rule failed on two or three decisions. int8 becomes the CPU default when it
+passes, otherwise optimized (same gate), otherwise fp32.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dialogue_safety.core.runtime import CPU, OnnxClassifier
+from dialogue_safety.core.schema import LabelledExample
+from dialogue_safety.core.scoring import head_probabilities, is_offensive, main_scores
+from dialogue_safety.training.metrics import binary_metrics
+
+REFERENCE = "fp32"
+MIN_AGREEMENT = 0.99  # decisions the same as fp32 on every split
+MIN_MEAN_DELTA_F1 = -0.3  # mean ΔF1 (points) over the splits
+CI_FLOOR = -0.5  # no split's 95 % interval of ΔF1 entirely below this
+RESAMPLES = 1000
+SEED = 0
+
+
+def _f1(tp: np.ndarray, fp: np.ndarray, fn: np.ndarray) -> np.ndarray:
+    """OFFENSIVE-F1 in percent (0 where there is nothing to find and nothing flagged)."""
+    denom = 2 * tp + fp + fn
+    return np.where(denom > 0, 100.0 * 2 * tp / np.maximum(denom, 1), 0.0)
+
+
+def paired_bootstrap_delta_f1(
+    gold: np.ndarray, reference: np.ndarray, variant: np.ndarray, resamples: int = RESAMPLES, seed: int = SEED
+) -> dict[str, float]:
+    """ΔF1 (variant − reference, points) on the items and its paired bootstrap 95 % interval.
+
+    ``gold``, ``reference`` and ``variant`` are 0/1 arrays over the same items; every resample draws
+    the same item indices for both models, so the interval reflects their disagreement only.
+    """
+    g, r, v = (np.asarray(a, dtype=bool) for a in (gold, reference, variant))
+    n = g.size
+    if n == 0:
+        raise ValueError("paired_bootstrap_delta_f1 needs at least one item")
+    idx = np.random.default_rng(seed).integers(0, n, size=(resamples, n))
+    gs, rs, vs = g[idx], r[idx], v[idx]
+
+    def f1(pred: np.ndarray) -> np.ndarray:
+        return _f1((gs & pred).sum(1), (~gs & pred).sum(1), (gs & ~pred).sum(1))
+
+    deltas = f1(vs) - f1(rs)
+    point = float(_f1(*(np.array([x]) for x in ((g & v).sum(), (~g & v).sum(), (g & ~v).sum())))[0]) - float(
+        _f1(*(np.array([x]) for x in ((g & r).sum(), (~g & r).sum(), (g & ~r).sum())))[0]
+    )
+    lo, hi = np.percentile(deltas, [2.5, 97.5])
+    return {"delta_f1": point, "ci_low": float(lo), "ci_high": float(hi), "bootstrap_mean": float(deltas.mean())}
+
+
+def compare_variants(
+    model_dir: str | Path,
+    test_sets: Mapping[str, Sequence[LabelledExample]],
+    variant_names: Sequence[str] = ("fp32", "optimized", "int8"),
+    *,
+    threshold: float | None = None,
+) -> dict[str, Any]:
+    """Score every split with every variant (CPU) and compare each with fp32.
+
+    Returns ``{"reference", "threshold", "splits": {split: {n, positives}}, "variants": {variant:
+    {split: {offensive_f1, delta_f1, changed_decisions, max_abs_score_diff}}}, "seconds": {variant: s}}``
+    with F1 in percent and ``changed_decisions`` as a fraction of the split.
+    """
+    names = [REFERENCE, *[v for v in variant_names if v != REFERENCE]]
+    splits = {name: list(examples) for name, examples in test_sets.items() if len(examples)}
+    if not splits:
+        raise ValueError("compare_variants needs at least one non-empty test split")
+    gold = {s: np.array([ex.label.is_positive for ex in exs], dtype=int) for s, exs in splits.items()}
+    encoded: dict[str, list[Any]] = {}
+    scores: dict[str, dict[str, np.ndarray]] = {}
+    seconds: dict[str, float] = {}
+    t: float | None = threshold
+    for variant in names:
+        clf = OnnxClassifier(model_dir, variant=variant, providers=[CPU])
+        t = clf.card.threshold if threshold is None else float(threshold)
+        if not encoded:
+            encoded = {s: clf.encode(exs) for s, exs in splits.items()}
+        started = time.perf_counter()
+        scores[variant] = {
+            s: main_scores(head_probabilities(clf.logits_encoded(enc), clf.card), clf.card)
+            for s, enc in encoded.items()
+        }
+        seconds[variant] = round(time.perf_counter() - started, 3)
+    assert t is not None
+    report: dict[str, Any] = {
+        "reference": REFERENCE,
+        "threshold": t,
+        "splits": {s: {"n": int(g.size), "positives": int(g.sum())} for s, g in gold.items()},
+        "variants": {},
+        "seconds": seconds,
+    }
+    for variant in names:
+        per_split: dict[str, Any] = {}
+        for s in splits:
+            ref, got = scores[REFERENCE][s], scores[variant][s]
+            ref_f1 = binary_metrics(gold[s], ref, t)["offensive_f1"]
+            f1 = binary_metrics(gold[s], got, t)["offensive_f1"]
+            boot = paired_bootstrap_delta_f1(gold[s], is_offensive(ref, t), is_offensive(got, t))
+            per_split[s] = {
+                "offensive_f1": round(f1, 3),
+                "delta_f1": round(f1 - ref_f1, 3),
+                "delta_f1_ci": [round(boot["ci_low"], 3), round(boot["ci_high"], 3)],
+                "changed_decisions": round(float(np.mean(is_offensive(got, t) != is_offensive(ref, t))), 5),
+                "max_abs_score_diff": float(np.max(np.abs(got - ref))),
+            }
+        report["variants"][variant] = per_split
+        report.setdefault("gate", {})[variant] = gate(per_split)
+    report["gate_rule"] = {
+        "min_agreement": MIN_AGREEMENT,
+        "min_mean_delta_f1": MIN_MEAN_DELTA_F1,
+        "ci_floor": CI_FLOOR,
+        "resamples": RESAMPLES,
+        "seed": SEED,
+    }
+    return report
+
+
+def gate(per_split: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Whether a variant passes (see the module docstring), with the numbers that decided it."""
+    agreement = {s: 1.0 - float(v["changed_decisions"]) for s, v in per_split.items()}
+    mean = float(np.mean([float(v["delta_f1"]) for v in per_split.values()]))
+    below = sorted(s for s, v in per_split.items() if float(v["delta_f1_ci"][1]) < CI_FLOOR)
+    low_agreement = sorted(s for s, a in agreement.items() if a < MIN_AGREEMENT)
+    reasons = []
+    if low_agreement:
+        worst = min(agreement.values())
+        reasons.append(f"agreement {100 * worst:.2f} % < {100 * MIN_AGREEMENT:.0f} % on {', '.join(low_agreement)}")
+    if mean < MIN_MEAN_DELTA_F1:
+        reasons.append(f"mean ΔF1 {mean:+.2f} < {MIN_MEAN_DELTA_F1}")
+    if below:
+        reasons.append(f"ΔF1 interval entirely below {CI_FLOOR} on {', '.join(below)}")
+    return {
+        "passed": not reasons,
+        "min_agreement": min(agreement.values()),
+        "mean_delta_f1": mean,
+        "splits_below_floor": below,
+        "why": "; ".join(reasons) if reasons else "passes",
+    }
+
+
+def choose_cpu_variant(report: Mapping[str, Any] | None, candidates: Sequence[str]) -> tuple[str, str]:
+    """The CPU default and why: int8 if it passes the gate, else optimized, else fp32."""
+    fallback = "optimized" if "optimized" in candidates else "fp32"
+    if report is None:
+        if "int8" in candidates:
+            return fallback, "int8 not validated (no labelled test sets at export); CPU default is " + fallback
+        return fallback, f"CPU default is {fallback} (int8 not exported)"
+    for variant in ("int8", "optimized"):
+        if variant in candidates and variant in report.get("gate", {}) and report["gate"][variant]["passed"]:
+            g = report["gate"][variant]
+            return variant, (
+                f"{variant} passes the gate: agreement with fp32 >= {100 * g['min_agreement']:.2f} % on every split, "
+                f"mean ΔF1 {g['mean_delta_f1']:+.2f}, no split's interval below {CI_FLOOR}"
+            )
+    reasons = [f"{v}: {report['gate'][v]['why']}" for v in ("int8", "optimized") if v in report.get("gate", {})]
+    return "fp32", f"fp32: {'; '.join(reasons)}"

@@ -1,0 +1,779 @@
+"""The HTTP API: a thin FastAPI shell over the micro-batcher and the ONNX classifier.
+
+``create_app(settings)`` builds everything (settings, metrics registry, limits, routes); the
+lifespan loads and warms up the model in a thread, then starts the batcher: ``/health``
+answers at once, ``/ready`` and ``/v1/*`` answer 503 until the model is warm. Errors go
+through the one table in :mod:`dialogue_safety.service.errors`. Texts are never logged unless
+``log_texts`` is set.
+
+Run it with ``dialogue-safety serve`` or ``uvicorn --factory dialogue_safety.service.api:create_app``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, replace
+from typing import Annotated, Any, Literal, Protocol
+
+from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
+from fastapi_offline import FastAPIOffline
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
+from starlette.responses import JSONResponse, Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from dialogue_safety.breakit.api import BreakItGame
+from dialogue_safety.core import explain
+from dialogue_safety.core.encoding import EncodedExample
+from dialogue_safety.core.model_card import ModelCard
+from dialogue_safety.core.schema import Example, Label, Prediction, Turn
+from dialogue_safety.core.scoring import is_offensive, threshold_in_force
+from dialogue_safety.service.auth import ApiKeyMiddleware, api_key_of, log_auth_state, supplied_key_in
+from dialogue_safety.service.batcher import Announcement, MicroBatcher
+from dialogue_safety.service.errors import (
+    ErrorInfo,
+    ErrorResponse,
+    InvalidInput,
+    NotReady,
+    Overloaded,
+    error_body,
+    error_response,
+    install_error_handlers,
+    openapi_responses,
+)
+from dialogue_safety.service.hot_swap import ModelSwapper, admin_router
+from dialogue_safety.service.limits import BodyGuardMiddleware, Limits, apply_to_openapi
+from dialogue_safety.service.settings import ServiceSettings
+from dialogue_safety.service.telemetry import RequestMetricsMiddleware, ServiceMetrics
+
+log = logging.getLogger("dialogue_safety.service.api")
+CLASSIFY_PATHS = frozenset({"/v1/classify", "/v1/classify/batch"})  # what an overloaded service refuses early
+CLASSIFY_TARGETS = frozenset(p.encode() for p in CLASSIFY_PATHS)
+ANNOUNCEMENT = "safety.announcement"  # scope key: the batcher's Announcement of a request admitted from its head
+CLIENT_CLOSED = 499  # nginx's "client closed request": the caller left, nobody reads the answer
+
+
+class Classifier(Protocol):
+    """What the service needs from :class:`dialogue_safety.core.runtime.OnnxClassifier`."""
+
+    @property
+    def card(self) -> ModelCard: ...
+    @property
+    def model_id(self) -> str: ...
+    @property
+    def variant(self) -> str: ...
+    @property
+    def provider(self) -> str: ...
+    def encode(self, examples: Sequence[Example]) -> list[EncodedExample]: ...
+    def predict_encoded(
+        self, encoded: Sequence[EncodedExample], threshold: float | None = None
+    ) -> list[Prediction]: ...
+    def warmup(self) -> object: ...
+
+
+ClassifierFactory = Callable[[ServiceSettings], Classifier]
+
+# Security schemes (used, and documented in OpenAPI, only when an API key is configured).
+_bearer = HTTPBearer(auto_error=False, description="the API key as a bearer token")
+_api_key_header = APIKeyHeader(name="X-API-Key", auto_error=False, description="the API key")
+BearerCredentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+ApiKeyHeader = Annotated[str | None, Depends(_api_key_header)]
+
+
+def load_onnx_classifier(settings: ServiceSettings) -> Classifier:
+    from dialogue_safety.core.runtime import OnnxClassifier  # imported here: tests and --help never load onnxruntime
+
+    kwargs: dict[str, Any] = {
+        "variant": settings.variant,
+        "providers": settings.provider_list,
+        "max_batch_tokens": settings.max_batch_tokens,
+        "max_batch_size": settings.max_batch_size,
+        "derive_in_subprocess": True,  # a derived variant's peak memory stays in a child process
+    }
+    if settings.intra_op_threads is not None:
+        kwargs["intra_op_threads"] = settings.intra_op_threads
+    if settings.allow_spinning is not None:
+        kwargs["allow_spinning"] = settings.allow_spinning
+    classifier: Classifier = OnnxClassifier(settings.model_dir, **kwargs)
+    return classifier
+
+
+# -- request and response schemas ---------------------------------------------------------------
+def _object_or_string(value: Any) -> str:
+    return "string" if isinstance(value, str) else "object"
+
+
+class TurnIn(BaseModel):
+    """One turn of dialogue history."""
+
+    model_config = ConfigDict(extra="forbid")
+    speaker: str | None = Field(None, max_length=64, strict=True, description="free text: user, bot, P1...")
+    text: str = Field(strict=True, description="what was said")
+
+
+HistoryEntry = Annotated[
+    Annotated[TurnIn, Tag("object")] | Annotated[str, Tag("string")], Discriminator(_object_or_string)
+]
+Threshold = Annotated[
+    float | None,
+    Field(
+        ge=0.0,
+        le=1.0,
+        strict=True,  # a number: not true/false, not "0.5"
+        description="decision threshold for this request (default: the model's)",
+    ),
+]
+
+
+class DialogueItem(BaseModel):
+    """The utterance to judge and the dialogue before it (oldest turn first)."""
+
+    model_config = ConfigDict(extra="forbid")
+    history: list[HistoryEntry] = Field(
+        default_factory=list, description="earlier turns, oldest first: objects {speaker, text} or strings"
+    )
+    utterance: str = Field(strict=True, description="the message to classify, judged in the context of the history")
+    threshold: Threshold = None
+
+
+class ClassifyRequest(DialogueItem):
+    """One dialogue item, optionally with a word-level explanation of its score."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "history": [
+                        {"speaker": "user", "text": "what do you think of my neighbours?"},
+                        {"speaker": "bot", "text": "I don't know them. What are they like?"},
+                    ],
+                    "utterance": "they should all be thrown out of the country",
+                },
+                {"history": ["hi!", "hello, how are you?"], "utterance": "great, thanks", "threshold": 0.7},
+                {"utterance": "you are a clown", "explain": True},
+            ]
+        },
+    )
+    explain: bool = Field(
+        False,
+        strict=True,
+        description="add per-word contributions to the score (occlusion; costs one extra sequence per word)",
+    )
+    explain_history: bool = Field(False, strict=True, description="with explain: explain the history turns' words too")
+
+
+BatchEntry = Annotated[
+    Annotated[DialogueItem, Tag("object")] | Annotated[str, Tag("string")], Discriminator(_object_or_string)
+]
+
+
+class BatchRequest(BaseModel):
+    """Many items at once; a plain string is a comment without history."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "items": [
+                        "you are all idiots",
+                        {"history": ["I made soup"], "utterance": "looks disgusting"},
+                        {"utterance": "have a nice day", "threshold": 0.9},
+                    ],
+                    "threshold": 0.5,
+                }
+            ]
+        },
+    )
+    items: list[BatchEntry] = Field(description="items to classify; results come back in this order")
+    threshold: Threshold = None
+    item_errors: Literal["report", "fail"] = Field(
+        "report",
+        description="report: an item that breaks a limit gets {'error': ...} in its own slot and the others are "
+        "classified; fail: the whole request is refused (422) on the first such item",
+    )
+
+
+class Classification(BaseModel):
+    label: Literal["OFFENSIVE", "SAFE"] = Field(description="OFFENSIVE when score >= threshold")
+    score: float = Field(ge=0.0, le=1.0, description="calibrated probability that the utterance is offensive")
+    threshold: float = Field(description="the threshold the label was decided at")
+    categories: dict[str, float] = Field(description="calibrated probability per model head (label family)")
+
+
+class WordContribution(BaseModel):
+    word: str = Field(description="the word, text[start:end] of the text it comes from")
+    start: int = Field(description="character offset of the word in that text")
+    end: int
+    contribution: float | None = Field(
+        description="score - score without this word (> 0: pushes towards OFFENSIVE); null: not explained"
+    )
+
+
+class Explanation(BaseModel):
+    method: Literal["occlusion"] = Field(description="leave one word out, all occlusions batched in one run")
+    score: float = Field(description="the score being explained (the response's score)")
+    utterance: list[WordContribution]
+    history: list[list[WordContribution]] | None = Field(None, description="per turn, when explain_history")
+    unexplained_words: int = Field(description="words past the per-request cap, with contribution null")
+
+
+class ClassifyResponse(Classification):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "label": "OFFENSIVE",
+                    "score": 0.93,
+                    "threshold": 0.5,
+                    "model": "dialogue-safety@1.0.0",
+                    "categories": {"offensive": 0.93},
+                }
+            ]
+        }
+    )
+    model: str = Field(description="<name>@<version> of the model that answered")
+    explanation: Explanation | None = Field(None, description="only when the request set explain")
+
+
+class ItemError(BaseModel):
+    """The slot of a batch item that could not be classified (no label, no score)."""
+
+    error: ErrorInfo
+
+
+class BatchResponse(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "results": [
+                        {"label": "OFFENSIVE", "score": 0.97, "threshold": 0.5, "categories": {"offensive": 0.97}},
+                        {"label": "SAFE", "score": 0.04, "threshold": 0.5, "categories": {"offensive": 0.04}},
+                        {
+                            "error": {
+                                "code": "empty_utterance",
+                                "message": "the utterance is empty; send the text to classify",
+                                "field": "items[2].utterance",
+                            }
+                        },
+                    ],
+                    "errors": 1,
+                    "model": "dialogue-safety@1.0.0",
+                }
+            ]
+        }
+    )
+    results: list[Classification | ItemError] = Field(
+        description="one result per item, in the order of the items: a classification, or {'error': ...} for an "
+        "item that could not be classified"
+    )
+    errors: int = Field(description="how many slots of results hold an error instead of a classification")
+    model: str
+
+
+class Status(BaseModel):
+    status: str
+    model: str | None = None
+
+
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = openapi_responses(ErrorResponse)
+
+
+# -- the service state -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ServedModel:
+    """The model a request is admitted to, installed in one step: the batcher that scores it and the
+    id and card threshold of the classifier behind that batcher. A request keeps the one it was
+    admitted to, so a request queued before a hot swap is scored by the old model and answered with
+    the old model's id and threshold."""
+
+    model_id: str
+    card_threshold: float
+    batcher: MicroBatcher
+
+
+class ServiceState:
+    """What one app owns: settings, limits, metrics, and (once loaded) classifier and batcher."""
+
+    def __init__(
+        self,
+        settings: ServiceSettings,
+        factory: ClassifierFactory,
+        on_fatal: Callable[[], None] | None = None,
+        on_ready: Callable[[], None] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.on_fatal = on_fatal  # called when the model cannot load: the CLI stops the server (exit status 3)
+        self.on_ready = (
+            on_ready  # called once the first model serves: the CLI freezes the heap (dialogue_safety.service.server)
+        )
+        self.factory = factory
+        self.limits = Limits.from_settings(settings)
+        self.metrics = ServiceMetrics()
+        self.classifier: Classifier | None = None
+        self.served: ServedModel | None = None  # None before the load: no placeholder id or threshold
+        self.ready = False
+        self.load_error: str | None = None
+        self.api_key = api_key_of(settings)
+
+    @property
+    def batcher(self) -> MicroBatcher | None:
+        return None if self.served is None else self.served.batcher
+
+    @property
+    def model_id(self) -> str:
+        return "" if self.served is None else self.served.model_id
+
+    @property
+    def card_threshold(self) -> float | None:
+        return None if self.served is None else self.served.card_threshold
+
+    async def load(self) -> None:
+        """Load and warm up the model off the event loop, then start the batcher."""
+        try:
+            classifier = await self.load_classifier(self.settings)
+        except Exception as exc:
+            # The operator gets the details in the log; clients only learn that it failed.
+            self.load_error = f"{type(exc).__name__}: {exc}"
+            log.error("the model failed to load from %s: %s", self.settings.model_dir, self.load_error)
+            self.metrics.ready.set(0)
+            if self.on_fatal is not None:
+                self.on_fatal()
+            return
+        await self.install(classifier, self.settings)
+        if self.on_ready is not None:
+            self.on_ready()
+
+    async def load_classifier(self, settings: ServiceSettings) -> Classifier:
+        """Build and warm up a classifier for ``settings`` in a thread (raises what loading raises)."""
+        classifier = await asyncio.to_thread(self.factory, settings)
+        await asyncio.to_thread(classifier.warmup)
+        return classifier
+
+    async def install(self, classifier: Classifier, settings: ServiceSettings) -> MicroBatcher | None:
+        """Serve ``classifier`` from now on with a fresh batcher; returns the previous batcher (the
+        hot swap drains it: requests already admitted there finish on the old model)."""
+        s = settings
+        card = classifier.card
+        batcher = MicroBatcher(
+            classifier.encode,
+            classifier.predict_encoded,
+            max_batch_size=s.max_batch_size,
+            max_batch_tokens=s.max_batch_tokens,
+            max_wait_s=s.max_wait_s,
+            queue_size=s.queue_size,
+            observer=self.metrics,
+            retry_after_s=s.retry_after_s,
+            max_queue_wait_s=s.max_queue_wait_s,
+        )
+        await batcher.start()
+        previous = self.batcher
+        # no await from here on: requests see either the old model or the new one, never a mix
+        self.settings = settings
+        self.classifier = classifier
+        self.served = ServedModel(classifier.model_id, card.threshold, batcher)
+        self.load_error = None
+        self.ready = True
+        self.metrics.set_model(
+            name=card.name, version=card.version, variant=str(classifier.variant), provider=str(classifier.provider)
+        )
+        self.metrics.ready.set(1)
+        self.metrics.observe_latency_bound(0.0)  # the new batcher's promise, once its first full batch ran
+        log.info(
+            "ready: %s (variant %s, provider %s) from %s",
+            self.model_id,
+            classifier.variant,
+            classifier.provider,
+            s.model_dir,
+        )
+        return previous
+
+    async def stop(self) -> None:
+        self.ready = False
+        self.metrics.ready.set(0)
+        if self.batcher is not None:
+            await self.batcher.stop()
+
+    def require_ready(self) -> MicroBatcher:
+        return self.require_served().batcher
+
+    def require_served(self) -> ServedModel:
+        """The model serving now (what a new request is admitted to), or NotReady."""
+        if self.load_error is not None:
+            raise NotReady(
+                "the model failed to load; the operator must fix it (details in the server log)",
+                code="model_failed",
+                retry_after_s=self.settings.retry_after_s,
+            )
+        if not self.ready or self.served is None:
+            raise NotReady(retry_after_s=self.settings.retry_after_s)
+        return self.served
+
+    def early_refusal(self, method: str, path: str) -> Overloaded | None:
+        """The 429 a classification request gets before its body is read: when the batcher would
+        refuse even one item now (its queued work would take longer than ``max_queue_wait_ms``, or
+        the queue is full). None: go on (requests that pass are checked again when queued)."""
+        if method != "POST" or path not in CLASSIFY_PATHS or not self.ready or self.batcher is None:
+            return None
+        return self.batcher.refusal(1)
+
+    def admit_from_head(
+        self, method: bytes, target: bytes, headers: Sequence[tuple[bytes, bytes]], scope: dict[str, Any]
+    ) -> Overloaded | None:
+        """:meth:`early_refusal` for the server's protocol (:mod:`dialogue_safety.service.server`), from the request
+        head alone (``target``: the raw request target). A request that passes is announced to the
+        batcher (counted in its wait estimate until it is queued; ``scope`` carries the
+        announcement to the handler). Authenticated requests only (a wrong key still gets its 401
+        from the app); the refusal is counted in the request metrics here."""
+        path = target.partition(b"?")[0]
+        if path not in CLASSIFY_TARGETS or method != b"POST" or not self.ready or self.batcher is None:
+            return None
+        if self.api_key is not None:
+            key = supplied_key_in(headers)
+            if key is None or not hmac.compare_digest(key, self.api_key):
+                return None
+        start = time.perf_counter()
+        verdict = self.batcher.announce()
+        if isinstance(verdict, Announcement):
+            scope[ANNOUNCEMENT] = verdict
+            return None
+        if verdict is not None:
+            route = path.decode("ascii")
+            self.metrics.requests.labels(route=route, status="429").inc()
+            self.metrics.request_latency.labels(route=route).observe(time.perf_counter() - start)
+        return verdict
+
+    @property
+    def default_threshold(self) -> float | None:
+        """The threshold for requests that bring none: the setting, else the card's (None before a load)."""
+        if self.card_threshold is None:
+            return None
+        return threshold_in_force(self.card_threshold, self.settings.threshold)
+
+    def decide(
+        self,
+        prediction: Prediction,
+        request_threshold: float | None = None,
+        item_threshold: float | None = None,
+        *,
+        served: ServedModel | None = None,
+    ) -> dict[str, Any]:
+        """The answer for ``prediction`` made by ``served`` (default: the model serving now)."""
+        served = served or self.served
+        if served is None:
+            raise NotReady(retry_after_s=self.settings.retry_after_s)
+        t = threshold_in_force(served.card_threshold, self.settings.threshold, request_threshold, item_threshold)
+        if t != prediction.threshold:
+            prediction = replace(
+                prediction, label=Label.from_bool(bool(is_offensive(prediction.score, t))), threshold=t
+            )
+        return {
+            "label": prediction.label.value,
+            "score": prediction.score,
+            "threshold": prediction.threshold,
+            "categories": dict(prediction.categories),
+        }
+
+
+def _to_example(item: DialogueItem | str, limits: Limits, prefix: str) -> Example:
+    """The request item as an :class:`Example`, checked by the one set of item rules."""
+    if isinstance(item, str):
+        example = Example(utterance=item)
+    else:
+        turns = tuple(Turn(h) if isinstance(h, str) else Turn(h.text, h.speaker) for h in item.history)
+        example = Example(utterance=item.utterance, history=turns)
+    limits.check_example(example, prefix)
+    return example
+
+
+async def _until_disconnect(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _predict(
+    state: ServiceState, request: Request, examples: list[Example]
+) -> tuple[list[Prediction], ServedModel] | None:
+    """Run ``examples`` through the serving model's batcher: the predictions and the model that made
+    them (a hot swap may have installed another since); None if the client disconnected first (its
+    items are then dropped before inference)."""
+    served = state.require_served()
+    batcher = served.batcher
+    futures = await batcher.enqueue(examples, request.scope.get(ANNOUNCEMENT))
+    waiter: asyncio.Future[Any] = futures[0] if len(futures) == 1 else asyncio.gather(*futures)
+    watcher = asyncio.ensure_future(_until_disconnect(request.receive))
+    try:
+        await asyncio.wait((waiter, watcher), return_when=asyncio.FIRST_COMPLETED)
+        answered = waiter.done()  # decided here: a cancelled gather() is not done() until a later loop turn
+    finally:
+        watcher.cancel()
+        if not waiter.done():
+            waiter.cancel()
+        batcher.release(futures)
+    if not answered or waiter.cancelled():
+        return None
+    result = waiter.result()
+    return ([result] if len(futures) == 1 else list(result)), served
+
+
+@dataclass(frozen=True)
+class _RouteLabel:
+    """What :class:`dialogue_safety.service.telemetry.RequestMetricsMiddleware` reads from ``scope["route"]``."""
+
+    path: str
+
+
+class EarlyRefusalMiddleware:
+    """Answer 429 to ``POST /v1/classify`` and ``/v1/classify/batch`` before their body is read or
+    parsed when the batcher would refuse even one item now (:meth:`ServiceState.early_refusal`).
+
+    Under overload most requests are refused: a refusal must cost far less than an answer, or
+    refusing alone takes the CPU that the accepted requests need (and the event loop falls behind,
+    so every answer, 429s included, comes late). Served by ``dialogue-safety serve``, the server's
+    protocol gives these answers itself, before any ASGI work (:mod:`dialogue_safety.service.server`); this
+    middleware is the same rule for any other ASGI server. The connection stays open (the unread
+    body is skipped).
+    """
+
+    def __init__(self, app: ASGIApp, state: ServiceState) -> None:
+        self.app = app
+        self.state = state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        announcement: Announcement | None = scope.get(ANNOUNCEMENT)  # admitted from its head by the server
+        if announcement is None:
+            refusal = self.state.early_refusal(scope["method"], scope["path"])
+            if refusal is not None:
+                scope["route"] = _RouteLabel(scope["path"])  # counted under its route, not "unmatched"
+                await error_response(refusal)(scope, receive, send)
+                return
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            if announcement is not None:
+                announcement.settle()  # ended before its items were queued (invalid, refused...)
+
+
+def api_key_declaration(settings: ServiceSettings) -> list[Any]:
+    """Route dependencies that declare the API key's schemes in OpenAPI (for ``/v1/*`` and the
+    admin routers); none when no key is set. They check nothing: :class:`dialogue_safety.service.auth.ApiKeyMiddleware`
+    checks the key, before the body is read."""
+    if api_key_of(settings) is None:
+        return []
+
+    async def declare_api_key(credentials: BearerCredentials, key: ApiKeyHeader) -> None:
+        """Declares the key's schemes in OpenAPI only (dialogue_safety.service.auth checks the key)."""
+
+    return [Depends(declare_api_key)]
+
+
+def _build_router(state: ServiceState) -> APIRouter:
+    dependencies = api_key_declaration(state.settings)
+
+    v1 = APIRouter(prefix="/v1", tags=["classification"], dependencies=dependencies, responses=ERROR_RESPONSES)
+    ops = APIRouter(tags=["operations"])
+    log_texts = state.settings.log_texts
+
+    @v1.post("/classify", response_model=ClassifyResponse, summary="Classify the last utterance of a dialogue")
+    async def classify(body: ClassifyRequest, request: Request) -> Response:
+        example = _to_example(body, state.limits, "")
+        occlusions = None
+        if body.explain:
+            max_words = min(explain.MAX_EXPLAINED_WORDS, state.settings.queue_size - 1)
+            occlusions = explain.plan(example, history=body.explain_history, max_words=max_words)
+        answer = await _predict(state, request, occlusions.examples() if occlusions else [example])
+        if answer is None:
+            return Response(status_code=CLIENT_CLOSED)
+        predictions, served = answer
+        result = state.decide(predictions[0], body.threshold, served=served)
+        result["model"] = served.model_id
+        if occlusions is not None:
+            result["explanation"] = occlusions.explanation([p.score for p in predictions])
+        state.metrics.count_labels([result["label"]])
+        if log_texts:
+            log.info(
+                "classify history=%r utterance=%r -> %s %.4f",
+                [t.text for t in example.history],
+                example.utterance,
+                result["label"],
+                result["score"],
+            )
+        return JSONResponse(result)
+
+    @v1.post("/classify/batch", response_model=BatchResponse, summary="Classify many items in one request")
+    async def classify_batch(body: BatchRequest, request: Request) -> Response:
+        state.limits.check_batch(len(body.items))
+        examples: dict[int, Example] = {}
+        results: list[dict[str, Any]] = [{} for _ in body.items]
+        for i, item in enumerate(body.items):
+            try:
+                examples[i] = _to_example(item, state.limits, f"items[{i}].")
+            except InvalidInput as exc:
+                if body.item_errors == "fail":
+                    raise
+                results[i] = error_body(exc.code, exc.message, exc.field)
+        # no item to classify: still only a ready service answers 200
+        answer = await _predict(state, request, list(examples.values())) if examples else ([], state.require_served())
+        if answer is None:
+            return Response(status_code=CLIENT_CLOSED)
+        predictions, served = answer
+        for i, prediction in zip(examples, predictions, strict=True):
+            item = body.items[i]
+            own = None if isinstance(item, str) else item.threshold
+            results[i] = state.decide(prediction, body.threshold, own, served=served)
+        classified = [results[i] for i in examples]
+        state.metrics.count_labels([r["label"] for r in classified])
+        if log_texts:
+            for example, r in zip(examples.values(), classified, strict=True):
+                log.info(
+                    "classify history=%r utterance=%r -> %s %.4f",
+                    [t.text for t in example.history],
+                    example.utterance,
+                    r["label"],
+                    r["score"],
+                )
+        errors = len(results) - len(examples)
+        return JSONResponse({"results": results, "errors": errors, "model": served.model_id})
+
+    @v1.get("/model", summary="The model card of the model being served")
+    async def model_card() -> dict[str, Any]:
+        state.require_ready()
+        classifier = state.classifier
+        assert classifier is not None
+        card = classifier.card.model_dump(mode="json")
+        card["serving"] = {
+            "model": state.model_id,
+            "variant": classifier.variant,
+            "provider": classifier.provider,
+            "threshold": state.default_threshold,
+            "max_batch_size": state.settings.max_batch_size,
+            "max_batch_tokens": state.settings.max_batch_tokens,
+            "max_queue_wait_ms": state.settings.max_queue_wait_ms,
+            "latency_bound_ms": _ms_or_none(state.batcher.latency_bound_s if state.batcher is not None else None),
+        }
+        return card
+
+    @ops.get(
+        "/health",
+        response_model=Status,
+        summary="Liveness: the process serves HTTP",
+        responses={503: {"model": ErrorResponse, "description": "the model failed to load"}},
+    )
+    async def health() -> Response:
+        if state.load_error is not None:
+            state.require_ready()  # raises model_failed
+        return JSONResponse({"status": "ok", "model": state.model_id or None})
+
+    @ops.get(
+        "/ready",
+        response_model=Status,
+        summary="Readiness: the model is loaded and warmed up",
+        responses={503: {"model": ErrorResponse, "description": "not ready yet"}},
+    )
+    async def ready() -> Response:
+        state.require_ready()
+        return JSONResponse({"status": "ready", "model": state.model_id})
+
+    @ops.get("/metrics", summary="Prometheus metrics", response_class=Response)
+    async def metrics() -> Response:
+        return Response(state.metrics.render(), media_type=state.metrics.content_type)
+
+    router = APIRouter()
+    router.include_router(v1)
+    router.include_router(ops)
+    return router
+
+
+def create_app(
+    settings: ServiceSettings | None = None,
+    *,
+    classifier_factory: ClassifierFactory | None = None,
+    on_fatal: Callable[[], None] | None = None,
+    on_ready: Callable[[], None] | None = None,
+) -> FastAPI:
+    """Build the app; ``settings`` default to the ``SAFETY_*`` environment. ``on_fatal`` is called
+    (on the event loop) when the model cannot be loaded: the CLI stops the server then; ``on_ready``
+    once the first model serves: the CLI settles the heap then (:func:`dialogue_safety.service.server.settle_heap`)."""
+    settings = settings if settings is not None else ServiceSettings()
+    state = ServiceState(settings, classifier_factory or load_onnx_classifier, on_fatal, on_ready)
+    swapper = ModelSwapper(state)
+    game = BreakItGame(state, settings.breakit_db) if settings.breakit_db else None
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        log_auth_state(settings)
+        if game is not None:
+            await game.open()  # a database that cannot be opened stops the start-up, loudly
+        loader = asyncio.create_task(state.load(), name="safety-model-loader")
+        swapper.install_sighup()
+        try:
+            yield
+        finally:
+            swapper.remove_sighup()
+            loader.cancel()
+            await asyncio.gather(loader, return_exceptions=True)
+            await state.stop()
+            if game is not None:
+                game.close()
+
+    # FastAPIOffline: /docs and /redoc load Swagger UI and ReDoc from the app itself
+    # (/static-offline-docs), never from a CDN, so they render on air-gapped deployments.
+    app = FastAPIOffline(
+        title="Dialogue safety classifier",
+        summary="Is the last message of this conversation offensive, given what was said before it?",
+        version=_package_version(),
+        lifespan=lifespan,
+        strict_content_type=False,  # a body without Content-Type is read as JSON; a wrong one is a 415
+    )
+    app.state.safety = state
+    app.state.early_admission = state.admit_from_head  # dialogue_safety.service.server's protocol answers these itself
+    install_error_handlers(app)
+    # Innermost first: the body guard (size, time, in-flight bytes), then the early 429 of an
+    # overloaded service (before any body byte is read), then the API key (checked before that),
+    # then the request metrics (outermost: they see every answer).
+    app.add_middleware(
+        BodyGuardMiddleware,
+        max_body_bytes=settings.max_body_bytes,
+        body_timeout_s=settings.body_timeout_s,
+        max_inflight_body_bytes=settings.max_inflight_body_bytes,
+    )
+    app.add_middleware(EarlyRefusalMiddleware, state=state)
+    # always installed: without a key it still turns the admin endpoints away
+    app.add_middleware(ApiKeyMiddleware, api_key=api_key_of(settings), public_docs=settings.public_docs)
+    app.add_middleware(RequestMetricsMiddleware, metrics=state.metrics)
+    app.include_router(_build_router(state))
+    app.include_router(admin_router(swapper))
+    if game is not None:
+        app.include_router(game.router())
+    generate_openapi = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = apply_to_openapi(generate_openapi(), state.limits)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+    return app
+
+
+def _package_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("dialogue-safety")
+    except PackageNotFoundError:
+        return "0.0.0"
+
+
+def _ms_or_none(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000, 1)

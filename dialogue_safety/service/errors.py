@@ -1,0 +1,371 @@
+"""The one error table: domain exceptions → HTTP status and a JSON body that says what to fix.
+
+Every error the service returns has the same shape::
+
+    {"error": {"code": "utterance_too_long", "message": "what to fix", "field": "items[3].utterance"}}
+
+The service raises the domain exceptions below (from the limits, the batcher, the API);
+:func:`install_error_handlers` maps them — and FastAPI's own validation and HTTP errors — into
+that shape in one place. Error bodies never echo request texts.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from http import HTTPStatus
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import JSONResponse, Response
+
+log = logging.getLogger("dialogue_safety.service.errors")
+
+
+class ServiceError(Exception):
+    """Base of the domain errors; ``code`` is machine-readable, the message says what to fix."""
+
+    default_code = "error"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        field: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code or self.default_code
+        self.field = field
+        self.headers = dict(headers or {})
+
+
+class InvalidInput(ServiceError):
+    """The request is well-formed JSON but breaks the schema or a limit."""
+
+    default_code = "invalid_request"
+
+
+class MalformedJson(ServiceError):
+    default_code = "malformed_json"
+
+
+class UnsupportedMediaType(ServiceError):
+    default_code = "unsupported_media_type"
+
+
+class PayloadTooLarge(ServiceError):
+    default_code = "payload_too_large"
+
+
+class RequestTimeout(ServiceError):
+    """The request body did not arrive in time (slow, stalled, or shorter than its Content-Length)."""
+
+    default_code = "request_timeout"
+
+
+class Unauthorized(ServiceError):
+    default_code = "unauthorized"
+
+    def __init__(
+        self, message: str = "missing or wrong API key: send 'Authorization: Bearer <key>' or 'X-API-Key: <key>'"
+    ) -> None:
+        super().__init__(message, headers={"WWW-Authenticate": "Bearer"})
+
+
+class NotFound(ServiceError):
+    """No such route, or the request names something that does not exist (a break-it round, task,
+    attack or player)."""
+
+    default_code = "not_found"
+
+
+class Conflict(ServiceError):
+    """The request breaks a rule of the current state (a finished task, a closed round, a duplicate)."""
+
+    default_code = "conflict"
+
+
+class Overloaded(ServiceError):
+    """The bounded queue is full: the caller should back off and retry."""
+
+    default_code = "overloaded"
+
+    def __init__(self, message: str = "the service is overloaded; retry later", *, retry_after_s: int = 1) -> None:
+        super().__init__(message, headers={"Retry-After": str(retry_after_s)})
+
+
+class NotReady(ServiceError):
+    """The model is not loaded and warmed up yet, failed to load, or the service is stopping."""
+
+    default_code = "not_ready"
+
+    def __init__(
+        self,
+        message: str = "the model is not ready yet; retry later",
+        *,
+        code: str | None = None,
+        retry_after_s: int = 1,
+    ) -> None:
+        super().__init__(message, code=code, headers={"Retry-After": str(retry_after_s)})
+
+
+class InferenceFailed(ServiceError):
+    """The inference batch this request was part of failed; other batches are unaffected."""
+
+    default_code = "inference_failed"
+
+    def __init__(
+        self,
+        message: str = "inference failed for the batch holding this request; "
+        "the service keeps running, retry the request",
+    ) -> None:
+        super().__init__(message)
+
+
+class MethodNotAllowed(ServiceError):
+    default_code = "method_not_allowed"
+
+
+class InternalError(ServiceError):
+    """A bug: the details go to the server log, never into the response."""
+
+    default_code = "internal_error"
+
+
+class ErrorInfo(BaseModel):
+    code: str = Field(description="machine-readable error code", examples=["utterance_too_long"])
+    message: str = Field(description="what went wrong and what to fix")
+    field: str | None = Field(None, description="the request field at fault, e.g. items[3].utterance")
+
+
+class ErrorResponse(BaseModel):
+    """The body of every error response."""
+
+    error: ErrorInfo
+
+
+@dataclass(frozen=True)
+class ErrorRow:
+    exception: type[ServiceError]
+    status: int
+    when: str
+    codes: tuple[str, ...] = ()  # every ``code`` this exception is raised with (default: its default_code)
+
+    @property
+    def all_codes(self) -> tuple[str, ...]:
+        return self.codes or (self.exception.default_code,)
+
+
+# THE table: every status and code the service answers with (docs/api.md reproduces it; a test
+# holds the doc to it). Order matters only for documentation; lookup follows the exception's MRO.
+ERROR_TABLE: tuple[ErrorRow, ...] = (
+    ErrorRow(MalformedJson, 400, "the body is not valid UTF-8 JSON (or nests too deeply)"),
+    ErrorRow(Unauthorized, 401, "an API key is configured and the request lacks it or has a wrong one"),
+    ErrorRow(NotFound, 404, "no such route, or a break-it round, task, attack or player that does not exist"),
+    ErrorRow(MethodNotAllowed, 405, "e.g. GET /v1/classify"),
+    ErrorRow(RequestTimeout, 408, "the body did not arrive within body_timeout_s (the connection is closed)"),
+    ErrorRow(Conflict, 409, "a break-it game rule or a concurrent write refused the request"),
+    ErrorRow(PayloadTooLarge, 413, "the body is larger than max_body_bytes (Content-Length or streamed)"),
+    ErrorRow(UnsupportedMediaType, 415, "a Content-Type other than JSON, or a Content-Encoding (gzip...)"),
+    ErrorRow(
+        InvalidInput,
+        422,
+        "schema violation or a request limit (see dialogue_safety/service/limits.py)",
+        (
+            "invalid_request",
+            "invalid_threshold",
+            "empty_utterance",
+            "invalid_text",
+            "utterance_too_long",
+            "too_many_history_turns",
+            "turn_too_long",
+            "too_many_items",
+            "empty_batch",
+            "model_refused",
+        ),
+    ),
+    ErrorRow(Overloaded, 429, "the inference queue or the body buffer is full (Retry-After says when to retry)"),
+    ErrorRow(InferenceFailed, 500, "the inference batch holding this request failed"),
+    ErrorRow(InternalError, 500, "a bug; details in the server log, never in the response"),
+    ErrorRow(
+        NotReady,
+        503,
+        "model not loaded/warmed up yet, failed to load, or shutting down",
+        ("not_ready", "model_failed", "shutting_down"),
+    ),
+)
+_STATUS: dict[type[ServiceError], int] = {row.exception: row.status for row in ERROR_TABLE}
+_HTTP_ERRORS: dict[int, type[ServiceError]] = {404: NotFound, 405: MethodNotAllowed}
+
+
+def openapi_responses(model: type[BaseModel]) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` for the API routes, generated from :data:`ERROR_TABLE` (one entry per
+    status; rows sharing a status are joined)."""
+    whens: dict[int, list[str]] = {}
+    for row in ERROR_TABLE:
+        whens.setdefault(row.status, []).append(row.when)
+    return {status: {"model": model, "description": "; ".join(w)} for status, w in sorted(whens.items())}
+
+
+def status_of(exc: ServiceError) -> int:
+    for cls in type(exc).__mro__:
+        if cls in _STATUS:
+            return _STATUS[cls]
+    return 500
+
+
+def error_body(code: str, message: str, field: str | None = None) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message, "field": field}}
+
+
+def error_response(exc: ServiceError, *, close: bool = False) -> JSONResponse:
+    """The JSON error response for ``exc``; ``close`` also ends the connection (for answers sent
+    before the body was read: what is left of it is never read)."""
+    headers = dict(exc.headers)
+    if close:
+        headers["Connection"] = "close"
+    return JSONResponse(
+        error_body(exc.code, exc.message, exc.field), status_code=status_of(exc), headers=headers or None
+    )
+
+
+def error_response_bytes(
+    exc: ServiceError, default_headers: Sequence[tuple[bytes, bytes]] = (), *, keep_alive: bool = True
+) -> bytes:
+    """:func:`error_response` as the bytes of an HTTP/1.1 response (the same status, headers and JSON
+    body), for answers the server writes itself before any ASGI app runs (:mod:`dialogue_safety.service.server`'s early
+    429). ``default_headers``: the server's own (``date``)."""
+    body = json.dumps(error_body(exc.code, exc.message, exc.field), ensure_ascii=False, separators=(",", ":")).encode()
+    status = status_of(exc)
+    reason = HTTPStatus(status).phrase.encode()
+    lines = [b"HTTP/1.1 %d %s" % (status, reason)]
+    lines += [name + b": " + value for name, value in default_headers]
+    lines += [b"content-type: application/json", b"content-length: %d" % len(body)]
+    lines += [f"{name.lower()}: {value}".encode("latin-1") for name, value in exc.headers.items()]
+    if not keep_alive:
+        lines.append(b"connection: close")
+    return b"\r\n".join(lines) + b"\r\n\r\n" + body
+
+
+class RefusedWhileReading(StarletteHTTPException):
+    """A :class:`ServiceError` raised while the body streams in (by the ASGI guards in
+    :mod:`dialogue_safety.service.limits`); an HTTPException so that FastAPI's body reader lets it through to the
+    error table, which answers ``error`` in the JSON error shape."""
+
+    def __init__(self, error: ServiceError, *, close: bool = False) -> None:
+        super().__init__(status_code=status_of(error), detail=error.message)
+        self.error = error
+        self.close = close
+
+
+def format_loc(loc: Sequence[Any]) -> str | None:
+    """``("body", "items", 3, "object", "utterance")`` → ``"items[3].utterance"``."""
+    parts = list(loc)
+    if parts and parts[0] in {"body", "query", "path", "header"}:
+        parts = parts[1:]
+    out = ""
+    for i, part in enumerate(parts):
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif i > 0 and isinstance(parts[i - 1], int) and part in {"object", "string"}:
+            continue  # a tagged-union branch name, not a field
+        else:
+            out += f".{part}" if out else str(part)
+    return out or None
+
+
+NOT_TEXT_MESSAGE = (
+    "the text holds a lone UTF-16 surrogate (a \\ud800-\\udfff escape without its pair), which is not "
+    "Unicode text; send valid UTF-8 / complete surrogate pairs"
+)
+
+
+def from_validation_error(exc: RequestValidationError) -> ServiceError:
+    """Turn FastAPI's validation error into ours (its first error is reported; inputs never echoed)."""
+    errors = exc.errors()
+    if not errors:
+        return InvalidInput("the request does not match the schema")
+    first = errors[0]
+    kind = str(first.get("type", ""))
+    loc = tuple(first.get("loc", ()))
+    if kind == "json_invalid":
+        detail = (first.get("ctx") or {}).get("error", "")
+        return MalformedJson(f"the body is not valid JSON ({detail}); send a JSON object".replace(" ()", ""))
+    if loc == ("body",) and isinstance(first.get("input"), bytes | bytearray):
+        return UnsupportedMediaType("send the body as JSON with 'Content-Type: application/json'")
+    if loc == ("body",) and kind == "missing":
+        return InvalidInput("the request body is empty; send a JSON object (see /docs)")
+    field = format_loc(loc)
+    if kind == "string_unicode":  # pydantic's word for a lone surrogate in a constrained string
+        return InvalidInput(NOT_TEXT_MESSAGE, code="invalid_text", field=field)
+    message = str(first.get("msg", "invalid value"))
+    code = "invalid_request"
+    if field and field.split(".")[-1] == "threshold":
+        code = "invalid_threshold"
+        message = "threshold must be a number in [0, 1]"
+    elif kind == "missing":
+        message = f"{field} is required"
+    elif field:
+        message = f"{field}: {message}"
+    extra = f" (and {len(errors) - 1} more error(s))" if len(errors) > 1 else ""
+    return InvalidInput(message + extra, code=code, field=field)
+
+
+async def _service_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ServiceError)
+    return error_response(exc)
+
+
+async def _validation_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RequestValidationError)
+    return error_response(from_validation_error(exc))
+
+
+# FastAPI's answer when the body bytes cannot be decoded at all (not UTF-8, nesting too deep...).
+_UNPARSABLE_BODY = "There was an error parsing the body"
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, StarletteHTTPException)
+    if isinstance(exc, RefusedWhileReading):
+        return error_response(exc.error, close=exc.close)
+    if exc.status_code == 400 and exc.detail == _UNPARSABLE_BODY:
+        cause = exc.__cause__
+        why = "nested too deeply" if isinstance(cause, RecursionError) else "not UTF-8 JSON"
+        return error_response(
+            MalformedJson(f"the body could not be read as JSON ({why}); send a UTF-8 encoded, uncompressed JSON object")
+        )
+    if exc.status_code == 413:
+        return error_response(
+            PayloadTooLarge(
+                "the request body is too large (SAFETY_MAX_BODY_BYTES): send fewer or shorter items per request"
+            )
+        )
+    known = _HTTP_ERRORS.get(exc.status_code)
+    if known is not None:
+        error = known(str(exc.detail), headers=exc.headers)
+        return error_response(error)
+    return JSONResponse(
+        error_body("http_error", str(exc.detail)), status_code=exc.status_code, headers=dict(exc.headers or {}) or None
+    )
+
+
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    # Log the traceback (code locations, no request body); answer without any detail.
+    log.error("unexpected error on %s %s", request.method, request.url.path, exc_info=exc)
+    return error_response(InternalError("internal error; see the server logs"))
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(ServiceError, _service_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(Exception, _unexpected)

@@ -1,0 +1,151 @@
+"""Hot swap: serve a new model directory without dropping or failing the requests in flight.
+
+Two triggers, one path (:meth:`ModelSwapper.swap`):
+
+* ``POST /admin/model {"model_dir": "..."}`` with the API key (the admin endpoint is refused
+  when no ``SAFETY_API_KEY`` is configured; :mod:`dialogue_safety.service.auth` checks both);
+* ``SIGHUP``: reload the model directory in force (point a symlink at the new directory, then
+  ``kill -HUP``).
+
+The new directory is checked, loaded, warmed up and probed *beside* the old model; anything
+wrong (no card, no ONNX file, a graph that does not load, a probe score that is not a
+probability) refuses the swap and the old model keeps serving. Once it passes, the service
+switches to it in one step (new requests go to the new model's batcher) and the old batcher
+is drained: what was queued there finishes on the old model and is answered with the old
+model's id and threshold (:class:`dialogue_safety.service.api.ServedModel`). ``/v1/model`` and the
+``safety_model_info`` metric show the new version; ``safety_model_swaps{outcome}`` counts swaps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import signal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from fastapi import APIRouter
+from prometheus_client import Counter
+from pydantic import BaseModel, ConfigDict, Field
+
+from dialogue_safety.core.schema import Example
+from dialogue_safety.service.auth import ADMIN_PREFIX
+from dialogue_safety.service.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from dialogue_safety.service.api import Classifier, ServiceState
+
+log = logging.getLogger("dialogue_safety.service.hot_swap")
+DRAIN_TIMEOUT_S = 60.0  # the old model finishes its queued requests within this, or they fail (503)
+PROBE = Example.from_texts("thanks, that helps a lot", ["can you recommend a book?"])
+
+
+class SwapRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    model_dir: str | None = Field(None, description="the model directory to serve (default: reload the current one)")
+
+
+class SwapResult(BaseModel):
+    model: str = Field(description="<name>@<version> now served")
+    previous: str = Field(description="<name>@<version> served before")
+    model_dir: str
+    drained: bool = Field(description="every request queued on the previous model finished on it")
+
+
+def _check_probe(classifier: Classifier) -> None:
+    predictions = classifier.predict_encoded(classifier.encode([PROBE]))
+    if len(predictions) != 1:
+        raise ValueError(f"the probe returned {len(predictions)} predictions for 1 example")
+    score = predictions[0].score
+    if not (isinstance(score, float) and math.isfinite(score) and 0.0 <= score <= 1.0):
+        raise ValueError(f"the probe score {score!r} is not a probability")
+
+
+class ModelSwapper:
+    """One swap at a time; a refused swap changes nothing."""
+
+    def __init__(self, state: ServiceState) -> None:
+        self.state = state
+        self._lock = asyncio.Lock()
+        self.swaps = Counter(
+            "safety_model_swaps",
+            "hot swaps of the served model by outcome",
+            ["outcome"],
+            registry=state.metrics.registry,
+        )
+
+    async def swap(self, model_dir: str | Path | None = None) -> SwapResult:
+        """Serve ``model_dir`` (default: the current model directory, re-read) or raise InvalidInput."""
+        from dialogue_safety.core.model_dir import model_dir_problem  # the one check of a model directory's layout
+
+        async with self._lock:
+            state = self.state
+            target = Path(model_dir) if model_dir is not None else state.settings.model_dir
+            problem = model_dir_problem(target)
+            settings = state.settings.model_copy(update={"model_dir": target})
+            classifier = None
+            if problem is None:
+                try:
+                    classifier = await state.load_classifier(settings)
+                    await asyncio.to_thread(_check_probe, classifier)
+                except Exception as exc:  # noqa: BLE001  (any failure refuses the swap)
+                    problem = f"{target} does not load: {type(exc).__name__}: {exc}"
+            if problem is not None or classifier is None:
+                self.swaps.labels(outcome="refused").inc()
+                log.error("hot swap refused, %s keeps serving: %s", state.model_id or "nothing", problem)
+                raise InvalidInput(
+                    f"model refused, the current model keeps serving: {problem}",
+                    code="model_refused",
+                    field="model_dir",
+                )
+            previous_id = state.model_id
+            old = await state.install(classifier, settings)
+            drained = True if old is None else await old.drain(DRAIN_TIMEOUT_S)
+            self.swaps.labels(outcome="swapped").inc()
+            log.info("hot swap: %s -> %s from %s (drained: %s)", previous_id, state.model_id, target, drained)
+            return SwapResult(model=state.model_id, previous=previous_id, model_dir=str(target), drained=drained)
+
+    def install_sighup(self) -> bool:
+        """Reload the current model directory on SIGHUP (only possible in the main thread's loop)."""
+        loop = asyncio.get_running_loop()
+        try:
+            loop.add_signal_handler(signal.SIGHUP, self._on_sighup)
+        except (RuntimeError, ValueError, NotImplementedError, AttributeError):
+            log.debug("SIGHUP reload not installed (not the main thread, or no SIGHUP on this platform)")
+            return False
+        return True
+
+    def remove_sighup(self) -> None:
+        with contextlib.suppress(RuntimeError, ValueError, NotImplementedError, AttributeError):
+            asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
+
+    def _on_sighup(self) -> None:
+        log.info("SIGHUP: reloading %s", self.state.settings.model_dir)
+        task = asyncio.ensure_future(self.swap())
+        task.add_done_callback(_log_failure)
+
+
+def _log_failure(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.debug("SIGHUP reload failed: %s", task.exception())
+
+
+def admin_router(swapper: ModelSwapper) -> APIRouter:
+    """``POST /admin/model``: needs the API key; refused outright when none is configured (both
+    decided by :class:`dialogue_safety.service.auth.ApiKeyMiddleware`, before the body is read)."""
+    from dialogue_safety.service.api import ERROR_RESPONSES, api_key_declaration
+
+    router = APIRouter(
+        prefix=ADMIN_PREFIX,
+        tags=["admin"],
+        dependencies=api_key_declaration(swapper.state.settings),
+        responses=ERROR_RESPONSES,
+    )
+
+    @router.post("/model", response_model=SwapResult, summary="Hot-swap the served model (refused if it does not load)")
+    async def swap_model(body: SwapRequest) -> SwapResult:
+        return await swapper.swap(body.model_dir)
+
+    return router

@@ -1,0 +1,346 @@
+"""How uvicorn runs the app: connection limits, header and keep-alive timeouts, the access log.
+
+uvicorn (0.3x) neither caps open connections nor times out a connection that never finishes its
+request head, so idle or slow clients could hold every file descriptor. :func:`uvicorn_config`
+builds the one configuration the CLI and the tests use, with a protocol class that
+
+* at ``max_connections`` open connections (capped below the process's open-files limit,
+  which it raises to the hard limit), makes room for a new connection by closing the one that
+  has waited longest without sending a request head (idle clients go first; a connection in
+  the middle of a request is never closed for this), or closes the new one when every
+  connection is busy; both are logged (rate-limited);
+* closes a connection that has not sent a complete request head ``header_timeout_s`` after it
+  opened or after its previous response (idle and slowloris clients);
+* answers a request itself, from its head, when the app's ``early_admission`` hook (set by
+  :func:`dialogue_safety.service.api.create_app`: the 429 of an overloaded service) says so: no ASGI task,
+  middleware or body parsing, so that refusing most requests under overload stays far cheaper
+  than answering them (the body that follows is skipped; the connection stays open);
+
+and an access-log filter that drops query strings. :func:`settle_heap` keeps what is loaded at
+start out of the garbage collector's way (the CLI calls it once the model serves);
+:func:`fix_trim_threshold` and :func:`give_back_freed_memory` give memory freed after a burst back. Request bodies
+are guarded by :class:`dialogue_safety.service.limits.BodyGuardMiddleware` (size, time, in-flight bytes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import gc
+import logging
+import os
+import resource
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from dialogue_safety.service.errors import ServiceError, error_response_bytes, status_of
+from dialogue_safety.service.settings import ServiceSettings
+
+#: (method, raw request target, headers, scope) -> the error to answer at once, or None to serve the
+#: request (the hook may leave a note for the app in its ASGI scope)
+EarlyAdmission = Callable[[bytes, bytes, Sequence[tuple[bytes, bytes]], dict[str, Any]], ServiceError | None]
+
+log = logging.getLogger("dialogue_safety.service.server")
+FD_RESERVE = 128  # descriptors kept for the model, logs, and the process itself
+WARN_EVERY_S = 10.0
+GC_FULL_EVERY = 1000  # younger collections between two full ones (CPython's default: 10)
+M_TRIM_THRESHOLD = -1  # glibc's mallopt parameter number
+TRIM_THRESHOLD_BYTES = 128 * 1024  # glibc's own default, made fixed
+TRIM_EVERY_S = 1.0  # how often freed memory goes back to the system, after connection activity
+
+
+def raise_open_files_limit() -> int:
+    """Raise the soft open-files limit to the hard one; return the limit now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError):
+            pass
+    return soft if soft != resource.RLIM_INFINITY else 1 << 20
+
+
+def settle_heap() -> None:
+    """Keep the long-lived heap out of the garbage collector's scans, once the model serves.
+
+    The app, the model and the tokenizer hold about a million Python objects that live as long as
+    the process. Under load, requests in flight survive the young collections, so the oldest
+    generation keeps growing and CPython runs a full collection about every second; each one
+    scanned the whole heap (~100 ms on our 2-core machines) with the event loop stopped: every
+    answer due then, 429s included, waited. So: collect once, freeze what is left (still freed by
+    reference counting, never scanned again), and run full collections 100 times less often (what
+    they find under load is a few hundred objects of reference cycles). Under overload the requests
+    waiting their turn are the rest of the heap (~1,000 requests with their connections at a 1 s
+    queue bound): with full collections only 10 times rarer than CPython's default, their pauses put
+    the 429s' p99 at 60-110 ms in 5 of 6 runs of `bench abuse --attacks "overload 4x"`; 100 times
+    rarer, 12-14 ms in 3 of 3; never, 15 ms."""
+    gc.collect()
+    gc.freeze()
+    young, middle, oldest = gc.get_threshold()
+    gc.set_threshold(young, middle, max(oldest, GC_FULL_EVERY))
+
+
+def fix_trim_threshold() -> bool:
+    """Let glibc give freed memory back to the system after a burst (Linux with glibc; True if set).
+
+    glibc raises its mmap and trim thresholds each time a large mmapped block is freed (a 2 MB
+    request body is one), so the buffers of a later burst (a thousand slow or partial bodies) come
+    from the heap and stay mapped after they are freed: RSS stayed ~70 MiB above its baseline after
+    `bench abuse`'s slow-body attack. Fixing the trim threshold at glibc's default turns that
+    adjustment off (as ``MALLOC_TRIM_THRESHOLD_`` would; a value set there is left alone).
+    Call before the first large allocation."""
+    mallopt = _glibc("mallopt")
+    if mallopt is None or "MALLOC_TRIM_THRESHOLD_" in os.environ:
+        return False
+    return bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES))
+
+
+def _glibc(name: str) -> Callable[..., int] | None:
+    """A glibc allocator function (None elsewhere: not Linux, or musl)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        function: Callable[..., int] = getattr(ctypes.CDLL("libc.so.6"), name)
+    except (OSError, AttributeError):
+        return None
+    return function
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's ``malloc_trim`` (None elsewhere)."""
+    return _glibc("malloc_trim")
+
+
+def give_back_freed_memory(guard: ConnectionGuard, every_s: float = TRIM_EVERY_S) -> asyncio.Task[None] | None:
+    """Every ``every_s``, if connections came, went or sent requests since the last time, give the
+    memory freed since back to the system (glibc's ``malloc_trim``; None where there is none, and
+    no task). The fixed trim threshold (:func:`fix_trim_threshold`) returns the top of the heap;
+    this also returns free pages inside it. A trim takes ~2 ms on the event loop when a burst was
+    freed (0.03 ms when there is nothing to return), so once a second costs the loop ~0.2 % at most.
+    The task is kept on ``guard`` (``guard.trimmer``)."""
+    trim = _malloc_trim()
+    if trim is None:
+        return None
+
+    async def watch() -> None:
+        trimmed = guard.activity
+        while True:
+            await asyncio.sleep(every_s)
+            if guard.activity != trimmed:
+                trimmed = guard.activity
+                trim(0)
+
+    guard.trimmer = asyncio.get_running_loop().create_task(watch(), name="safety-give-back-freed-memory")
+    return guard.trimmer
+
+
+def connection_cap(settings: ServiceSettings) -> int:
+    """``max_connections``, lowered to fit the open-files limit (with a warning)."""
+    limit = raise_open_files_limit()
+    cap = min(settings.max_connections, max(1, limit - FD_RESERVE))
+    if cap < settings.max_connections:
+        log.warning(
+            "max_connections %d lowered to %d: the open-files limit is %d (raise it with ulimit -n)",
+            settings.max_connections,
+            cap,
+            limit,
+        )
+    return cap
+
+
+class ConnectionGuard:
+    """Shared by every connection of one server: the cap, the head timeout, refusal counts."""
+
+    def __init__(
+        self, max_connections: int, header_timeout_s: float, early_admission: EarlyAdmission | None = None
+    ) -> None:
+        self.max_connections = max_connections
+        self.header_timeout_s = header_timeout_s
+        self.early_admission = early_admission
+        self.refused_early = 0  # requests answered from their head (early_admission)
+        self.open = 0
+        self.refused = 0
+        self.evicted = 0
+        self.timed_out = 0
+        self.waiting: dict[Any, None] = {}  # connections waiting for a request head, oldest first
+        self.activity = 0  # connections opened or closed and request heads received (give_back_freed_memory)
+        self.trimmer: asyncio.Task[None] | None = None
+        self._last_warning = 0.0
+
+    def admit(self) -> bool:
+        if self.open >= self.max_connections:
+            self._warn()
+            if not self.waiting:
+                self.refused += 1
+                return False
+            oldest = next(iter(self.waiting))
+            self.evicted += 1
+            oldest.evict()  # frees its slot at once
+        self.open += 1
+        return True
+
+    def _warn(self) -> None:
+        now = time.monotonic()
+        if now - self._last_warning >= WARN_EVERY_S:
+            self._last_warning = now
+            log.warning(
+                "connection limit reached: %d connections open (SAFETY_MAX_CONNECTIONS); so far %d idle "
+                "connections closed to make room, %d new ones refused (all busy), %d closed for not sending a "
+                "request head in %g s",
+                self.open,
+                self.evicted,
+                self.refused,
+                self.timed_out,
+                self.header_timeout_s,
+            )
+
+
+def guarded_protocol(guard: ConnectionGuard) -> type[HttpToolsProtocol]:
+    """uvicorn's httptools protocol with the connection cap and the request-head timeout."""
+
+    class GuardedHttpToolsProtocol(HttpToolsProtocol):
+        _admitted = False
+        _head_timer: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            guard.activity += 1
+            if not guard.admit():
+                transport.abort()
+                return
+            self._admitted = True
+            self._arm_head_timer()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            guard.activity += 1
+            self._disarm_head_timer()
+            self._release_slot()
+            super().connection_lost(exc)
+
+        def _release_slot(self) -> None:
+            if self._admitted:
+                self._admitted = False
+                guard.open -= 1
+
+        def evict(self) -> None:
+            """Closed to make room for a new connection (it was waiting for a request head)."""
+            self._disarm_head_timer()
+            self._release_slot()
+            self.transport.abort()
+
+        def on_headers_complete(self) -> None:
+            guard.activity += 1
+            self._disarm_head_timer()
+            admit = guard.early_admission
+            idle = (self.cycle is None or self.cycle.response_complete) and not self.pipeline
+            if admit is not None and idle and not self.parser.should_upgrade():
+                refusal = admit(self.parser.get_method(), self.url, self.headers, self.scope)  # type: ignore[arg-type]
+                if refusal is not None:
+                    self._answer_from_head(refusal)
+                    return
+            super().on_headers_complete()
+
+        def _answer_from_head(self, refusal: ServiceError) -> None:
+            """Write ``refusal`` now; the request's body, as it arrives, is skipped."""
+            guard.refused_early += 1
+            keep_alive = self.parser.get_http_version() == "1.1" and self.parser.should_keep_alive()
+            self.cycle = _ANSWERED  # type: ignore[assignment]  # uvicorn skips the body of a complete response
+            self.transport.write(
+                error_response_bytes(refusal, self.server_state.default_headers, keep_alive=keep_alive)
+            )
+            if self.access_log:
+                self.access_logger.info(
+                    '%s - "%s %s HTTP/%s" %d',
+                    "{}:{}".format(*self.client) if self.client else "-",
+                    self.parser.get_method().decode("ascii"),
+                    self.url.partition(b"?")[0].decode("ascii", "replace"),
+                    self.parser.get_http_version(),
+                    status_of(refusal),
+                )
+            if keep_alive:
+                self.on_response_complete()
+            else:
+                self.transport.close()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if not self.transport.is_closing() and not self.pipeline:
+                self._arm_head_timer()  # the next request's head must come in time too
+
+        def _arm_head_timer(self) -> None:
+            self._disarm_head_timer()
+            self._head_timer = self.loop.call_later(guard.header_timeout_s, self._head_timed_out)
+            guard.waiting[self] = None
+
+        def _disarm_head_timer(self) -> None:
+            guard.waiting.pop(self, None)
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+
+        def _head_timed_out(self) -> None:
+            self._head_timer = None
+            guard.waiting.pop(self, None)
+            if not self.transport.is_closing():
+                guard.timed_out += 1
+                self.transport.close()
+
+    return GuardedHttpToolsProtocol
+
+
+class _AnsweredCycle:
+    """Stands in for uvicorn's request cycle of a request answered from its head (complete)."""
+
+    response_complete = True
+    disconnected = False
+    keep_alive = True
+
+    class message_event:  # noqa: N801  # uvicorn calls cycle.message_event.set()
+        @staticmethod
+        def set() -> None:
+            pass
+
+
+_ANSWERED = _AnsweredCycle()
+
+
+class DropQueryString(logging.Filter):
+    """uvicorn's access log without query strings (they may hold tokens or texts)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and len(args) >= 3 and isinstance(args[2], str) and "?" in args[2]:
+            record.args = (*args[:2], args[2].split("?", 1)[0], *args[3:])
+        return True
+
+
+def uvicorn_config(app: Any, settings: ServiceSettings, **overrides: Any) -> uvicorn.Config:
+    """The uvicorn configuration the service runs under (``overrides`` for tests: port, log level)."""
+    early_admission = getattr(
+        getattr(app, "state", None), "early_admission", None
+    )  # dialogue_safety.service.api.create_app's
+    guard = ConnectionGuard(connection_cap(settings), settings.header_timeout_s, early_admission)
+    logging.getLogger("uvicorn.access").addFilter(DropQueryString())
+    options: dict[str, Any] = dict(
+        host=settings.host,
+        port=settings.port,
+        workers=1,
+        http=guarded_protocol(guard),
+        log_level=settings.log_level,
+        access_log=settings.access_log,
+        proxy_headers=False,
+        server_header=False,
+        timeout_keep_alive=settings.keep_alive_timeout_s,
+        timeout_graceful_shutdown=10,
+        lifespan="on",
+    )
+    options.update(overrides)
+    config = uvicorn.Config(app, **options)
+    config.connection_guard = guard  # type: ignore[attr-defined]  # for tests and the abuse benchmark
+    return config

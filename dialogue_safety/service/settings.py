@@ -1,0 +1,217 @@
+"""Service settings: environment variables with the ``SAFETY_`` prefix, overridable by CLI flags.
+
+Built by :func:`dialogue_safety.service.api.create_app` (or the CLI), never at import time::
+
+    SAFETY_MODEL_DIR=models/default SAFETY_MAX_WAIT_MS=2 dialogue-safety serve --port 8000
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sysconfig
+from contextlib import suppress
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from dialogue_safety.core.batch_budget import MAX_BATCH_TOKENS
+
+ENV_PREFIX = "SAFETY_"
+#: settings renamed, read under their old name with a warning: old name -> new name (None: no longer used)
+DEPRECATED_SETTINGS: dict[str, str | None] = {
+    "inference_token_budget": "max_batch_tokens",  # after 0.3.0: one batching budget (TEI's max_batch_tokens)
+    "token_budget": None,  # after 0.3.0: batches close at max_batch_size items; max_batch_tokens cuts them
+    # after 0.3.0: the request limit apart from the model's truncation setting (encoding.max_history_turns)
+    "max_history_turns": "max_request_history_turns",
+}
+log = logging.getLogger("dialogue_safety.service.settings")
+LogLevel = Literal["critical", "error", "warning", "info", "debug", "trace"]
+
+
+#: where the bundled model lives, relative to a source checkout and to an installation's data prefix
+BUNDLED_MODEL = Path("models") / "default"
+INSTALLED_MODEL = Path("share") / "dialogue-safety" / BUNDLED_MODEL  # pyproject.toml [tool.setuptools.data-files]
+
+
+def model_dir_candidates() -> list[Path]:
+    """Where the bundled model is looked for, in order (``SAFETY_MODEL_DIR`` / ``--model`` come first).
+
+    1. ``<source checkout>/models/default``: the repository this code runs from (editable installs);
+    2. ``<prefix>/share/dialogue-safety/models/default``: installed with the package by ``pip install .``
+       (the environment's data prefix, then the user scheme's for ``pip install --user``).
+    """
+    candidates = [Path(__file__).resolve().parents[2] / BUNDLED_MODEL]  # <checkout>/dialogue_safety/service/
+    for scheme in (None, f"{os.name}_user"):
+        with suppress(KeyError):
+            data = sysconfig.get_path("data", scheme) if scheme else sysconfig.get_path("data")
+            candidate = Path(data) / INSTALLED_MODEL
+            if candidate not in candidates:
+                candidates.append(candidate)
+    return candidates
+
+
+def default_model_dir() -> Path:
+    """The first of :func:`model_dir_candidates` that exists (else the first, for the error message)."""
+    candidates = model_dir_candidates()
+    return next((c for c in candidates if c.is_dir()), candidates[0])
+
+
+class ServiceSettings(BaseSettings):
+    """Everything the HTTP service can be told; one field per ``SAFETY_<NAME>`` variable."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True)
+
+    # where to listen
+    host: str = Field(default="127.0.0.1", description="interface to bind (0.0.0.0 in containers)")
+    port: int = Field(default=8000, ge=0, le=65535, description="TCP port (0 picks a free one)")
+
+    # which model, how it runs
+    model_dir: Path = Field(default_factory=default_model_dir, description="ONNX model directory")
+    variant: str | None = Field(default=None, description="ONNX variant (fp32, optimized, int8, fp16); card default")
+    providers: str | None = Field(
+        default=None,
+        description="comma-separated onnxruntime providers, e.g. CUDAExecutionProvider,CPUExecutionProvider",
+    )
+    intra_op_threads: int | None = Field(default=None, ge=1, description="onnxruntime intra-op threads")
+    allow_spinning: bool | None = Field(
+        default=None, description="onnxruntime intra-op threads spin while idle (default: the runtime's)"
+    )
+    threshold: float | None = Field(
+        default=None, ge=0.0, le=1.0, description="decision threshold override (default: the model card's)"
+    )
+
+    # micro-batching
+    max_batch_size: int = Field(default=64, ge=1, le=4096, description="items per inference batch at most")
+    max_batch_tokens: int = Field(
+        default=MAX_BATCH_TOKENS,
+        ge=1,
+        description="padded tokens per inference call at most (items x longest): each batch runs in length-sorted "
+        "calls this big (less padding waste on CPU; raise it on GPU)",
+    )
+    max_wait_ms: float = Field(
+        default=2.0, ge=0.0, le=1000.0, description="how long a batch may wait for company once traffic is concurrent"
+    )
+    queue_size: int = Field(
+        default=1024, ge=1, description="items waiting for inference at most (a hard cap; beyond: 429)"
+    )
+    max_queue_wait_ms: float = Field(
+        default=1000.0,
+        gt=0.0,
+        description="how long an accepted item may wait for inference: an accepted request is answered within this "
+        "plus one batch (plus its own first batches when it has more items than one batch); a request whose "
+        "wait, estimated from the measured throughput, would be longer gets 429 at once; an item that could no "
+        "longer be answered in time when its batch forms is refused, not served late (the queue bound = "
+        "throughput x this wait)",
+    )
+
+    # connections and bodies (see docs/api.md, "Production settings")
+    max_connections: int = Field(
+        default=4096,
+        ge=1,
+        description="open TCP connections at most (capped below the open-files limit); beyond: closed at once",
+    )
+    header_timeout_s: float = Field(
+        default=10.0, gt=0.0, description="seconds a new connection has to send a complete request head"
+    )
+    keep_alive_timeout_s: float = Field(
+        default=5.0, gt=0.0, description="seconds an idle keep-alive connection stays open between requests"
+    )
+    body_timeout_s: float = Field(
+        default=10.0, gt=0.0, description="seconds a request has to send its whole body (then 408, closed)"
+    )
+    max_inflight_body_bytes: int = Field(
+        default=64 * 1024 * 1024,
+        ge=1,
+        description="bytes all unfinished request bodies may hold together (Content-Length counts at once); "
+        "beyond: 429",
+    )
+
+    # request limits (see docs/api.md, "Limits and errors")
+    max_request_history_turns: int = Field(
+        default=32,
+        ge=0,
+        description="history turns per item at most; a request with more is refused (422). Not the model's "
+        "truncation (the card's encoding.max_history_turns keeps the newest turns the model reads)",
+    )
+    max_turn_chars: int = Field(default=4000, ge=1, description="characters per history turn at most")
+    max_utterance_chars: int = Field(default=4000, ge=1, description="characters per utterance at most")
+    max_batch_items: int = Field(default=256, ge=1, description="items per /v1/classify/batch request at most")
+    max_body_bytes: int = Field(default=2 * 1024 * 1024, ge=1, description="request body size at most (bytes)")
+
+    # access and logging
+    api_key: SecretStr | None = Field(
+        default=None,
+        description="if set, /v1/* and the API docs need 'Authorization: Bearer <key>' or 'X-API-Key: <key>' "
+        "(an empty value is refused: unset the variable to run without a key)",
+    )
+    public_docs: bool = Field(
+        default=False, description="with an API key set, keep /docs, /redoc and /openapi.json open without it"
+    )
+    log_texts: bool = Field(default=False, description="log request texts and scores (never on by default)")
+    log_level: LogLevel = Field(default="info", description="uvicorn and service log level")
+    access_log: bool = Field(default=True, description="uvicorn access log (method, path, status; never bodies)")
+    retry_after_s: int = Field(default=1, ge=1, description="Retry-After seconds sent with 429 and 503")
+
+    # build it / break it / fix it (dialogue_safety/breakit): off unless a database is given
+    breakit_db: str | None = Field(
+        default=None,
+        description="enables the break-it game at /break-it: an SQLite file (created, WAL) or a database URL "
+        "(postgresql://user@host/db; put a URL with a password in the environment, not on the command line)",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _deprecated_names(cls, data: Any) -> Any:
+        """Old ``SAFETY_*`` variables still work for a while: the value moves to the new name, with a warning."""
+        if not isinstance(data, dict):
+            return data
+        for old, new in DEPRECATED_SETTINGS.items():
+            env = f"{ENV_PREFIX}{old.upper()}"
+            value = data.pop(old, None)
+            if value is None:
+                value = next((v for k, v in os.environ.items() if k.upper() == env), None)
+            if value is None:
+                continue
+            if new is None:
+                log.warning("%s is no longer used and is ignored", env)
+            elif new in data:
+                log.warning("%s is deprecated and ignored: %s%s is set", env, ENV_PREFIX, new.upper())
+            else:
+                log.warning("%s is deprecated: use %s%s", env, ENV_PREFIX, new.upper())
+                data[new] = value
+        return data
+
+    @model_validator(mode="after")
+    def _api_key_is_not_empty(self) -> ServiceSettings:
+        if self.api_key is not None and not self.api_key.get_secret_value().strip():
+            raise ValueError(
+                f"{ENV_PREFIX}API_KEY is set but empty: set it to the key clients must send, or unset it "
+                "to run without authentication"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _queue_holds_a_batch_request(self) -> ServiceSettings:
+        if self.queue_size < self.max_batch_items:
+            raise ValueError(
+                f"queue_size ({self.queue_size}) must be >= max_batch_items ({self.max_batch_items}): "
+                "a full batch request could never be accepted"
+            )
+        return self
+
+    @property
+    def provider_list(self) -> list[str] | None:
+        if not self.providers:
+            return None
+        return [p.strip() for p in self.providers.split(",") if p.strip()]
+
+    @property
+    def max_wait_s(self) -> float:
+        return self.max_wait_ms / 1000.0
+
+    @property
+    def max_queue_wait_s(self) -> float:
+        return self.max_queue_wait_ms / 1000.0

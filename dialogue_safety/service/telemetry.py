@@ -1,0 +1,155 @@
+"""Prometheus metrics (``safety_`` prefix), one registry per app so that apps and tests never collide.
+
+:class:`ServiceMetrics` owns the collectors; :class:`RequestMetricsMiddleware` (pure ASGI, cheap)
+counts requests by route template and status and times them; the batcher reports queue,
+batch, tokenisation and inference figures through the ``BatchObserver`` methods.
+"""
+
+from __future__ import annotations
+
+import time
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, Info
+from prometheus_client.exposition import generate_latest
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+PREFIX = "safety"
+LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
+SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+TOKEN_BUCKETS = (16, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
+
+
+class ServiceMetrics:
+    """Every series the service exposes, registered in its own registry."""
+
+    content_type = CONTENT_TYPE_LATEST
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter(
+            f"{PREFIX}_requests", "HTTP requests by route template and status", ["route", "status"], registry=r
+        )
+        self.request_latency = Histogram(
+            f"{PREFIX}_request_duration_seconds",
+            "HTTP request latency (server side)",
+            ["route"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.queue_depth = Gauge(f"{PREFIX}_queue_depth", "items waiting for an inference batch", registry=r)
+        self.latency_bound = Gauge(
+            f"{PREFIX}_latency_bound_seconds",
+            "the answer time promised to an accepted item now: max_queue_wait_ms plus one batch (the running mean "
+            "time of the batches at least half full; 0 until one ran)",
+            registry=r,
+        )
+        self.queue_wait = Histogram(
+            f"{PREFIX}_queue_wait_seconds",
+            "time an item waits from submit to the start of its batch",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.batch_size = Histogram(
+            f"{PREFIX}_batch_size", "items per inference batch", buckets=SIZE_BUCKETS, registry=r
+        )
+        self.batch_tokens = Histogram(
+            f"{PREFIX}_batch_tokens",
+            "padded tokens per inference batch (items x longest)",
+            buckets=TOKEN_BUCKETS,
+            registry=r,
+        )
+        self.inference_time = Histogram(
+            f"{PREFIX}_inference_seconds",
+            "time of one inference batch (predict_encoded)",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.tokenization_time = Histogram(
+            f"{PREFIX}_tokenization_seconds",
+            "time to encode one submission (all its items)",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.predictions = Counter(f"{PREFIX}_predictions", "predictions by label", ["label"], registry=r)
+        self.dropped = Counter(
+            f"{PREFIX}_dropped_items",
+            "items dropped before inference because their caller went away",
+            registry=r,
+        )
+        self.shed = Counter(
+            f"{PREFIX}_shed_items",
+            "items refused with 429 when their batch formed: too late to be answered within max_queue_wait_ms plus one "
+            "batch (admission underestimated the wait)",
+            registry=r,
+        )
+        self.batch_failures = Counter(f"{PREFIX}_batch_failures", "inference batches that failed", registry=r)
+        self.ready = Gauge(f"{PREFIX}_ready", "1 when the model is loaded and warmed up", registry=r)
+        self.model_info = Info(f"{PREFIX}_model", "the model being served", registry=r)
+
+    # -- what the app reports -------------------------------------------------------------
+    def set_model(self, *, name: str, version: str, variant: str, provider: str) -> None:
+        self.model_info.info({"name": name, "version": version, "variant": variant, "provider": provider})
+
+    def count_labels(self, labels: list[str]) -> None:
+        for label in labels:
+            self.predictions.labels(label=label).inc()
+
+    # -- what the batcher reports (dialogue_safety.service.batcher.BatchObserver) -----------------------------
+    def observe_queue_depth(self, depth: int) -> None:
+        self.queue_depth.set(depth)
+
+    def observe_queue_wait(self, seconds: float) -> None:
+        self.queue_wait.observe(seconds)
+
+    def observe_tokenization(self, seconds: float) -> None:
+        self.tokenization_time.observe(seconds)
+
+    def observe_batch(self, size: int, padded_tokens: int, seconds: float) -> None:
+        self.batch_size.observe(size)
+        self.batch_tokens.observe(padded_tokens)
+        self.inference_time.observe(seconds)
+
+    def observe_dropped(self, n: int) -> None:
+        self.dropped.inc(n)
+
+    def observe_batch_failure(self) -> None:
+        self.batch_failures.inc()
+
+    def observe_shed(self, n: int) -> None:
+        self.shed.inc(n)
+
+    def observe_latency_bound(self, seconds: float) -> None:
+        self.latency_bound.set(seconds)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class RequestMetricsMiddleware:
+    """Counts and times every HTTP request by route template (never the raw path) and status."""
+
+    def __init__(self, app: ASGIApp, metrics: ServiceMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        status = 500
+
+        async def send_with_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_status)
+        finally:
+            route = scope.get("route")
+            path = getattr(route, "path", None) or "unmatched"
+            self.metrics.requests.labels(route=path, status=str(status)).inc()
+            self.metrics.request_latency.labels(route=path).observe(time.perf_counter() - start)

@@ -1,0 +1,1 @@
+"""Training side: recipes, multi-task mixture, training loop, calibration, checkpoints."""

@@ -1,0 +1,62 @@
+"""``dialogue-safety train --config RECIPE [--data-dir DIR] [--out DIR] [--set key=value ...]``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from dialogue_safety.sources.data_dir import resolve_data_dir
+from dialogue_safety.training.recipe import add_override_argument, load_recipe
+
+
+def build_parser(prog: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description="Train a dialogue safety classifier from a recipe.")
+    p.add_argument(
+        "--config", required=True, help="recipe name in recipes/ (tiny, default, bert-base, ...) or a TOML path"
+    )
+    p.add_argument("--data-dir", help="dataset directory (default: $DIALOGUE_SAFETY_DATA_DIR or ../shared/data)")
+    p.add_argument("--out", help="output checkpoint directory (default: checkpoints/<recipe>)")
+    add_override_argument(
+        p,
+        "override a recipe value, e.g. --set epochs=3 --set tasks.diasafety.weight=2 "
+        "--set encoding.context_mode=concat",
+    )
+    p.add_argument("--resume", action="store_true", help="continue from OUT/last if a run was interrupted")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return p
+
+
+def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety train") -> int:
+    args = build_parser(prog).parse_args(argv)
+    try:
+        recipe = load_recipe(args.config, args.overrides)
+        data_dir = resolve_data_dir(args.data_dir)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    from dialogue_safety.training.trainer import DataError, train  # torch is imported only now
+
+    out = Path(args.out or Path("checkpoints") / recipe.name)
+    try:
+        result = train(recipe, data_dir, out, resume=args.resume, progress=not args.no_progress)
+    except DataError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    summary = {
+        "checkpoint": str(result.out_dir),
+        "steps": result.steps,
+        "seconds": round(result.seconds, 1),
+        "threshold": result.card.threshold,
+        "temperatures": result.card.temperatures,
+        "test_offensive_f1": {
+            name: round(m["all"]["offensive_f1"], 2) for name, m in result.card.metrics.get("test", {}).items()
+        },
+        "test_accuracy": {
+            name: round(m["all"]["accuracy"], 2) for name, m in result.card.metrics.get("test", {}).items()
+        },
+    }
+    print(json.dumps(summary, indent=2))
+    return 0

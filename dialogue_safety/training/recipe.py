@@ -1,0 +1,176 @@
+"""Training recipes: small TOML files loaded into a frozen dataclass, with ``key=value`` overrides.
+
+A recipe names the base encoder, the tasks of the multi-task mixture with their sampling
+weights (the BBF "mixing parameter"; ``round_weights`` upsample later adversarial rounds,
+Dynabench-style), the head layout, the optimisation settings and the encoding settings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dialogue_safety.core.batch_budget import MAX_BATCH_TOKENS
+from dialogue_safety.core.encoding import EncodingConfig
+
+RECIPES_DIR = Path(__file__).resolve().parents[2] / "recipes"  # <checkout>/dialogue_safety/training/
+HEAD_MODES = ("shared", "per_family", "hierarchical", "harmonised")
+THRESHOLD_OBJECTIVES = ("macro", "pooled")
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One task of the mixture: a source (optionally restricted to a sub-task and rounds).
+
+    ``weight`` multiplies how often the task's examples are drawn per epoch (2.0 = each
+    example twice on average; 0.5 = half of them). ``required`` tasks fail the run when their
+    data is missing or sample-only; optional ones are skipped with a warning.
+    """
+
+    source: str
+    weight: float = 1.0
+    task: str | None = None
+    rounds: tuple[str, ...] | None = None
+    round_weights: dict[str, float] = field(default_factory=dict)
+    required: bool = True
+
+    @property
+    def name(self) -> str:
+        return self.task or self.source
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    base: str = "minilm"
+    vocab_file: str | None = None
+    tasks: tuple[TaskSpec, ...] = ()
+    eval_sources: tuple[str, ...] = ()  # extra evaluation-only sources (never trained on), e.g. hatecheck
+    heads: str = "shared"
+    epochs: float = 2.0
+    max_steps: int | None = None
+    batch_size: int = 32
+    learning_rate: float = 5e-5
+    weight_decay: float = 0.01
+    warmup_ratio: float = 0.06
+    max_grad_norm: float = 1.0
+    dropout: float = 0.1
+    freeze_word_embeddings: bool = False  # 11.7M of MiniLM's 22.7M parameters: much faster on CPU
+    seed: int = 0
+    bucket_size: int = 50  # batches per length-sorted bucket
+    threshold_objective: str = "macro"
+    # the tasks whose validation sets the threshold (and the keep-best check) is tuned on; empty = every task
+    # with a validation split (sources whose served gold is partial or noisy can be left out)
+    threshold_tasks: tuple[str, ...] = ()
+    calibrate: bool = True
+    eval_every: int = 0  # steps between validation checks (logged as "valid" events); 0 = none
+    keep_best: bool = False  # restore the weights of the best validation check (macro OFFENSIVE-F1) at the end
+    checkpoint_every: int = 200
+    log_every: int = 10
+    max_examples_per_task: int | None = None
+    eval_batch_tokens: int = (
+        MAX_BATCH_TOKENS  # the serving budget (dialogue_safety.core.batch_budget); raise it on a GPU
+    )
+    num_threads: int | None = None
+    init_from: str | None = None  # a training checkpoint (same base and heads) to start from: continued training
+    version: str = "0.1.0"
+    model_name: str = "dialogue-safety"
+    encoding: EncodingConfig = field(default_factory=EncodingConfig)
+    intended_use: str = ""
+    limitations: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.heads not in HEAD_MODES:
+            raise ValueError(f"heads must be one of {HEAD_MODES}, got {self.heads!r}")
+        if self.threshold_objective not in THRESHOLD_OBJECTIVES:
+            raise ValueError(f"threshold_objective must be one of {THRESHOLD_OBJECTIVES}")
+        if not self.tasks:
+            raise ValueError(f"recipe {self.name!r} has no tasks")
+        unknown = set(self.threshold_tasks) - {t.name for t in self.tasks}
+        if unknown:
+            raise ValueError(f"threshold_tasks {sorted(unknown)} are not tasks of recipe {self.name!r}")
+        if self.keep_best and self.eval_every <= 0:
+            raise ValueError("keep_best needs eval_every > 0 (steps between validation checks)")
+
+    def to_dict(self) -> dict[str, Any]:
+        return json.loads(json.dumps(dataclasses.asdict(self)))
+
+
+def add_override_argument(parser: Any, help: str = "override a recipe value, e.g. --set epochs=3") -> None:
+    """The ``--set KEY=VALUE`` option of every command that loads a recipe (values go to ``apply_overrides``)."""
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=f"{help} (repeatable)"
+    )
+
+
+def _coerce(value: str) -> Any:
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError:
+        return value
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply ``key=value`` overrides; dotted keys reach into tables (``encoding.max_length=64``,
+    ``tasks.diasafety.weight=2``). Values are parsed as JSON when they can be."""
+    out = json.loads(json.dumps(raw))
+    for item in overrides:
+        if "=" not in item:
+            raise ValueError(f"override {item!r} is not key=value")
+        key, value = item.split("=", 1)
+        parts = key.strip().split(".")
+        if parts[0] == "tasks" and len(parts) == 3:
+            matches = [t for t in out.get("tasks", []) if (t.get("task") or t["source"]) == parts[1]]
+            if not matches:
+                raise ValueError(f"override {item!r}: no task named {parts[1]!r}")
+            for t in matches:
+                t[parts[2]] = _coerce(value)
+            continue
+        node = out
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+        node[parts[-1]] = _coerce(value)
+    return out
+
+
+def recipe_from_dict(raw: dict[str, Any]) -> Recipe:
+    raw = dict(raw)
+    known = {f.name for f in dataclasses.fields(Recipe)}
+    unknown = set(raw) - known
+    if unknown:
+        raise ValueError(f"unknown recipe keys: {sorted(unknown)} (known: {sorted(known)})")
+    tasks = []
+    for t in raw.pop("tasks", []):
+        t = dict(t)
+        if "rounds" in t and t["rounds"] is not None:
+            t["rounds"] = tuple(str(r) for r in t["rounds"])
+        tasks.append(TaskSpec(**t))
+    encoding = EncodingConfig.from_dict(raw.pop("encoding", {}))
+    for key in ("eval_sources", "limitations", "threshold_tasks"):
+        if key in raw:
+            raw[key] = tuple(raw[key])
+    return Recipe(tasks=tuple(tasks), encoding=encoding, **raw)
+
+
+def load_recipe(name_or_path: str, overrides: list[str] | None = None) -> Recipe:
+    """Load ``recipes/<name>.toml`` or a path to a TOML/JSON file, then apply overrides."""
+    path = Path(name_or_path)
+    if not path.is_file():
+        path = RECIPES_DIR / f"{name_or_path}.toml"
+    if not path.is_file():
+        available = sorted(p.stem for p in RECIPES_DIR.glob("*.toml"))
+        raise FileNotFoundError(f"no recipe {name_or_path!r}: not a file, and not one of {available}")
+    text = path.read_text(encoding="utf-8")
+    try:
+        raw = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: cannot parse recipe: {exc}") from exc
+    raw.setdefault("name", path.stem)
+    try:
+        return recipe_from_dict(apply_overrides(raw, overrides or []))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{path}: {exc}") from exc

@@ -1,7 +1,0 @@
-"""Checkpoint → ONNX model directory: optimum export, torch parity check, variants, model card.
-
-The public entry point is :func:`export.onnx_export.export_checkpoint` (and the
-``dialogue-safety export`` command in :mod:`export.cli`); variant quality against fp32 is
-:func:`export.comparison.compare_variants`. This package imports torch; the service never
-imports it.
-"""

@@ -1,1 +1,0 @@
-"""Torch-free serving side: schema, encoding, runtime, batcher, HTTP API."""

@@ -1,1 +1,0 @@
-"""Training side: dataset loaders, multi-task mixture, training loop, calibration."""
