@@ -20,7 +20,7 @@ COPY pyproject.toml README.md ./
 COPY dialogue_safety ./dialogue_safety
 COPY models/default ./models/default
 # The package installs the model as data files: /opt/venv/share/dialogue-safety/models/default,
-# where `dialogue-safety serve` finds it (dialogue_safety.service.settings.default_model_dir).
+# where `dialogue-safety serve` finds it (dialogue_safety.core.model_dir.default_model_dir).
 # hadolint ignore=DL3013
 RUN pip install --no-cache-dir ".[serve]" \
  && if [ "$RUNTIME" = "gpu" ]; then \

@@ -21,9 +21,10 @@ import uvicorn
 from dialogue_safety.core.encoding import EncodedExample
 from dialogue_safety.core.model_card import ModelCard
 from dialogue_safety.core.schema import Example, Label, Prediction
-from dialogue_safety.service.api import Classifier, create_app
+from dialogue_safety.service.api import create_app
 from dialogue_safety.service.server import uvicorn_config
 from dialogue_safety.service.settings import ServiceSettings
+from dialogue_safety.service.state import Classifier
 
 BAD_WORDS = frozenset({"idiot", "idiots", "stupid", "hate"})
 BAD_ID, SEP_ID, CLS_ID = 7, 3, 2

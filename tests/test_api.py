@@ -533,8 +533,8 @@ def test_the_request_history_limit_is_not_the_encoding_setting(
     with caplog.at_level(logging.WARNING, logger="dialogue_safety.service.settings"):
         assert ServiceSettings().max_request_history_turns == 4
     assert "SAFETY_MAX_HISTORY_TURNS is deprecated: use SAFETY_MAX_REQUEST_HISTORY_TURNS" in caplog.text
-    from dialogue_safety.service.errors import InvalidInput
-    from dialogue_safety.service.limits import Limits
+    from dialogue_safety.core.errors import InvalidInput
+    from dialogue_safety.core.limits import Limits
 
     with pytest.raises(InvalidInput, match="SAFETY_MAX_REQUEST_HISTORY_TURNS") as refused:
         Limits(max_request_history_turns=1).check_item("x", ["a", "b"])

@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 
 from dialogue_safety.core.encoding import EncodedExample
+from dialogue_safety.core.errors import NotReady
 from dialogue_safety.core.schema import Example, Label, Prediction
 from dialogue_safety.service.batcher import MAX_SLOWNESS, SLOWNESS_WINDOW_S, Announcement, MicroBatcher
-from dialogue_safety.service.errors import InferenceFailed, NotReady, Overloaded
+from dialogue_safety.service.errors import InferenceFailed, Overloaded
 
 GUARD_S = 10.0  # only against hangs; never asserted on
 

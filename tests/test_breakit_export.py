@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 from breakit_conftest import scores
 
+from dialogue_safety.breakit.export import assign_splits
 from dialogue_safety.breakit.game import Mode, Verdict
+from dialogue_safety.breakit.pool import safe_contexts
 from dialogue_safety.breakit.store import open_store
 from dialogue_safety.cli.breakit import main, screen_pool
 from dialogue_safety.core.model_card import CARD_FILE
 from dialogue_safety.core.schema import Label, Split
-from dialogue_safety.sources.breakit import assign_splits, safe_contexts
 from dialogue_safety.sources.errors import DatasetFormatError
 from dialogue_safety.sources.registry import describe_source, load_source
 

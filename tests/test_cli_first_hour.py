@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 import dialogue_safety.cli.dispatch
-import dialogue_safety.service.settings
-from dialogue_safety.cli import extras
+import dialogue_safety.core.model_dir
+from dialogue_safety import extras
 from dialogue_safety.cli.main import COMMANDS, EXTRAS, dispatch
 
 REPO = Path(__file__).resolve().parents[1]
@@ -178,30 +178,30 @@ def test_bench_runtime_checks_the_checkpoint_first(
 def test_the_bundled_model_is_found_in_a_checkout_and_in_an_installation(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    assert dialogue_safety.service.settings.default_model_dir() == REPO / "models" / "default"
+    assert dialogue_safety.core.model_dir.default_model_dir() == REPO / "models" / "default"
     # a non-editable install: the code in site-packages, the model under <prefix>/share (data files)
     site = tmp_path / "prefix" / "lib" / "site-packages"
-    (site / "dialogue_safety" / "service").mkdir(parents=True)
+    (site / "dialogue_safety" / "core").mkdir(parents=True)
     monkeypatch.setattr(
-        dialogue_safety.service.settings, "__file__", str(site / "dialogue_safety" / "service" / "settings.py")
+        dialogue_safety.core.model_dir, "__file__", str(site / "dialogue_safety" / "core" / "model_dir.py")
     )
     monkeypatch.setattr(
-        dialogue_safety.service.settings.sysconfig, "get_path", lambda name, scheme=None: str(tmp_path / "prefix")
+        dialogue_safety.core.model_dir.sysconfig, "get_path", lambda name, scheme=None: str(tmp_path / "prefix")
     )
-    installed = tmp_path / "prefix" / dialogue_safety.service.settings.INSTALLED_MODEL
-    assert dialogue_safety.service.settings.default_model_dir() == site / "models" / "default", (
+    installed = tmp_path / "prefix" / dialogue_safety.core.model_dir.INSTALLED_MODEL
+    assert dialogue_safety.core.model_dir.default_model_dir() == site / "models" / "default", (
         "nothing found: the first candidate"
     )
     installed.mkdir(parents=True)
-    assert dialogue_safety.service.settings.default_model_dir() == installed
+    assert dialogue_safety.core.model_dir.default_model_dir() == installed
 
 
 def test_the_package_installs_exactly_the_committed_model_files() -> None:
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
     data_files = pyproject["tool"]["setuptools"]["data-files"]
-    assert list(data_files) == [str(dialogue_safety.service.settings.INSTALLED_MODEL)]
-    listed = {Path(f).name for f in data_files[str(dialogue_safety.service.settings.INSTALLED_MODEL)]}
-    bundled = REPO / dialogue_safety.service.settings.BUNDLED_MODEL
+    assert list(data_files) == [str(dialogue_safety.core.model_dir.INSTALLED_MODEL)]
+    listed = {Path(f).name for f in data_files[str(dialogue_safety.core.model_dir.INSTALLED_MODEL)]}
+    bundled = REPO / dialogue_safety.core.model_dir.BUNDLED_MODEL
     assert all((bundled / name).is_file() for name in listed)
     derived = {p.name for p in bundled.iterdir() if p.name.startswith("model.") and p.name.count(".") > 1}
     assert listed == {p.name for p in bundled.iterdir() if p.is_file() and not p.name.startswith(".")} - derived

@@ -14,13 +14,13 @@ import httpx
 import pytest
 from service_conftest import live_server, tiny_model_dir  # noqa: F401  (fixture)
 
+from dialogue_safety.cli.score import main as score_main
+from dialogue_safety.core.limits import Limits
 from dialogue_safety.core.runtime import OnnxClassifier
 from dialogue_safety.core.schema import Example, Prediction
-from dialogue_safety.corpus.cli import main as score_main
 from dialogue_safety.corpus.formats import CorpusFileError, read_records
 from dialogue_safety.corpus.job import ScoreJob, run_local
 from dialogue_safety.corpus.records import Columns
-from dialogue_safety.service.limits import Limits
 
 ROWS: list[dict[str, Any]] = [
     {"id": 1, "utterance": "you are a stupid idiot", "history": ["hello there"]},
@@ -263,6 +263,24 @@ def test_cli_prints_a_summary_and_names_bad_files(
     assert "nomodel: no model directory" in capsys.readouterr().err
 
 
+def test_the_command_applies_the_services_item_limits(
+    tmp_path: Path,
+    tiny_model_dir: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``SAFETY_MAX_*`` apply to files as to requests: the command reads them, the engines take them."""
+    inp = write_jsonl(tmp_path / "in.jsonl", [{"id": 1, "utterance": "short"}, {"id": 2, "utterance": "x" * 40}])
+    out = tmp_path / "out.jsonl"
+    argv = [str(inp), str(out), "--model", str(tiny_model_dir), "--variant", "fp32", "--no-progress", "--restart"]
+    assert score_main(argv) == 0
+    assert json.loads(capsys.readouterr().out)["errors"] == 0
+    monkeypatch.setenv("SAFETY_MAX_UTTERANCE_CHARS", "20")
+    assert score_main(argv) == 0
+    assert json.loads(capsys.readouterr().out)["errors"] == 1
+    assert [r["error"] and r["error"]["code"] for r in read_records(out)] == [None, "utterance_too_long"]
+
+
 def test_rows_are_read_lazily(tmp_path: Path) -> None:
     """Reading stops where the consumer stops: the reader never holds the file (bounded memory)."""
     from dialogue_safety.corpus.formats import iter_chunks
@@ -281,7 +299,7 @@ def test_http_client_is_not_needed_to_score(tmp_path: Path) -> None:
     import sys
 
     code = (
-        "import sys, dialogue_safety.corpus.job, dialogue_safety.corpus.formats, dialogue_safety.corpus.cli; "
+        "import sys, dialogue_safety.corpus.job, dialogue_safety.corpus.formats, dialogue_safety.cli.score; "
         "print('torch' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

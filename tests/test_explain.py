@@ -13,9 +13,9 @@ import pytest
 from service_conftest import tiny_model_dir  # noqa: F401  (fixture)
 
 from dialogue_safety.core.explain import explain, plan, word_spans
+from dialogue_safety.core.model_dir import default_model_dir
 from dialogue_safety.core.runtime import OnnxClassifier
 from dialogue_safety.core.schema import Example
-from dialogue_safety.service.settings import default_model_dir
 
 OFFENSIVE = [
     ("you are a worthless idiot and everyone hates you", ()),

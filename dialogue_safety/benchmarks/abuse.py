@@ -56,7 +56,8 @@ from dialogue_safety.benchmarks.local_server import (
     service_cmd,
     service_env,
 )
-from dialogue_safety.service.settings import ServiceSettings, default_model_dir
+from dialogue_safety.core.model_dir import default_model_dir
+from dialogue_safety.service.settings import ServiceSettings
 
 # what a client sees when the server closes its connection (a cap, a timeout) mid-request
 CLOSED = (OSError, TimeoutError, asyncio.IncompleteReadError, IndexError, ValueError)

@@ -60,9 +60,9 @@ from dialogue_safety.benchmarks.local_server import (
     service_cmd,
     service_env,
 )
-from dialogue_safety.core.model_dir import model_dir_problem
+from dialogue_safety.core.model_dir import default_model_dir, model_dir_problem
 from dialogue_safety.core.schema import Example
-from dialogue_safety.service.settings import ServiceSettings, default_model_dir
+from dialogue_safety.service.settings import ServiceSettings
 
 RETRY_AFTER_S = float(ServiceSettings.model_fields["retry_after_s"].default)  # what a 429 asks a client to wait
 
@@ -316,7 +316,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety bench h
         if problem:
             print(f"{prog}: --naive-checkpoint: {problem}", file=sys.stderr)
             return 2
-        from dialogue_safety.cli.extras import missing_distributions, missing_extra_message
+        from dialogue_safety.extras import missing_distributions, missing_extra_message
 
         missing = missing_distributions("train")  # the naive baseline runs transformers on torch
         if missing:

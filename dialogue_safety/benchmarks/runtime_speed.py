@@ -332,7 +332,7 @@ def subject_for(args: argparse.Namespace, variant_names: Sequence[str]) -> Itera
             ckpt = _random_checkpoint("tiny", tmp / "checkpoint")
             yield Subject(_export(ckpt, tmp / "model", variant_names), ckpt, "random:tiny (smoke)")
         else:
-            from dialogue_safety.service.settings import default_model_dir
+            from dialogue_safety.core.model_dir import default_model_dir
 
             yield Subject(default_model_dir(), None, str(default_model_dir()))
     finally:
@@ -587,7 +587,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety bench runtime") -> int:
     args = build_parser(prog).parse_args(argv)
     if args.geometry or args.checkpoint is not None or args.smoke:
-        from dialogue_safety.cli.extras import missing_distributions, missing_extra_message
+        from dialogue_safety.extras import missing_distributions, missing_extra_message
 
         missing = missing_distributions("train")  # random weights and checkpoints are torch models
         if missing:

@@ -65,7 +65,7 @@ def peak_rss_mib(input_path: Path, output: Path, model: Path | None, variant: st
     argv = [
         sys.executable,
         "-m",
-        "dialogue_safety.corpus.cli",
+        "dialogue_safety.cli.score",
         str(input_path),
         str(output),
         "--no-progress",
@@ -84,8 +84,8 @@ def peak_rss_mib(input_path: Path, output: Path, model: Path | None, variant: st
 
 
 def run(args: argparse.Namespace, say: Any) -> dict[str, Any]:
+    from dialogue_safety.core.model_dir import default_model_dir
     from dialogue_safety.core.runtime import OnnxClassifier
-    from dialogue_safety.service.settings import default_model_dir
 
     model = args.model or default_model_dir()
     clf = OnnxClassifier(model, variant=args.variant)

@@ -2,37 +2,78 @@
 
 Players (pseudonymous ids handed out by ``POST /break-it/api/players``) need no API key: enable
 the game only where your red-teamers are (an internal network). Operators create rounds and
-upload context pools through the ``/break-it/api/admin/*`` endpoints, which need the API key
-(checked by :mod:`dialogue_safety.service.auth`, like ``/v1/*``; off when no key is set), or with
-``dialogue-safety break-it`` on the database directly.
+upload context pools through the ``/break-it/api/admin/*`` endpoints (:data:`admin_router`, under
+:data:`ADMIN_PREFIX`), which need the API key (checked by the service, like ``/v1/*``; off when no
+key is set), or with ``dialogue-safety break-it`` on the database directly.
 
 Every attack is scored by the deployed model through the service's batcher (the same path as
 ``/v1/classify``) and by the round's reference models (A0, A(i-1): model directories loaded
 in-process, once); the store records all the scores. Store calls run in a thread.
+
+The routers are module-level; every route reaches the app's :class:`BreakItGame` through the
+dependency :func:`game_of` (``app.state.breakit``). What the game needs from the service that
+mounts it is :class:`Host` (the service's state implements it), so this package never imports
+the service: the service imports it, mounts the routers with its error responses and puts the
+admin router behind its API key.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Protocol, TypeVar
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import FileResponse
 
 from dialogue_safety.breakit.game import ATTACKS_PER_TASK, TRIES_PER_ATTACK, Mode, TaskProgress, Verdict
+from dialogue_safety.core.encoding import EncodedExample
+from dialogue_safety.core.errors import Conflict, InvalidInput, NotFound, NotReady
 from dialogue_safety.core.schema import Example, Label, Prediction, Turn
-from dialogue_safety.service.auth import BREAKIT_ADMIN_PREFIX
-from dialogue_safety.service.errors import Conflict, InvalidInput, NotFound, NotReady
 
 if TYPE_CHECKING:
     from dialogue_safety.breakit.store import Attack, BreakItStore, Context, Round, Scores
-    from dialogue_safety.service.api import Classifier, ServiceState
 
 PAGE = Path(__file__).parent / "static" / "break_it.html"
+API_PREFIX = "/break-it/api"
+ADMIN_PREFIX = f"{API_PREFIX}/admin"  # the service's API-key middleware guards everything under it
 T = TypeVar("T")
+
+
+class Model(Protocol):
+    """A reference model (what :class:`dialogue_safety.core.runtime.OnnxClassifier` offers)."""
+
+    def encode(self, examples: Sequence[Example]) -> list[EncodedExample]: ...
+    def predict_encoded(
+        self, encoded: Sequence[EncodedExample], threshold: float | None = None
+    ) -> list[Prediction]: ...
+
+
+class Host(Protocol):
+    """What the game needs from the service that mounts it (:class:`dialogue_safety.service.state.ServiceState`)."""
+
+    @property
+    def model_id(self) -> str:
+        """The served model's id ("" before it is loaded)."""
+        ...
+
+    def require_ready(self) -> object:
+        """Raise NotReady unless a model serves."""
+        ...
+
+    def check_item(self, utterance: str, turns: Sequence[str]) -> None:
+        """The service's request limits for one message (SAFETY_MAX_UTTERANCE_CHARS...): InvalidInput."""
+        ...
+
+    async def score_deployed(self, example: Example) -> tuple[str, float, Label, float]:
+        """The served model's id, score, label and threshold, through the service's batcher."""
+        ...
+
+    def load_model(self, model_dir: Path) -> Model:
+        """Another model directory, loaded like the served one (called in a thread)."""
+        ...
 
 
 # -- request bodies ---------------------------------------------------------------------------------
@@ -137,24 +178,23 @@ def _example(history: list[Any], utterance: str) -> Example:
     return Example(utterance=utterance, history=turns)
 
 
-def _predict_one(classifier: Classifier, example: Example) -> Prediction:
-    [prediction] = classifier.predict_encoded(classifier.encode([example]))
+def _predict_one(model: Model, example: Example) -> Prediction:
+    [prediction] = model.predict_encoded(model.encode([example]))
     return prediction
 
 
 class ReferenceModels:
-    """The round's earlier models (role -> model directory), loaded once each with the service's factory."""
+    """The round's earlier models (role -> model directory), loaded once each by the host."""
 
-    def __init__(self, state: ServiceState) -> None:
-        self.state = state
-        self._loaded: dict[Path, Classifier] = {}
+    def __init__(self, host: Host) -> None:
+        self.host = host
+        self._loaded: dict[Path, Model] = {}
         self._lock = asyncio.Lock()
 
-    async def _get(self, directory: Path) -> Classifier:
+    async def _get(self, directory: Path) -> Model:
         async with self._lock:
             if directory not in self._loaded:
-                settings = self.state.settings.model_copy(update={"model_dir": directory})
-                self._loaded[directory] = await asyncio.to_thread(self.state.factory, settings)
+                self._loaded[directory] = await asyncio.to_thread(self.host.load_model, directory)
             return self._loaded[directory]
 
     async def scores(self, references: Mapping[str, str], example: Example) -> dict[str, float]:
@@ -170,13 +210,13 @@ class ReferenceModels:
 
 
 class BreakItGame:
-    """The store, the scorers and the routes of one app's break-it game."""
+    """The store and the scorers of one app's break-it game (its routes: :data:`router`, :data:`admin_router`)."""
 
-    def __init__(self, state: ServiceState, database: str) -> None:
-        self.state = state
+    def __init__(self, host: Host, database: str) -> None:
+        self.host = host
         self.database = database
         self.store: BreakItStore | None = None
-        self.references = ReferenceModels(state)
+        self.references = ReferenceModels(host)
 
     async def open(self) -> None:
         try:
@@ -193,8 +233,8 @@ class BreakItGame:
             self.store.close()
             self.store = None
 
-    async def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run a store call in a thread; the store's refusals become the service's errors."""
+    async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run a store call in a thread; the store's refusals become the domain errors (the service's statuses)."""
         from dialogue_safety.breakit.store import ConflictError, NotFoundError, StoreError
 
         if self.store is None:
@@ -208,32 +248,29 @@ class BreakItGame:
         except StoreError as exc:
             raise InvalidInput(exc.message, field=exc.field) from None
 
-    def _store(self) -> BreakItStore:
+    def require_store(self) -> BreakItStore:
         if self.store is None:
             raise NotReady("the break-it database is not open")
         return self.store
 
-    async def _round(self, number: int | None) -> Round:
-        store = self._store()
+    async def round(self, number: int | None) -> Round:
+        store = self.require_store()
         if number is None:
-            return await self._call(store.latest_open_round)
-        return await self._call(store.round, number)
+            return await self.call(store.latest_open_round)
+        return await self.call(store.round, number)
 
-    def _check_text(self, text: str, field: str) -> None:
+    def check_text(self, text: str, field: str) -> None:
         """The service's request limits (SAFETY_MAX_UTTERANCE_CHARS...) for a player's message."""
         try:
-            self.state.limits.check_item(text, ())
+            self.host.check_item(text, ())
         except InvalidInput as exc:
             raise InvalidInput(
                 exc.message.replace("the utterance", f"the {field}"), code=exc.code, field=field
             ) from None
 
     async def score(self, example: Example) -> tuple[str, float, Label, float]:
-        """The deployed model's score, label and threshold, through the service's batcher."""
-        served = self.state.require_served()  # the model, id and threshold stay together across a hot swap
-        [prediction] = await served.batcher.submit([example])
-        decided = self.state.decide(prediction, None, served=served)
-        return served.model_id, float(decided["score"]), Label(decided["label"]), float(decided["threshold"])
+        """The deployed model's id, score, label and threshold, through the service's batcher."""
+        return await self.host.score_deployed(example)
 
     async def score_attack(self, rnd: Round, example: Example) -> Scores:
         from dialogue_safety.breakit.store import Scores
@@ -242,138 +279,151 @@ class BreakItGame:
         references = await self.references.scores(rnd.references, example)
         return Scores(model_id, score, label, threshold, references)
 
-    def router(self) -> APIRouter:
-        from dialogue_safety.service.api import ERROR_RESPONSES, api_key_declaration
 
-        store_ = self._store
-        api = APIRouter(prefix="/break-it/api", tags=["break-it"], responses=ERROR_RESPONSES)
-        # dialogue_safety.service.auth.ApiKeyMiddleware guards everything under BREAKIT_ADMIN_PREFIX (off without a key)
-        admin = APIRouter(
-            prefix=BREAKIT_ADMIN_PREFIX,
-            tags=["break-it"],
-            dependencies=api_key_declaration(self.state.settings),
-            responses=ERROR_RESPONSES,
-        )
+# -- the routes ---------------------------------------------------------------------------------------
+def game_of(request: Request) -> BreakItGame:
+    """The app's game (``app.state.breakit``: the service sets it when it mounts these routers)."""
+    game: BreakItGame | None = getattr(request.app.state, "breakit", None)
+    if game is None:
+        raise NotReady("the break-it game is not enabled (SAFETY_BREAKIT_DB)")
+    return game
 
-        @api.get("/round", summary="The round being played (default: the newest open one), its model and rules")
-        async def current_round(number: int | None = Query(None, alias="round")) -> dict[str, Any]:
-            rnd = await self._round(number)
-            view = _round_view(rnd, await self._call(store_().context_count, rnd.number))
-            view["deployed"] = self.state.model_id or None
-            return view
 
-        @api.post("/players", summary="Register a pseudonymous player")
-        async def new_player(body: NewPlayer) -> dict[str, Any]:
-            player = await self._call(store_().register_player, body.nickname)
-            return {"player_id": player.id, "nickname": player.nickname}
+Game = Annotated[BreakItGame, Depends(game_of)]
+RoundNumber = Annotated[int | None, Query(alias="round")]
 
-        @api.get("/players/{player_id}", summary="A registered player (the page checks its stored id)")
-        async def get_player(player_id: str) -> dict[str, Any]:
-            player = await self._call(store_().player, player_id)
-            return {"player_id": player.id, "nickname": player.nickname}
+#: the players' endpoints (no API key)
+router = APIRouter(prefix=API_PREFIX, tags=["break-it"])
+#: the operators' endpoints: the service guards everything under ADMIN_PREFIX with its API key
+admin_router = APIRouter(prefix=ADMIN_PREFIX, tags=["break-it"])
+#: the page
+page_router = APIRouter(tags=["break-it"])
 
-        @api.post("/tasks", summary="Start a task: 5 attacks, up to 2 tries each")
-        async def new_task(body: NewTask) -> dict[str, Any]:
-            rnd = await self._round(body.round)
-            task, context = await self._call(
-                store_().start_task, rnd.number, body.player_id, body.mode, body.with_context
-            )
-            return {
-                "task_id": task.id,
-                "round": rnd.number,
-                "mode": task.mode,
-                "intended": Mode(task.mode).intended.value,
-                "context": _context_view(context),
-                "progress": _progress_view(TaskProgress.from_tries([])),
-            }
 
-        @api.get("/tasks/{task_id}", summary="A task's context, progress and tries")
-        async def get_task(task_id: int) -> dict[str, Any]:
-            task, context, progress, attacks = await self._call(store_().task_state, task_id)
-            return {
-                "task_id": task.id,
-                "round": task.round_number,
-                "mode": task.mode,
-                "intended": Mode(task.mode).intended.value,
-                "context": _context_view(context),
-                "progress": _progress_view(progress),
-                "attacks": [_attack_view(a) for a in attacks],
-            }
+@router.get("/round", summary="The round being played (default: the newest open one), its model and rules")
+async def current_round(game: Game, number: RoundNumber = None) -> dict[str, Any]:
+    rnd = await game.round(number)
+    view = _round_view(rnd, await game.call(game.require_store().context_count, rnd.number))
+    view["deployed"] = game.host.model_id or None
+    return view
 
-        @api.post("/score", summary="The deployed model's live score for a draft (nothing is stored)")
-        async def live_score(body: ScoreBody) -> dict[str, Any]:
-            self.state.limits.check_item(body.utterance, [t.text for t in body.history])
-            model_id, score, label, threshold = await self.score(_example(body.history, body.utterance))
-            return {"model": model_id, "score": score, "label": label.value, "threshold": threshold}
 
-        @api.post("/tasks/{task_id}/attacks", summary="Submit a try: scored by every model of the round, then stored")
-        async def submit_attack(task_id: int, body: AttackBody) -> dict[str, Any]:
-            task, context, progress, _ = await self._call(store_().task_state, task_id)
-            if task.player_id != body.player_id:
-                raise Conflict("this task belongs to another player", field="player_id")
-            if progress.finished:
-                raise Conflict("this task is finished; start a new one", field="task_id")
-            self._check_text(body.text, "text")
-            rnd = await self._round(task.round_number)
-            example = _example(context.turns if context else [], body.text)
-            scores = await self.score_attack(rnd, example)
-            attack, after = await self._call(store_().record_attack, task_id, body.player_id, body.text, scores)
-            return {"attack": _attack_view(attack), "progress": _progress_view(after)}
+@router.post("/players", summary="Register a pseudonymous player")
+async def new_player(game: Game, body: NewPlayer) -> dict[str, Any]:
+    player = await game.call(game.require_store().register_player, body.nickname)
+    return {"player_id": player.id, "nickname": player.nickname}
 
-        @api.get("/validations/todo", summary="Successful attacks by others for this player to validate")
-        async def to_validate(
-            player_id: str, number: int | None = Query(None, alias="round"), limit: int = Query(10, ge=1, le=100)
-        ) -> dict[str, Any]:
-            rnd = await self._round(number)
-            await self._call(store_().player, player_id)
-            attacks = await self._call(store_().attacks_to_validate, rnd.number, player_id, limit)
-            return {"round": rnd.number, "attacks": [_attack_view(a) for a in attacks]}
 
-        @api.post("/attacks/{attack_id}/validations", summary="Confirm or reject an attack's label; flag; contrast")
-        async def validate(attack_id: int, body: ValidationBody) -> dict[str, Any]:
-            if body.contrast_text:
-                self._check_text(body.contrast_text, "contrast_text")
-            v = await self._call(
-                store_().validate,
-                attack_id,
-                body.player_id,
-                body.verdict,
-                flagged=body.flagged,
-                flag_reason=body.flag_reason,
-                contrast_text=body.contrast_text,
-            )
-            return {"id": v.id, "attack_id": attack_id, "verdict": v.verdict, "flagged": v.flagged}
+@router.get("/players/{player_id}", summary="A registered player (the page checks its stored id)")
+async def get_player(game: Game, player_id: str) -> dict[str, Any]:
+    player = await game.call(game.require_store().player, player_id)
+    return {"player_id": player.id, "nickname": player.nickname}
 
-        @api.get("/scoreboard", summary="Per-round score board")
-        async def scoreboard(number: int | None = Query(None, alias="round")) -> dict[str, Any]:
-            rnd = await self._round(number)
-            return {"round": rnd.number, "players": await self._call(store_().scoreboard, rnd.number)}
 
-        @admin.post("/rounds", summary="Open a round against the deployed model (API key)")
-        async def new_round(body: NewRound) -> dict[str, Any]:
-            self.state.require_ready()
-            rnd = await self._call(store_().create_round, body.number, self.state.model_id, body.references)
-            return _round_view(rnd, 0)
+@router.post("/tasks", summary="Start a task: 5 attacks, up to 2 tries each")
+async def new_task(game: Game, body: NewTask) -> dict[str, Any]:
+    rnd = await game.round(body.round)
+    task, context = await game.call(
+        game.require_store().start_task, rnd.number, body.player_id, body.mode, body.with_context
+    )
+    return {
+        "task_id": task.id,
+        "round": rnd.number,
+        "mode": task.mode,
+        "intended": Mode(task.mode).intended.value,
+        "context": _context_view(context),
+        "progress": _progress_view(TaskProgress.from_tries([])),
+    }
 
-        @admin.post("/rounds/{number}/contexts", summary="Upload a context pool for a round (API key)")
-        async def upload_contexts(number: int, body: ContextUpload) -> dict[str, Any]:
-            turns = [[t.model_dump() for t in c] for c in body.contexts]
-            added = await self._call(store_().add_contexts, number, turns, body.source)
-            return {"round": number, "added": added, "contexts": await self._call(store_().context_count, number)}
 
-        @admin.post("/rounds/{number}/close", summary="Close a round (API key)")
-        async def close_round(number: int) -> dict[str, Any]:
-            await self._call(store_().close_round, number)
-            return {"round": number, "open": False}
+@router.get("/tasks/{task_id}", summary="A task's context, progress and tries")
+async def get_task(game: Game, task_id: int) -> dict[str, Any]:
+    task, context, progress, attacks = await game.call(game.require_store().task_state, task_id)
+    return {
+        "task_id": task.id,
+        "round": task.round_number,
+        "mode": task.mode,
+        "intended": Mode(task.mode).intended.value,
+        "context": _context_view(context),
+        "progress": _progress_view(progress),
+        "attacks": [_attack_view(a) for a in attacks],
+    }
 
-        page = APIRouter(tags=["break-it"])
 
-        @page.get("/break-it", include_in_schema=False)
-        async def break_it_page() -> FileResponse:
-            return FileResponse(PAGE, media_type="text/html; charset=utf-8")
+@router.post("/score", summary="The deployed model's live score for a draft (nothing is stored)")
+async def live_score(game: Game, body: ScoreBody) -> dict[str, Any]:
+    game.host.check_item(body.utterance, [t.text for t in body.history])
+    model_id, score, label, threshold = await game.score(_example(body.history, body.utterance))
+    return {"model": model_id, "score": score, "label": label.value, "threshold": threshold}
 
-        router = APIRouter()
-        router.include_router(api)
-        router.include_router(admin)
-        router.include_router(page)
-        return router
+
+@router.post("/tasks/{task_id}/attacks", summary="Submit a try: scored by every model of the round, then stored")
+async def submit_attack(game: Game, task_id: int, body: AttackBody) -> dict[str, Any]:
+    task, context, progress, _ = await game.call(game.require_store().task_state, task_id)
+    if task.player_id != body.player_id:
+        raise Conflict("this task belongs to another player", field="player_id")
+    if progress.finished:
+        raise Conflict("this task is finished; start a new one", field="task_id")
+    game.check_text(body.text, "text")
+    rnd = await game.round(task.round_number)
+    example = _example(context.turns if context else [], body.text)
+    scores = await game.score_attack(rnd, example)
+    attack, after = await game.call(game.require_store().record_attack, task_id, body.player_id, body.text, scores)
+    return {"attack": _attack_view(attack), "progress": _progress_view(after)}
+
+
+@router.get("/validations/todo", summary="Successful attacks by others for this player to validate")
+async def to_validate(
+    game: Game, player_id: str, number: RoundNumber = None, limit: int = Query(10, ge=1, le=100)
+) -> dict[str, Any]:
+    rnd = await game.round(number)
+    await game.call(game.require_store().player, player_id)
+    attacks = await game.call(game.require_store().attacks_to_validate, rnd.number, player_id, limit)
+    return {"round": rnd.number, "attacks": [_attack_view(a) for a in attacks]}
+
+
+@router.post("/attacks/{attack_id}/validations", summary="Confirm or reject an attack's label; flag; contrast")
+async def validate(game: Game, attack_id: int, body: ValidationBody) -> dict[str, Any]:
+    if body.contrast_text:
+        game.check_text(body.contrast_text, "contrast_text")
+    v = await game.call(
+        game.require_store().validate,
+        attack_id,
+        body.player_id,
+        body.verdict,
+        flagged=body.flagged,
+        flag_reason=body.flag_reason,
+        contrast_text=body.contrast_text,
+    )
+    return {"id": v.id, "attack_id": attack_id, "verdict": v.verdict, "flagged": v.flagged}
+
+
+@router.get("/scoreboard", summary="Per-round score board")
+async def scoreboard(game: Game, number: RoundNumber = None) -> dict[str, Any]:
+    rnd = await game.round(number)
+    return {"round": rnd.number, "players": await game.call(game.require_store().scoreboard, rnd.number)}
+
+
+@admin_router.post("/rounds", summary="Open a round against the deployed model (API key)")
+async def new_round(game: Game, body: NewRound) -> dict[str, Any]:
+    game.host.require_ready()
+    rnd = await game.call(game.require_store().create_round, body.number, game.host.model_id, body.references)
+    return _round_view(rnd, 0)
+
+
+@admin_router.post("/rounds/{number}/contexts", summary="Upload a context pool for a round (API key)")
+async def upload_contexts(game: Game, number: int, body: ContextUpload) -> dict[str, Any]:
+    turns = [[t.model_dump() for t in c] for c in body.contexts]
+    added = await game.call(game.require_store().add_contexts, number, turns, body.source)
+    return {"round": number, "added": added, "contexts": await game.call(game.require_store().context_count, number)}
+
+
+@admin_router.post("/rounds/{number}/close", summary="Close a round (API key)")
+async def close_round(game: Game, number: int) -> dict[str, Any]:
+    await game.call(game.require_store().close_round, number)
+    return {"round": number, "open": False}
+
+
+@page_router.get("/break-it", include_in_schema=False)
+async def break_it_page() -> FileResponse:
+    return FileResponse(PAGE, media_type="text/html; charset=utf-8")

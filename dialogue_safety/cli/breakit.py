@@ -26,7 +26,7 @@ DB_ENV = "SAFETY_BREAKIT_DB"
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
-    from dialogue_safety.sources.breakit import POOL_SOURCES
+    from dialogue_safety.breakit.pool import POOL_SOURCES
 
     p = argparse.ArgumentParser(prog=prog, description="Run the break-it game's rounds (see docs/breakit.md).")
     commands = p.add_subparsers(dest="command", required=True)
@@ -95,7 +95,7 @@ def screen_pool(pool: list[Any], model_dir: Path) -> list[Any]:
 
 
 def _pool(args: argparse.Namespace, default_screen: Path | None = None) -> list[tuple[str, list[Any]]]:
-    from dialogue_safety.sources.breakit import read_pool, safe_contexts
+    from dialogue_safety.breakit.pool import read_pool, safe_contexts
 
     pools: list[tuple[str, list[Any]]] = []
     if args.pool is not None:
@@ -113,9 +113,9 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety break-i
     if not args.db:
         print(f"{prog}: no database: pass --db FILE_OR_URL or set ${DB_ENV}", file=sys.stderr)
         return 2
+    from dialogue_safety.breakit.export import export_round
     from dialogue_safety.breakit.store import StoreError, open_store
     from dialogue_safety.core.model_card import ModelCard
-    from dialogue_safety.sources.breakit import export_round
     from dialogue_safety.sources.errors import DatasetFormatError, SourceUnavailableError
 
     store = open_store(args.db)

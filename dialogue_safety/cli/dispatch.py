@@ -10,7 +10,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from dialogue_safety.cli.extras import extra_providing, install_hint, missing_distributions, missing_extra_message
+from dialogue_safety.extras import extra_providing, install_hint, missing_distributions, missing_extra_message
 
 #: our own top-level package: a missing module inside it is a bug, not a missing extra
 OWN_PACKAGES = frozenset({"dialogue_safety"})

@@ -15,7 +15,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("dialogue_safety.export.cli", "export a checkpoint to an ONNX model directory"),
     "serve": ("dialogue_safety.service.cli", "run the HTTP service"),
     "evaluate": ("dialogue_safety.evaluation.evaluate", "robustness evaluation report for a model"),
-    "score": ("dialogue_safety.corpus.cli", "score a JSONL/CSV/Parquet corpus file, locally or on Ray"),
+    "score": ("dialogue_safety.cli.score", "score a JSONL/CSV/Parquet corpus file, locally or on Ray"),
     "break-it": (
         "dialogue_safety.cli.breakit",
         "break-it game rounds: open a round, add contexts, export validated attacks",

@@ -5,11 +5,14 @@ writes and the service serves) holds the ONNX artifact, the tokenizer and the JS
 the human-readable card and derived variants); a *training checkpoint* holds the Hugging Face
 weights and config beside the same tokenizer and card. Torch-free: commands ask here whether a
 path is one or the other (:func:`kind`), or what is wrong with it (:func:`model_dir_problem`),
-before importing anything heavy.
+before importing anything heavy. It also knows where the bundled model is (:func:`default_model_dir`).
 """
 
 from __future__ import annotations
 
+import os
+import sysconfig
+from contextlib import suppress
 from pathlib import Path
 from typing import Literal
 
@@ -68,3 +71,31 @@ def model_dir_problem(path: str | Path) -> str | None:
     if not any(directory.glob("*.onnx")):
         return f"{directory} has no .onnx file: export the checkpoint first"
     return None
+
+
+#: where the bundled model lives, relative to a source checkout and to an installation's data prefix
+BUNDLED_MODEL = Path("models") / "default"
+INSTALLED_MODEL = Path("share") / "dialogue-safety" / BUNDLED_MODEL  # pyproject.toml [tool.setuptools.data-files]
+
+
+def model_dir_candidates() -> list[Path]:
+    """Where the bundled model is looked for, in order (``SAFETY_MODEL_DIR`` / ``--model`` come first).
+
+    1. ``<source checkout>/models/default``: the repository this code runs from (editable installs);
+    2. ``<prefix>/share/dialogue-safety/models/default``: installed with the package by ``pip install .``
+       (the environment's data prefix, then the user scheme's for ``pip install --user``).
+    """
+    candidates = [Path(__file__).resolve().parents[2] / BUNDLED_MODEL]  # <checkout>/dialogue_safety/core/
+    for scheme in (None, f"{os.name}_user"):
+        with suppress(KeyError):
+            data = sysconfig.get_path("data", scheme) if scheme else sysconfig.get_path("data")
+            candidate = Path(data) / INSTALLED_MODEL
+            if candidate not in candidates:
+                candidates.append(candidate)
+    return candidates
+
+
+def default_model_dir() -> Path:
+    """The first of :func:`model_dir_candidates` that exists (else the first, for the error message)."""
+    candidates = model_dir_candidates()
+    return next((c for c in candidates if c.is_dir()), candidates[0])

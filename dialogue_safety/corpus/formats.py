@@ -22,8 +22,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from dialogue_safety.core.limits import Limits
 from dialogue_safety.corpus.records import Columns, Row, flatten, parse_row, unflatten, unreadable_row
-from dialogue_safety.service.limits import Limits
 
 FORMATS: dict[str, str] = {
     ".jsonl": "jsonl",

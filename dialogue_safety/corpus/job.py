@@ -21,9 +21,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dialogue_safety.core.limits import Limits
 from dialogue_safety.corpus.formats import CorpusFileError, count_rows, format_of, iter_chunks, merge_parts, write_part
 from dialogue_safety.corpus.records import Columns, count_errors, score_rows
-from dialogue_safety.service.limits import Limits
 
 MANIFEST = "manifest.json"
 PARTS_SUFFIX = ".parts"
@@ -36,7 +36,7 @@ class ScoreJob:
 
     input: Path
     output: Path
-    model_dir: Path | None = None  # None: the bundled model (ServiceSettings' default)
+    model_dir: Path | None = None  # None: the bundled model (dialogue_safety.core.model_dir.default_model_dir)
     columns: Columns = field(default_factory=Columns)
     threshold: float | None = None
     variant: str | None = None
@@ -98,16 +98,9 @@ class Summary:
         return {**asdict(self), "rows_per_s": round(self.rows_per_s, 2)}
 
 
-def default_limits() -> Limits:
-    """The API's per-item limits (``SAFETY_MAX_*`` settings apply to files too)."""
-    from dialogue_safety.service.settings import ServiceSettings
-
-    return Limits.from_settings(ServiceSettings())
-
-
 def load_classifier(job: ScoreJob, intra_op_threads: int | None = None) -> Any:
+    from dialogue_safety.core.model_dir import default_model_dir
     from dialogue_safety.core.runtime import OnnxClassifier
-    from dialogue_safety.service.settings import default_model_dir
 
     kwargs: dict[str, Any] = {"variant": job.variant}
     if intra_op_threads:
@@ -161,12 +154,14 @@ def run_local(
     total: int | None = None,
     on_chunk: Callable[[int], None] | None = None,
 ) -> Summary:
-    """Score ``job.input`` into ``job.output`` chunk by chunk (resuming an interrupted run)."""
+    """Score ``job.input`` into ``job.output`` chunk by chunk (resuming an interrupted run). ``limits``:
+    the per-item limits a row must keep (default: the API's defaults; ``dialogue-safety score`` passes
+    the ``SAFETY_MAX_*`` settings)."""
     from tqdm.auto import tqdm
 
     started = time.perf_counter()
     classifier = classifier if classifier is not None else load_classifier(job)
-    limits = limits or default_limits()
+    limits = limits or Limits()
     done_parts = _completed_parts(job, classifier.model_id, restart)
     parts_dir, suffix = job.parts_dir, job.output.suffix
     summary = Summary(output=str(job.output))

@@ -33,8 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dialogue_safety.core.limits import Limits
 from dialogue_safety.corpus.formats import CorpusFileError, format_of, merge_parts, write_part
-from dialogue_safety.corpus.job import ScoreJob, Summary, default_limits
+from dialogue_safety.corpus.job import ScoreJob, Summary
 from dialogue_safety.corpus.records import (
     Columns,
     Row,
@@ -45,7 +46,6 @@ from dialogue_safety.corpus.records import (
     unflatten,
     unreadable_row,
 )
-from dialogue_safety.service.limits import Limits
 
 LINE_COLUMN = "text"  # ray.data.read_text's column
 RESULTS_PER_PART = 8192
@@ -188,9 +188,10 @@ def _read(ray: Any, path: Path, fmt: str) -> Any:
     return ray.data.read_parquet(source, **_no_cpu(ray.data.read_parquet))
 
 
-def run_ray(job: ScoreJob, options: RayOptions, *, progress: bool = True) -> Summary:
-    """Score ``job`` on Ray Data (a local Ray started for the job unless ``options.address``)."""
-    from dialogue_safety.service.settings import default_model_dir
+def run_ray(job: ScoreJob, options: RayOptions, *, limits: Limits | None = None, progress: bool = True) -> Summary:
+    """Score ``job`` on Ray Data (a local Ray started for the job unless ``options.address``); ``limits``
+    as in :func:`dialogue_safety.corpus.job.run_local`."""
+    from dialogue_safety.core.model_dir import default_model_dir
 
     ray = _ray()
     started = time.perf_counter()
@@ -219,7 +220,7 @@ def run_ray(job: ScoreJob, options: RayOptions, *, progress: bool = True) -> Sum
             fn_constructor_kwargs={
                 "model_ref": [model_ref],
                 "columns": job.columns,
-                "limits": default_limits(),
+                "limits": limits or Limits(),
                 "threads": threads,
                 "variant": job.variant,
                 "threshold": job.threshold,

@@ -7,7 +7,7 @@ cells must be), an optional id carried through, and optional extra columns carri
 
 A row that cannot be scored becomes an output record with ``error = {"code", "message",
 "field"}`` (the API's error shape; the per-item limits are the API's own,
-:class:`dialogue_safety.service.limits.Limits`) and null scores: it is written and counted, never dropped.
+:class:`dialogue_safety.core.limits.Limits`) and null scores: it is written and counted, never dropped.
 
 Output records hold nested values (``categories``, ``error``, ``explanation``) as objects;
 :func:`flatten` turns them into JSON strings for the flat formats (CSV, Parquet) and
@@ -21,9 +21,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from dialogue_safety.core.errors import InvalidInput
+from dialogue_safety.core.limits import Limits
 from dialogue_safety.core.schema import Example, Prediction, Turn
-from dialogue_safety.service.errors import InvalidInput
-from dialogue_safety.service.limits import Limits
 
 UTTERANCE_FIELDS = ("utterance", "text")  # tried in this order when no field is named
 RESULT_FIELDS = ("label", "score", "threshold", "categories", "error")

@@ -371,7 +371,7 @@ def argument_problem(args: argparse.Namespace) -> str | None:
     """What is wrong with the paths on the command line (checked before any work), or None."""
     import importlib.util
 
-    from dialogue_safety.cli.extras import install_hint
+    from dialogue_safety.extras import install_hint
 
     for value in args.functional_csv:
         try:

@@ -75,7 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         from dialogue_safety.training.trainer import train  # torch is imported only now
     except ModuleNotFoundError as exc:
-        from dialogue_safety.cli.extras import install_hint
+        from dialogue_safety.extras import install_hint
 
         print(f"{prog}: the Python module {exc.name!r} is not installed; {install_hint('train')}", file=sys.stderr)
         return 2

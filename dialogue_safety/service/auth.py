@@ -14,9 +14,13 @@ from __future__ import annotations
 import hmac
 import logging
 from collections.abc import Iterable
+from typing import Annotated, Any
 
+from fastapi import Depends
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from dialogue_safety.breakit.api import ADMIN_PREFIX as BREAKIT_ADMIN_PREFIX
 from dialogue_safety.service.errors import Unauthorized, error_response
 from dialogue_safety.service.settings import ServiceSettings
 
@@ -25,11 +29,15 @@ log = logging.getLogger("dialogue_safety.service.auth")
 API_PREFIX = "/v1/"
 DOCS_PATHS = ("/docs", "/redoc", "/openapi.json")  # and everything under /docs and /redoc
 ADMIN_PREFIX = "/admin"  # the hot swap (dialogue_safety/service/hot_swap.py mounts its router here)
-BREAKIT_ADMIN_PREFIX = (
-    "/break-it/api/admin"  # break-it rounds (dialogue_safety/breakit/api.py mounts its admin router here)
-)
+# BREAKIT_ADMIN_PREFIX: break-it rounds (the prefix of the admin router of dialogue_safety/breakit/api.py)
 ADMIN_PREFIXES = (ADMIN_PREFIX, BREAKIT_ADMIN_PREFIX)
 ADMIN_OFF_MESSAGE = "admin endpoints are off: set SAFETY_API_KEY and send it as a bearer token or X-API-Key"
+
+# Security schemes (used, and documented in OpenAPI, only when an API key is configured).
+_bearer = HTTPBearer(auto_error=False, description="the API key as a bearer token")
+_api_key_header = APIKeyHeader(name="X-API-Key", auto_error=False, description="the API key")
+BearerCredentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+ApiKeyHeader = Annotated[str | None, Depends(_api_key_header)]
 
 
 def api_key_of(settings: ServiceSettings) -> bytes | None:
@@ -109,3 +117,16 @@ class ApiKeyMiddleware:
             if key is None or not hmac.compare_digest(key, self.api_key):
                 return Unauthorized()
         return None
+
+
+def api_key_declaration(settings: ServiceSettings) -> list[Any]:
+    """Route dependencies that declare the API key's schemes in OpenAPI (for ``/v1/*`` and the
+    admin routers); none when no key is set. They check nothing: :class:`ApiKeyMiddleware` checks the key,
+    before the body is read."""
+    if api_key_of(settings) is None:
+        return []
+
+    async def declare_api_key(credentials: BearerCredentials, key: ApiKeyHeader) -> None:
+        """Declares the key's schemes in OpenAPI only (ApiKeyMiddleware checks the key)."""
+
+    return [Depends(declare_api_key)]

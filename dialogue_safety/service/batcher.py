@@ -57,8 +57,9 @@ from typing import Protocol
 
 from dialogue_safety.core.batch_budget import MAX_BATCH_TOKENS, token_budget_batches
 from dialogue_safety.core.encoding import EncodedExample
+from dialogue_safety.core.errors import NotReady
 from dialogue_safety.core.schema import Example, Prediction
-from dialogue_safety.service.errors import InferenceFailed, NotReady, Overloaded
+from dialogue_safety.service.errors import InferenceFailed, Overloaded
 
 log = logging.getLogger("dialogue_safety.service.batcher")
 RECENT_BATCHES = 32  # batches whose slowness and loop lag bound the next prediction (~5 s under load)

@@ -14,8 +14,8 @@ from typing import Any, Literal, get_args, get_origin
 
 from pydantic import ValidationError
 
-from dialogue_safety.core.model_dir import model_dir_problem
-from dialogue_safety.service.settings import ENV_PREFIX, ServiceSettings, default_model_dir, model_dir_candidates
+from dialogue_safety.core.model_dir import default_model_dir, model_dir_candidates, model_dir_problem
+from dialogue_safety.service.settings import ENV_PREFIX, ServiceSettings
 
 
 def model_hint() -> str:

@@ -4,7 +4,8 @@ Every error the service returns has the same shape::
 
     {"error": {"code": "utterance_too_long", "message": "what to fix", "field": "items[3].utterance"}}
 
-The service raises the domain exceptions below (from the limits, the batcher, the API);
+The service raises the domain exceptions (:mod:`dialogue_safety.core.errors`, and the HTTP ones below)
+from the limits, the batcher, the API;
 :func:`install_error_handlers` maps them — and FastAPI's own validation and HTTP errors — into
 that shape in one place. Error bodies never echo request texts.
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
@@ -24,33 +25,10 @@ from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, Response
 
+from dialogue_safety.core.errors import Conflict, InvalidInput, NotFound, NotReady, ServiceError
+from dialogue_safety.core.limits import NOT_TEXT_MESSAGE
+
 log = logging.getLogger("dialogue_safety.service.errors")
-
-
-class ServiceError(Exception):
-    """Base of the domain errors; ``code`` is machine-readable, the message says what to fix."""
-
-    default_code = "error"
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        code: str | None = None,
-        field: str | None = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.message = message
-        self.code = code or self.default_code
-        self.field = field
-        self.headers = dict(headers or {})
-
-
-class InvalidInput(ServiceError):
-    """The request is well-formed JSON but breaks the schema or a limit."""
-
-    default_code = "invalid_request"
 
 
 class MalformedJson(ServiceError):
@@ -80,19 +58,6 @@ class Unauthorized(ServiceError):
         super().__init__(message, headers={"WWW-Authenticate": "Bearer"})
 
 
-class NotFound(ServiceError):
-    """No such route, or the request names something that does not exist (a break-it round, task,
-    attack or player)."""
-
-    default_code = "not_found"
-
-
-class Conflict(ServiceError):
-    """The request breaks a rule of the current state (a finished task, a closed round, a duplicate)."""
-
-    default_code = "conflict"
-
-
 class Overloaded(ServiceError):
     """The bounded queue is full: the caller should back off and retry."""
 
@@ -100,21 +65,6 @@ class Overloaded(ServiceError):
 
     def __init__(self, message: str = "the service is overloaded; retry later", *, retry_after_s: int = 1) -> None:
         super().__init__(message, headers={"Retry-After": str(retry_after_s)})
-
-
-class NotReady(ServiceError):
-    """The model is not loaded and warmed up yet, failed to load, or the service is stopping."""
-
-    default_code = "not_ready"
-
-    def __init__(
-        self,
-        message: str = "the model is not ready yet; retry later",
-        *,
-        code: str | None = None,
-        retry_after_s: int = 1,
-    ) -> None:
-        super().__init__(message, code=code, headers={"Retry-After": str(retry_after_s)})
 
 
 class InferenceFailed(ServiceError):
@@ -178,7 +128,7 @@ ERROR_TABLE: tuple[ErrorRow, ...] = (
     ErrorRow(
         InvalidInput,
         422,
-        "schema violation or a request limit (see dialogue_safety/service/limits.py)",
+        "schema violation or a request limit (see dialogue_safety/core/limits.py)",
         (
             "invalid_request",
             "invalid_threshold",
@@ -213,6 +163,10 @@ def openapi_responses(model: type[BaseModel]) -> dict[int | str, dict[str, Any]]
     for row in ERROR_TABLE:
         whens.setdefault(row.status, []).append(row.when)
     return {status: {"model": model, "description": "; ".join(w)} for status, w in sorted(whens.items())}
+
+
+#: the error responses of every API route in OpenAPI (the service adds them to the routers it mounts)
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = openapi_responses(ErrorResponse)
 
 
 def status_of(exc: ServiceError) -> int:
@@ -280,12 +234,6 @@ def format_loc(loc: Sequence[Any]) -> str | None:
         else:
             out += f".{part}" if out else str(part)
     return out or None
-
-
-NOT_TEXT_MESSAGE = (
-    "the text holds a lone UTF-16 surrogate (a \\ud800-\\udfff escape without its pair), which is not "
-    "Unicode text; send valid UTF-8 / complete surrogate pairs"
-)
 
 
 def from_validation_error(exc: RequestValidationError) -> ServiceError:

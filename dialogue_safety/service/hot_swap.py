@@ -12,7 +12,7 @@ wrong (no card, no ONNX file, a graph that does not load, a probe score that is 
 probability) refuses the swap and the old model keeps serving. Once it passes, the service
 switches to it in one step (new requests go to the new model's batcher) and the old batcher
 is drained: what was queued there finishes on the old model and is answered with the old
-model's id and threshold (:class:`dialogue_safety.service.api.ServedModel`). ``/v1/model`` and the
+model's id and threshold (:class:`dialogue_safety.service.state.ServedModel`). ``/v1/model`` and the
 ``safety_model_info`` metric show the new version; ``safety_model_swaps{outcome}`` counts swaps.
 """
 
@@ -24,18 +24,18 @@ import logging
 import math
 import signal
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Depends, Request
 from prometheus_client import Counter
 from pydantic import BaseModel, ConfigDict, Field
 
+from dialogue_safety.core.errors import InvalidInput
 from dialogue_safety.core.schema import Example
 from dialogue_safety.service.auth import ADMIN_PREFIX
-from dialogue_safety.service.errors import InvalidInput
 
 if TYPE_CHECKING:
-    from dialogue_safety.service.api import Classifier, ServiceState
+    from dialogue_safety.service.state import Classifier, ServiceState
 
 log = logging.getLogger("dialogue_safety.service.hot_swap")
 DRAIN_TIMEOUT_S = 60.0  # the old model finishes its queued requests within this, or they fail (503)
@@ -132,20 +132,20 @@ def _log_failure(task: asyncio.Future[Any]) -> None:
         log.debug("SIGHUP reload failed: %s", task.exception())
 
 
-def admin_router(swapper: ModelSwapper) -> APIRouter:
-    """``POST /admin/model``: needs the API key; refused outright when none is configured (both
-    decided by :class:`dialogue_safety.service.auth.ApiKeyMiddleware`, before the body is read)."""
-    from dialogue_safety.service.api import ERROR_RESPONSES, api_key_declaration
+def swapper_of(request: Request) -> ModelSwapper:
+    """The app's swapper (``app.state.swapper``, set by :func:`dialogue_safety.service.api.create_app`)."""
+    swapper: ModelSwapper = request.app.state.swapper
+    return swapper
 
-    router = APIRouter(
-        prefix=ADMIN_PREFIX,
-        tags=["admin"],
-        dependencies=api_key_declaration(swapper.state.settings),
-        responses=ERROR_RESPONSES,
-    )
 
-    @router.post("/model", response_model=SwapResult, summary="Hot-swap the served model (refused if it does not load)")
-    async def swap_model(body: SwapRequest) -> SwapResult:
-        return await swapper.swap(body.model_dir)
+#: ``POST /admin/model``: needs the API key; refused outright when none is configured (both decided by
+#: :class:`dialogue_safety.service.auth.ApiKeyMiddleware`, before the body is read). The app mounts it
+#: with the key's OpenAPI declaration and the error responses.
+admin_router = APIRouter(prefix=ADMIN_PREFIX, tags=["admin"])
 
-    return router
+
+@admin_router.post(
+    "/model", response_model=SwapResult, summary="Hot-swap the served model (refused if it does not load)"
+)
+async def swap_model(body: SwapRequest, swapper: Annotated[ModelSwapper, Depends(swapper_of)]) -> SwapResult:
+    return await swapper.swap(body.model_dir)

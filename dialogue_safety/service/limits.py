@@ -1,9 +1,8 @@
 """Request limits: what one request may hold and how it must arrive, checked before anything is queued.
 
-Each limit is a setting (``SAFETY_<NAME>``); breaking one is an :class:`InvalidInput` (422)
-whose message says what to change. :meth:`Limits.check_example` holds the item-level rules that
-single and batch requests share (lengths, counts, texts that are no text: a lone surrogate, or
-nothing visible). :class:`BodyGuardMiddleware` guards the body while it arrives: its size (413,
+Each limit is a setting (``SAFETY_<NAME>``); breaking one is an error (422 for an item, from
+:class:`dialogue_safety.core.limits.Limits`, whose rules single and batch requests share) whose message
+says what to change. :class:`BodyGuardMiddleware` guards the body while it arrives: its size (413,
 from Content-Length at once, else while streaming), its time (408 after ``body_timeout_s``:
 slow or unfinished bodies), the bytes all unfinished bodies may hold together (429 beyond
 ``max_inflight_body_bytes``), and compressed bodies (415). :func:`apply_to_openapi` writes the
@@ -13,17 +12,12 @@ same limits into the OpenAPI schema, so that the schema says what the server enf
 from __future__ import annotations
 
 import asyncio
-import re
-from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from dialogue_safety.core.schema import Example
+from dialogue_safety.core.limits import VISIBLE_PATTERN, Limits
 from dialogue_safety.service.errors import (
-    NOT_TEXT_MESSAGE,
-    InvalidInput,
     Overloaded,
     PayloadTooLarge,
     RefusedWhileReading,
@@ -31,98 +25,8 @@ from dialogue_safety.service.errors import (
     UnsupportedMediaType,
     error_response,
 )
-from dialogue_safety.service.settings import ServiceSettings
 
-# Characters that show nothing: whitespace, C0/C1 controls, soft hyphen, zero-width and
-# bidirectional marks, word joiners, variation selectors, BOM. An utterance needs one other
-# character. The same class is the OpenAPI ``pattern`` of the utterance (one owner).
-INVISIBLE_CLASS = (
-    "\\s\\u0000-\\u001f\\u007f-\\u009f\\u00ad\\u034f\\u061c\\u115f\\u1160\\u17b4\\u17b5"
-    "\\u180b-\\u180f\\u200b-\\u200f\\u2028-\\u202e\\u2060-\\u206f\\u3164\\ufe00-\\ufe0f\\ufeff\\uffa0"
-)
-VISIBLE_PATTERN = f"[^{INVISIBLE_CLASS}]"
-_VISIBLE = re.compile(VISIBLE_PATTERN)
-_SURROGATE = re.compile("[\\ud800-\\udfff]")
 SMALL_BODY_BYTES = 64 * 1024  # = uvicorn's per-connection read buffer high-water mark
-
-
-@dataclass(frozen=True, slots=True)
-class Limits:
-    max_request_history_turns: int = 32
-    max_turn_chars: int = 4000
-    max_utterance_chars: int = 4000
-    max_batch_items: int = 256
-    max_body_bytes: int = 2 * 1024 * 1024
-
-    @classmethod
-    def from_settings(cls, settings: ServiceSettings) -> Limits:
-        return cls(
-            max_request_history_turns=settings.max_request_history_turns,
-            max_turn_chars=settings.max_turn_chars,
-            max_utterance_chars=settings.max_utterance_chars,
-            max_batch_items=settings.max_batch_items,
-            max_body_bytes=settings.max_body_bytes,
-        )
-
-    def check_example(self, example: Example, prefix: str = "") -> None:
-        """Raise :class:`InvalidInput` for the first rule this item breaks (single and batch requests,
-        and each item of a batch, go through here; ``prefix`` is e.g. ``items[3].``)."""
-        self.check_item(example.utterance, [t.text for t in example.history], prefix)
-        for i, turn in enumerate(example.history):
-            if turn.speaker is not None and _SURROGATE.search(turn.speaker):
-                raise _not_text(f"{prefix}history[{i}].speaker")
-
-    def check_item(self, utterance: str, turns: Sequence[str], prefix: str = "") -> None:
-        """Raise :class:`InvalidInput` for the first limit this item breaks."""
-        if _VISIBLE.search(utterance) is None:
-            raise InvalidInput(
-                "the utterance is empty or shows nothing (only whitespace, zero-width or control characters); "
-                "send the text to classify",
-                code="empty_utterance",
-                field=f"{prefix}utterance",
-            )
-        if len(utterance) > self.max_utterance_chars:
-            raise InvalidInput(
-                f"the utterance has {len(utterance)} characters; at most {self.max_utterance_chars} are "
-                "accepted (SAFETY_MAX_UTTERANCE_CHARS)",
-                code="utterance_too_long",
-                field=f"{prefix}utterance",
-            )
-        if len(turns) > self.max_request_history_turns:
-            raise InvalidInput(
-                f"the history has {len(turns)} turns; send at most the {self.max_request_history_turns} most recent "
-                "(or raise SAFETY_MAX_REQUEST_HISTORY_TURNS)",
-                code="too_many_history_turns",
-                field=f"{prefix}history",
-            )
-        for i, text in enumerate(turns):
-            if len(text) > self.max_turn_chars:
-                raise InvalidInput(
-                    f"history turn {i} has {len(text)} characters; at most {self.max_turn_chars} are accepted "
-                    "(SAFETY_MAX_TURN_CHARS)",
-                    code="turn_too_long",
-                    field=f"{prefix}history[{i}]",
-                )
-        if _SURROGATE.search(utterance):
-            raise _not_text(f"{prefix}utterance")
-        for i, text in enumerate(turns):
-            if _SURROGATE.search(text):
-                raise _not_text(f"{prefix}history[{i}]")
-
-    def check_batch(self, n_items: int) -> None:
-        if n_items == 0:
-            raise InvalidInput("items is empty; send at least one item", code="empty_batch", field="items")
-        if n_items > self.max_batch_items:
-            raise InvalidInput(
-                f"{n_items} items in one request; send at most {self.max_batch_items} per request "
-                "(SAFETY_MAX_BATCH_ITEMS)",
-                code="too_many_items",
-                field="items",
-            )
-
-
-def _not_text(field: str) -> InvalidInput:
-    return InvalidInput(NOT_TEXT_MESSAGE, code="invalid_text", field=field)
 
 
 class BodyGuardMiddleware:

@@ -38,7 +38,8 @@ from typing import Any
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from dialogue_safety.service.errors import ServiceError, error_response_bytes, status_of
+from dialogue_safety.core.errors import ServiceError
+from dialogue_safety.service.errors import error_response_bytes, status_of
 from dialogue_safety.service.settings import ServiceSettings
 
 #: (method, raw request target, headers, scope) -> the error to answer at once, or None to serve the

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sysconfig
-from contextlib import suppress
 from pathlib import Path
 from typing import Any, Literal
 
@@ -18,6 +16,8 @@ from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from dialogue_safety.core.batch_budget import MAX_BATCH_TOKENS
+from dialogue_safety.core.limits import Limits
+from dialogue_safety.core.model_dir import default_model_dir
 
 ENV_PREFIX = "SAFETY_"
 #: settings renamed, read under their old name with a warning: old name -> new name (None: no longer used)
@@ -29,34 +29,6 @@ DEPRECATED_SETTINGS: dict[str, str | None] = {
 }
 log = logging.getLogger("dialogue_safety.service.settings")
 LogLevel = Literal["critical", "error", "warning", "info", "debug", "trace"]
-
-
-#: where the bundled model lives, relative to a source checkout and to an installation's data prefix
-BUNDLED_MODEL = Path("models") / "default"
-INSTALLED_MODEL = Path("share") / "dialogue-safety" / BUNDLED_MODEL  # pyproject.toml [tool.setuptools.data-files]
-
-
-def model_dir_candidates() -> list[Path]:
-    """Where the bundled model is looked for, in order (``SAFETY_MODEL_DIR`` / ``--model`` come first).
-
-    1. ``<source checkout>/models/default``: the repository this code runs from (editable installs);
-    2. ``<prefix>/share/dialogue-safety/models/default``: installed with the package by ``pip install .``
-       (the environment's data prefix, then the user scheme's for ``pip install --user``).
-    """
-    candidates = [Path(__file__).resolve().parents[2] / BUNDLED_MODEL]  # <checkout>/dialogue_safety/service/
-    for scheme in (None, f"{os.name}_user"):
-        with suppress(KeyError):
-            data = sysconfig.get_path("data", scheme) if scheme else sysconfig.get_path("data")
-            candidate = Path(data) / INSTALLED_MODEL
-            if candidate not in candidates:
-                candidates.append(candidate)
-    return candidates
-
-
-def default_model_dir() -> Path:
-    """The first of :func:`model_dir_candidates` that exists (else the first, for the error message)."""
-    candidates = model_dir_candidates()
-    return next((c for c in candidates if c.is_dir()), candidates[0])
 
 
 class ServiceSettings(BaseSettings):
@@ -207,6 +179,17 @@ class ServiceSettings(BaseSettings):
         if not self.providers:
             return None
         return [p.strip() for p in self.providers.split(",") if p.strip()]
+
+    @property
+    def limits(self) -> Limits:
+        """The per-item request limits these settings set (the API, the break-it game, ``dialogue-safety score``)."""
+        return Limits(
+            max_request_history_turns=self.max_request_history_turns,
+            max_turn_chars=self.max_turn_chars,
+            max_utterance_chars=self.max_utterance_chars,
+            max_batch_items=self.max_batch_items,
+            max_body_bytes=self.max_body_bytes,
+        )
 
     @property
     def max_wait_s(self) -> float:

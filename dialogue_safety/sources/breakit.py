@@ -1,7 +1,8 @@
 """Break-it rounds: the validated attacks of the build it / break it / fix it loop as a training source.
 
-This module owns the format: :func:`export_round` writes it (``dialogue-safety break-it export``),
-:func:`find` / :func:`load` read it (registered as the ``breakit`` source). Every round found
+This module owns the format: its layout, file names and records, and :func:`find` / :func:`load`
+read it (registered as the ``breakit`` source); :func:`dialogue_safety.breakit.export.export_round`
+writes it from the game's store (``dialogue-safety break-it export``). Every round found
 is loaded; the round is kept (``LabelledExample.round``: ``"1"``, ``"2"``...), the task is
 ``breakit``, the family OFFENSIVE (an attack targets the served offensive score).
 
@@ -25,34 +26,26 @@ rejections, at least one), with its intended label; attacks a validator flagged 
 the label) is a ``contrast`` record with the opposite label, in the same split as its attack.
 Splits are by attacker, so that no attacker is on both sides: attackers are ordered by a stable
 hash of their id and the round number; with three or more, at least one goes to valid and one
-to test (about 10% each), the rest to train.
+to test (about 10% each), the rest to train (:func:`dialogue_safety.breakit.export.assign_splits`).
 """
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dialogue_safety.core.schema import Label, LabelFamily, LabelledExample, Split, Turn
 from dialogue_safety.sources.errors import DatasetFormatError
 from dialogue_safety.sources.files import read_jsonl
 from dialogue_safety.sources.layout import SourceFiles, Status
-from dialogue_safety.sources.splitting import stable_fraction
-
-if TYPE_CHECKING:
-    from dialogue_safety.breakit.store import BreakItStore
 
 SOURCE = "breakit"
 BREAKIT_DIR = "breakit"
 ROUND_FILE = "round.json"
 SPLIT_FILES: dict[Split, str] = {Split.TRAIN: "train.jsonl", Split.VALID: "valid.jsonl", Split.TEST: "test.jsonl"}
 KINDS = ("attack", "contrast")
-VALID_SHARE = TEST_SHARE = 0.1
 
 
 def round_dir(root: Path, number: int) -> Path:
@@ -65,110 +58,6 @@ def round_number(directory: Path) -> int | None:
     if not name.startswith("round-") or not name.removeprefix("round-").isdigit():
         return None
     return int(name.removeprefix("round-"))
-
-
-def assign_splits(attackers: Iterable[str], number: int) -> dict[str, Split]:
-    """Each attacker's split: all of an attacker's examples land on one side."""
-    ordered = sorted(set(attackers), key=lambda a: (stable_fraction(a, f"breakit-round-{number}"), a))
-    n = len(ordered)
-    n_test = max(1, math.floor(n * TEST_SHARE + 0.5)) if n >= 3 else 0
-    n_valid = max(1, math.floor(n * VALID_SHARE + 0.5)) if n >= 3 else 0
-    out = {}
-    for i, attacker in enumerate(ordered):
-        out[attacker] = Split.TEST if i < n_test else Split.VALID if i < n_test + n_valid else Split.TRAIN
-    return out
-
-
-@dataclass
-class ExportSummary:
-    round: int
-    out_dir: Path
-    examples: dict[str, int] = field(default_factory=dict)  # split -> records
-    attackers: dict[str, int] = field(default_factory=dict)  # split -> attackers
-    contrasts: int = 0
-    left_out: dict[str, list[int]] = field(default_factory=dict)  # reason -> attack ids
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "round": self.round,
-            "out_dir": str(self.out_dir),
-            "examples": self.examples,
-            "attackers": self.attackers,
-            "contrasts": self.contrasts,
-            "left_out": self.left_out,
-        }
-
-
-def export_round(store: BreakItStore, number: int, root: Path) -> ExportSummary:
-    """Write round ``number``'s validated attacks under ``root`` (a data directory); returns what was written."""
-    rnd = store.round(number)
-    judged = store.judged_attacks(number)
-    summary = ExportSummary(number, round_dir(root, number))
-    summary.left_out = {"not_validated": [], "flagged": []}
-    kept = []
-    for j in judged:
-        if j.flags:
-            summary.left_out["flagged"].append(j.attack.id)
-        elif not j.validated:
-            summary.left_out["not_validated"].append(j.attack.id)
-        else:
-            kept.append(j)
-    splits = assign_splits((j.attack.player_id for j in kept), number)
-    records: dict[Split, list[dict[str, Any]]] = {s: [] for s in SPLIT_FILES}
-    for j in kept:
-        a = j.attack
-        intended = Label(a.intended_label)
-        base = {
-            "round": number,
-            "history": a.history,
-            "mode": "offensive" if intended is Label.OFFENSIVE else "safe",
-            "attacker": a.player_id,
-            "attack_id": a.id,
-            "scores": {a.model_id: a.score, **a.reference_scores},
-            "validation": {"confirms": j.confirms, "rejects": j.rejects, "flags": j.flags},
-        }
-        split = splits[a.player_id]
-        records[split].append(
-            {"id": f"r{number}-a{a.id}", "kind": "attack", "utterance": a.text, "label": intended.value, **base}
-        )
-        for k, contrast in enumerate(j.contrasts):
-            flipped = Label.SAFE if intended is Label.OFFENSIVE else Label.OFFENSIVE
-            records[split].append(
-                {
-                    "id": f"r{number}-a{a.id}-c{k}",
-                    "kind": "contrast",
-                    "utterance": contrast,
-                    "label": flipped.value,
-                    **base,
-                }
-            )
-            summary.contrasts += 1
-    out = summary.out_dir
-    out.mkdir(parents=True, exist_ok=True)
-    for split, name in SPLIT_FILES.items():
-        tmp = out / f".{name}.tmp"
-        with open(tmp, "w", encoding="utf-8") as handle:
-            for record in records[split]:
-                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
-        tmp.replace(out / name)  # a reader never sees a half-written split
-        summary.examples[split.value] = len(records[split])
-        summary.attackers[split.value] = sum(1 for s in splits.values() if s is split)
-    board = store.scoreboard(number)
-    tries, fooled = sum(r["tries"] for r in board), sum(r["fooled"] for r in board)
-    meta = {
-        **summary.as_json(),
-        "game": {
-            "tries": tries,
-            "fooled": fooled,
-            "attack_success_rate": round(100.0 * fooled / tries, 2) if tries else None,
-        },
-        "model": rnd.model_id,
-        "references": rnd.references,
-        "exported_at": datetime.now(UTC).isoformat(),
-        "format": "see dialogue_safety/sources/breakit.py and docs/breakit.md",
-    }
-    (out / ROUND_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
-    return summary
 
 
 @dataclass(frozen=True)
@@ -266,57 +155,3 @@ def load(found: SourceFiles, splits: frozenset[Split]) -> Iterable[LabelledExamp
         split = Split(role.rsplit("/", 1)[1])
         if split in splits:
             yield from read_file(path, split)
-
-
-# -- the context pool the game draws from ----------------------------------------------------------
-POOL_SOURCES = ("diasafety", "convabuse", "bbf_multi_turn", "bad")  # sources with real dialogue history
-
-
-def safe_contexts(
-    names: Iterable[str], data_dir: Path | str | None, size: int, seed: int = 0
-) -> list[list[dict[str, str | None]]]:
-    """Up to ``size`` safe conversations (turns, oldest first) from the train splits of ``names``: a SAFE
-    example with at least one history turn, its utterance appended as the last turn. Sampled
-    with ``seed``, deduplicated."""
-    import random
-
-    from dialogue_safety.sources.registry import load_source
-
-    seen: set[tuple[str, ...]] = set()
-    pool: list[list[dict[str, str | None]]] = []
-    for name in names:
-        for ex in load_source(name, data_dir, splits=[Split.TRAIN]):
-            if ex.label is not Label.SAFE or not ex.history or not ex.utterance.strip():
-                continue
-            if any(not t.text.strip() for t in ex.history):
-                continue
-            reply_speaker = {"user": "bot", "bot": "user", "agent": "user"}.get(ex.history[-1].speaker or "")
-            turns = [*ex.history, Turn(ex.utterance, reply_speaker)]
-            key = tuple(t.text for t in turns)
-            if key not in seen:
-                seen.add(key)
-                pool.append([{"speaker": t.speaker, "text": t.text} for t in turns])
-    random.Random(seed).shuffle(pool)
-    return pool[:size]
-
-
-def read_pool(path: Path) -> list[list[dict[str, str | None]]]:
-    """A pool file: JSON lines, each a list of turns (strings or ``{"speaker", "text"}``) or ``{"turns": [...]}``."""
-    pool = []
-    for line, obj in read_jsonl(path):
-        turns = obj.get("turns") if isinstance(obj, dict) else obj
-        if not isinstance(turns, list) or not turns:
-            raise DatasetFormatError(path, 'expected a non-empty list of turns (or {"turns": [...]})', line=line)
-        context = []
-        for i, turn in enumerate(turns):
-            if isinstance(turn, str) and turn.strip():
-                context.append({"speaker": None, "text": turn})
-            elif isinstance(turn, dict) and isinstance(turn.get("text"), str) and turn["text"].strip():
-                speaker = turn.get("speaker")
-                context.append({"speaker": None if speaker is None else str(speaker), "text": turn["text"]})
-            else:
-                raise DatasetFormatError(
-                    path, f"turn {i} must be a non-empty string or have a non-empty 'text'", line=line
-                )
-        pool.append(context)
-    return pool

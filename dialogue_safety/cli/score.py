@@ -5,7 +5,9 @@
     dialogue-safety score comments.csv runs/scored.jsonl --engine ray --address auto
 
 Formats come from the extensions (.jsonl/.ndjson, .csv, .parquet). Prints a JSON summary
-(rows, scored, errors, seconds, rows/s) on stdout; the progress bar goes to stderr.
+(rows, scored, errors, seconds, rows/s) on stdout; the progress bar goes to stderr. A row must keep
+the API's per-item limits (the ``SAFETY_MAX_*`` settings of the service apply to files too): the
+command joins the corpus engines (:mod:`dialogue_safety.corpus`) and the service's settings.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from dialogue_safety.core.runtime import ModelLoadError
 from dialogue_safety.corpus.formats import CorpusFileError
 from dialogue_safety.corpus.job import DEFAULT_CHUNK_SIZE, ScoreJob, run_local
 from dialogue_safety.corpus.records import Columns
+from dialogue_safety.service.settings import ServiceSettings
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
@@ -66,6 +69,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety score")
         print(f"{prog}: --explain-history needs --explain", file=sys.stderr)
         return 2
     try:
+        limits = ServiceSettings().limits
         job = ScoreJob(
             input=args.input,
             output=args.output,
@@ -87,9 +91,9 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety score")
                 threads_per_actor=args.threads_per_actor,
                 batch_size=args.batch_size,
             )
-            summary = run_ray(job, options, progress=not args.no_progress)
+            summary = run_ray(job, options, limits=limits, progress=not args.no_progress)
         else:
-            summary = run_local(job, restart=args.restart, progress=not args.no_progress)
+            summary = run_local(job, limits=limits, restart=args.restart, progress=not args.no_progress)
     except (CorpusFileError, ModelLoadError, ValueError) as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 2
