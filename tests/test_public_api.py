@@ -1,0 +1,104 @@
+"""The package's one-liner: ``dialogue_safety.classify(utterance, history)`` on the bundled model (models/default)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import dialogue_safety
+from dialogue_safety import Example, Label, Prediction, Turn, classify, classify_batch, load
+from dialogue_safety.core.model_card import ModelCard
+from dialogue_safety.core.runtime import ModelLoadError, OnnxClassifier
+
+REPO = Path(__file__).resolve().parents[1]
+BUNDLED = REPO / "models" / "default"
+CONTEXT = ["what do you think of my neighbours?", "I don't know them. What are they like?"]
+
+
+@pytest.fixture(scope="module")
+def bundled() -> OnnxClassifier:
+    return load()
+
+
+def test_the_public_names() -> None:
+    assert sorted(dialogue_safety.__all__) == [
+        "Example",
+        "Label",
+        "Prediction",
+        "Turn",
+        "classify",
+        "classify_batch",
+        "load",
+    ]
+    assert all(hasattr(dialogue_safety, name) for name in dialogue_safety.__all__)
+
+
+def test_importing_the_package_loads_no_model_no_torch_and_no_web_framework() -> None:
+    code = (
+        "import json, sys, dialogue_safety\n"
+        "heavy = ('torch', 'transformers', 'fastapi', 'starlette', 'uvicorn', 'onnxruntime', 'tokenizers')\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in heavy)))\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout) == []
+
+
+def test_load_defaults_to_the_bundled_model(bundled: OnnxClassifier) -> None:
+    assert isinstance(bundled, OnnxClassifier)
+    assert bundled.model_dir == BUNDLED
+    assert bundled.model_id == ModelCard.load(BUNDLED).model_id
+    assert load(BUNDLED, variant="fp32").variant == "fp32"
+
+
+def test_load_names_a_directory_that_is_no_model(tmp_path: Path) -> None:
+    with pytest.raises(ModelLoadError, match="no model directory"):
+        load(tmp_path / "nowhere")
+
+
+def test_classify_one_dialogue(bundled: OnnxClassifier) -> None:
+    prediction = classify("they should all be thrown out of the country", CONTEXT, bundled)
+    assert isinstance(prediction, Prediction)
+    assert 0.0 <= prediction.score <= 1.0
+    assert prediction.label is Label.from_bool(prediction.score >= prediction.threshold)
+    assert prediction.threshold == bundled.card.threshold  # the card's decision unless told otherwise
+    same = bundled.predict(
+        [Example(utterance="they should all be thrown out of the country", history=tuple(Turn(t) for t in CONTEXT))]
+    )[0]
+    assert prediction == same
+    assert classify("you are an idiot").label is Label.OFFENSIVE  # the bundled model, loaded on first use
+    assert classify("thanks, that helps a lot", ["can you recommend a book?"]).label is Label.SAFE
+
+
+def test_history_turns_may_name_their_speakers(bundled: OnnxClassifier) -> None:
+    turns = (Turn(CONTEXT[0], "user"), Turn(CONTEXT[1], "bot"))  # passed on as they are (the card decides their use)
+    assert classify("so what", turns, bundled) == bundled.predict([Example(utterance="so what", history=turns)])[0]
+
+
+def test_classify_a_batch_in_order(bundled: OnnxClassifier) -> None:
+    items: list[Example | str] = [
+        "you are an idiot",
+        Example.from_texts("they should all be thrown out of the country", CONTEXT),
+        "have a nice day",
+    ]
+    batch = classify_batch(items, bundled)
+    singles = [
+        classify("you are an idiot", model=bundled),
+        classify("they should all be thrown out of the country", CONTEXT, bundled),
+        classify("have a nice day", model=bundled),
+    ]
+    assert [p.label for p in batch] == [p.label for p in singles]
+    assert [p.score for p in batch] == pytest.approx([p.score for p in singles], abs=1e-5)
+    assert classify_batch([], bundled) == []
+
+
+def test_a_threshold_decides_the_label(bundled: OnnxClassifier) -> None:
+    always = classify("have a nice day", model=bundled, threshold=0.0)
+    never = classify("you are an idiot", model=bundled, threshold=1.0)
+    assert (always.label, always.threshold) == (Label.OFFENSIVE, 0.0)
+    assert (never.label, never.threshold) == (Label.SAFE, 1.0)
+    assert [p.label for p in classify_batch(["a", "b"], bundled, threshold=0.0)] == [Label.OFFENSIVE] * 2
