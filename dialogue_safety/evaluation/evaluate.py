@@ -56,6 +56,7 @@ EVAL_SOURCES: tuple[str, ...] = (
     "convabuse",
     "hatemoji",
     "dynahate",
+    "conan",  # hate (OFFENSIVE) and civil counter-narratives after it (SAFE)
     "bbf_single_turn",
     "bbf_multi_turn",
     "bad",
