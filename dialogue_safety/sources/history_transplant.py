@@ -13,8 +13,13 @@ its label), so the history predicts nothing by itself:
   split), sometimes after a neutral turn;
 * ``neutral``: 1-3 turns of small talk (harmless OLID tweets, ``context_pairs`` harmless turns).
 
+Context pairs (``context_pairs``: the reply after a harmful or a harmless turn, where that turn
+decides the label) also get copies with a friendly chat of 1-5 turns *before* the deciding turn
+(``pool = "friendly_prefix"``), both labels alike: a friendly start must not launder an encouraging
+reply to a self-harm question, nor make the harmless twin look harmful.
+
 Family and label are the utterance's own (``metadata["kind"] = "transplant"``, ``["pool"]``). In a
-decomposed model (dialogue_safety/training/harmonise.py) the harmless copies teach the context head that a
+decomposed model (training/harmonise.py) the harmless copies teach the context head that a
 hostile history alone is no reason to flag a reply; the offensive copies repeat the utterance
 row. Splits: copies of TRAIN utterances are TRAIN (histories from TRAIN rows only), of VALID
 utterances VALID (histories from VALID rows). No TEST split: the robustness measures of
@@ -28,7 +33,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from dialogue_safety.core.schema import LabelledExample, Split, Turn
-from dialogue_safety.sources import context_pairs, convabuse, counter_speech, olid
+from dialogue_safety.sources import context_pairs, convabuse, counter_speech, diasafety, olid
 from dialogue_safety.sources.layout import SourceFiles, Status, part_of
 from dialogue_safety.sources.splitting import stable_fraction
 
@@ -117,11 +122,41 @@ def transplant(
         )
 
 
+PREFIX_KINDS = frozenset({"encourage", "near_miss", "agree", "discourage", "callous", "swap"})
+
+
+def friendly_prefixed(pairs: Iterable[LabelledExample]) -> Iterator[LabelledExample]:
+    """Context-pair copies with a friendly chat before the deciding turn (half of them, 1-5 turns)."""
+    for ex in pairs:
+        if ex.metadata.get("kind") not in PREFIX_KINDS or not ex.history:
+            continue
+        key = f"prefix:{ex.history[-1].text}:{ex.utterance}:{ex.label}"
+        if stable_fraction(key, SALT + ":take") >= RATE:
+            continue
+        chat = friendly_history(key, 1 + int(stable_fraction(key, SALT + ":n") * 5))
+        yield LabelledExample(
+            utterance=ex.utterance,
+            history=(*chat, *ex.history),
+            label=ex.label,
+            source=SOURCE,
+            split=ex.split,
+            family=ex.family,
+            task=f"{SOURCE}/friendly_prefix",
+            metadata={
+                "kind": "transplant",
+                "pool": "friendly_prefix",
+                "from": ex.source,
+                "pair_kind": ex.metadata["kind"],
+            },
+        )
+
+
 def build(
     olid_rows: Sequence[LabelledExample],
     conv_rows: Sequence[LabelledExample],
     conan_rows: Sequence[LabelledExample],
     splits: frozenset[Split],
+    pair_rows: Sequence[LabelledExample] = (),
 ) -> Iterator[LabelledExample]:
     for split in (Split.TRAIN, Split.VALID):
         if split not in splits:
@@ -133,6 +168,7 @@ def build(
         neutral += list(context_pairs.HARMLESS_CONTEXTS)
         utterances = olid_split + [ex for ex in conv_rows if ex.split is split]
         yield from transplant(utterances, hostile, neutral)
+        yield from friendly_prefixed(ex for ex in pair_rows if ex.split is split)
 
 
 def find(data_dir: Path) -> SourceFiles:
@@ -140,11 +176,12 @@ def find(data_dir: Path) -> SourceFiles:
         "olid": olid.find(data_dir),
         "convabuse": convabuse.find(data_dir),
         "conan": counter_speech.find_conan(data_dir),
+        "diasafety": diasafety.find(data_dir),
     }
     files = {f"{name}/{role}": path for name, found in parts.items() for role, path in found.files.items()}
     missing = [name for name, f in parts.items() if f.status is not Status.COMPLETE]
     if not missing:
-        return SourceFiles(Status.COMPLETE, files, "derived from olid, convabuse and conan")
+        return SourceFiles(Status.COMPLETE, files, "derived from olid, convabuse, conan and context_pairs")
     if not files:
         return SourceFiles.missing("derived: needs olid, convabuse and conan")
     return SourceFiles(Status.PARTIAL, files, f"derived; incomplete: {', '.join(missing)}")
@@ -155,4 +192,6 @@ def load(found: SourceFiles, splits: frozenset[Split]) -> Iterable[LabelledExamp
     olid_rows = list(olid.load(part_of(found, "olid"), wanted))
     conv_rows = list(convabuse.load(part_of(found, "convabuse"), wanted))
     conan_rows = list(counter_speech.load_conan(part_of(found, "conan"), wanted))
-    return build(olid_rows, conv_rows, conan_rows, splits)
+    dia_rows = list(diasafety.load(part_of(found, "diasafety"), wanted))
+    pair_rows = list(context_pairs.build(olid_rows, dia_rows, conv_rows, wanted))
+    return build(olid_rows, conv_rows, conan_rows, splits, pair_rows)
