@@ -109,20 +109,28 @@ def abusive_hate_negatives(examples: Sequence[LabelledExample], teacher: AbuseTe
     return flags
 
 
+class _Targets:
+    """[n, heads] targets and loss masks, written one (example, head) at a time; heads not in the
+    layout are ignored."""
+
+    def __init__(self, n: int, heads: Sequence[str]) -> None:
+        self.y = np.zeros((n, len(heads)), dtype=np.float32)
+        self.mask = np.zeros_like(self.y)
+        self.col = {h: i for i, h in enumerate(heads)}
+
+    def put(self, i: int, head: str, value: float) -> None:
+        if head in self.col:
+            self.y[i, self.col[head]], self.mask[i, self.col[head]] = value, 1.0
+
+
 def harmonised_targets(
     examples: Sequence[LabelledExample], heads: Sequence[str], abusive: np.ndarray, decomposed: bool = False
 ) -> tuple[np.ndarray, np.ndarray]:
     """[n, heads] targets and loss masks by the tables in the module docstring."""
     if decomposed:
         return _decomposed_targets(examples, heads, abusive)
-    y = np.zeros((len(examples), len(heads)), dtype=np.float32)
-    mask = np.zeros_like(y)
-    col = {h: i for i, h in enumerate(heads)}
-
-    def put(i: int, head: str, value: float) -> None:
-        if head in col:
-            y[i, col[head]], mask[i, col[head]] = value, 1.0
-
+    targets = _Targets(len(examples), heads)
+    put = targets.put
     for i, ex in enumerate(examples):
         pos = float(ex.label.is_positive)
         family = ex.family
@@ -140,21 +148,14 @@ def harmonised_targets(
                 put(i, "offensive", pos)
             if not pos and not ex.metadata.get(UTTERANCE_UNLABELLED):
                 put(i, "hateful", 0.0)
-    return y, mask
-
+    return targets.y, targets.mask
 
 
 def _decomposed_targets(
     examples: Sequence[LabelledExample], heads: Sequence[str], abusive: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    y = np.zeros((len(examples), len(heads)), dtype=np.float32)
-    mask = np.zeros_like(y)
-    col = {h: i for i, h in enumerate(heads)}
-
-    def put(i: int, head: str, value: float) -> None:
-        if head in col:
-            y[i, col[head]], mask[i, col[head]] = value, 1.0
-
+    targets = _Targets(len(examples), heads)
+    put = targets.put
     for i, ex in enumerate(examples):
         pos = float(ex.label.is_positive)
         context = bool(ex.history)
@@ -179,7 +180,7 @@ def _decomposed_targets(
             if not pos and not ex.metadata.get(UTTERANCE_UNLABELLED):
                 put(i, "offensive", 0.0)
                 put(i, "hateful", 0.0)
-    return y, mask
+    return targets.y, targets.mask
 
 
 def served_gold_from_targets(
