@@ -30,6 +30,7 @@ import numpy as np
 
 from dialogue_safety.core.schema import LabelledExample, Split
 from dialogue_safety.evaluation.context_flips import SUITE_FILE, evaluate_context_flips, load_pairs
+from dialogue_safety.evaluation.sampling import subsample  # noqa: F401 - also imported from here
 from dialogue_safety.evaluation.scorers import CachedScorer, Scorer, card_training_sources, load_scorer, model_kind
 
 if TYPE_CHECKING:
@@ -162,14 +163,6 @@ class DataCache:
 
     def split(self, name: str, split: Split) -> list[LabelledExample]:
         return [e for e in self.get(name) or [] if e.split == split]
-
-
-def subsample(examples: Sequence[LabelledExample], limit: int | None, seed: int) -> list[LabelledExample]:
-    """At most ``limit`` examples, drawn without replacement (order kept); all when no limit."""
-    if limit is None or len(examples) <= limit:
-        return list(examples)
-    keep = np.sort(np.random.default_rng(seed).choice(len(examples), size=limit, replace=False))
-    return [examples[int(i)] for i in keep]
 
 
 def fit_baseline(data: DataCache, sources: Iterable[str]) -> tuple[TfidfBaseline, dict[str, Any]]:

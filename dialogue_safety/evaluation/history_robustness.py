@@ -23,6 +23,7 @@ import numpy as np
 
 from dialogue_safety.core.schema import Example, LabelledExample, Split, Turn
 from dialogue_safety.core.scoring import is_offensive
+from dialogue_safety.evaluation.sampling import subsample
 from dialogue_safety.evaluation.scorers import Scorer, score
 
 #: a friendly, sympathetic chat about a rough week (user / bot turns); histories are its last N turns
@@ -48,13 +49,6 @@ def friendly_history(turns: int) -> tuple[Turn, ...]:
     return tuple(Turn(text, "user" if (first + j) % 2 == 0 else "bot") for j, text in enumerate(chat))
 
 
-def _sample(rows: Sequence[LabelledExample], n: int, seed: int) -> list[LabelledExample]:
-    if len(rows) <= n:
-        return list(rows)
-    keep = np.sort(np.random.default_rng(seed).choice(len(rows), size=n, replace=False))
-    return [rows[int(i)] for i in keep]
-
-
 def _single(rows: Sequence[LabelledExample], positive: bool) -> list[LabelledExample]:
     """Test utterances judged on their own (their label does not come from the history)."""
     return [ex for ex in rows if ex.label.is_positive == positive and ex.metadata.get("kind") != "counter"]
@@ -62,9 +56,9 @@ def _single(rows: Sequence[LabelledExample], positive: bool) -> list[LabelledExa
 
 def build_probes(get: SplitGetter, seed: int = 0, per_source: int = PER_SOURCE) -> dict[str, Any]:
     """The examples each measure scores (test splits only), with their provenance."""
-    offensive = {name: _sample(_single(get(name, Split.TEST), True), per_source, seed) for name in OFFENSIVE_SOURCES}
+    offensive = {name: subsample(_single(get(name, Split.TEST), True), per_source, seed) for name in OFFENSIVE_SOURCES}
     harmless = {
-        name: _sample(_single(get(name, Split.TEST), False), per_source, seed + 1) for name in OFFENSIVE_SOURCES
+        name: subsample(_single(get(name, Split.TEST), False), per_source, seed + 1) for name in OFFENSIVE_SOURCES
     }
     hostile_turns = sorted(
         {

@@ -37,8 +37,10 @@ RESAMPLES = 1000
 SEED = 0
 
 
-def _f1(tp: np.ndarray, fp: np.ndarray, fn: np.ndarray) -> np.ndarray:
-    """OFFENSIVE-F1 in percent (0 where there is nothing to find and nothing flagged)."""
+def _f1(gold: np.ndarray, pred: np.ndarray) -> np.ndarray:
+    """OFFENSIVE-F1 in percent along the last axis of boolean arrays (0 where there is nothing to find
+    and nothing flagged)."""
+    tp, fp, fn = (gold & pred).sum(-1), (~gold & pred).sum(-1), (gold & ~pred).sum(-1)
     denom = 2 * tp + fp + fn
     return np.where(denom > 0, 100.0 * 2 * tp / np.maximum(denom, 1), 0.0)
 
@@ -56,15 +58,8 @@ def paired_bootstrap_delta_f1(
     if n == 0:
         raise ValueError("paired_bootstrap_delta_f1 needs at least one item")
     idx = np.random.default_rng(seed).integers(0, n, size=(resamples, n))
-    gs, rs, vs = g[idx], r[idx], v[idx]
-
-    def f1(pred: np.ndarray) -> np.ndarray:
-        return _f1((gs & pred).sum(1), (~gs & pred).sum(1), (gs & ~pred).sum(1))
-
-    deltas = f1(vs) - f1(rs)
-    point = float(_f1(*(np.array([x]) for x in ((g & v).sum(), (~g & v).sum(), (g & ~v).sum())))[0]) - float(
-        _f1(*(np.array([x]) for x in ((g & r).sum(), (~g & r).sum(), (g & ~r).sum())))[0]
-    )
+    deltas = _f1(g[idx], v[idx]) - _f1(g[idx], r[idx])
+    point = float(_f1(g, v) - _f1(g, r))
     lo, hi = np.percentile(deltas, [2.5, 97.5])
     return {"delta_f1": point, "ci_low": float(lo), "ci_high": float(hi), "bootstrap_mean": float(deltas.mean())}
 
