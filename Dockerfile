@@ -17,12 +17,14 @@ RUN python -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
 WORKDIR /src
 COPY pyproject.toml README.md ./
+COPY constraints/serve.txt ./constraints/serve.txt
 COPY dialogue_safety ./dialogue_safety
 COPY models/default ./models/default
 # The package installs the model as data files: /opt/venv/share/dialogue-safety/models/default,
 # where `dialogue-safety serve` finds it (dialogue_safety.core.model_dir.default_model_dir).
+# The versions CI tested: constraints/serve.txt (scripts/lock.sh); onnxruntime-gpu is not in it.
 # hadolint ignore=DL3013
-RUN pip install --no-cache-dir ".[serve]" \
+RUN pip install --no-cache-dir -c constraints/serve.txt ".[serve]" \
  && if [ "$RUNTIME" = "gpu" ]; then \
       pip uninstall -y onnxruntime && pip install --no-cache-dir "onnxruntime-gpu[cuda,cudnn]"; \
     elif [ "$RUNTIME" != "cpu" ]; then \

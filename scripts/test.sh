@@ -17,7 +17,8 @@ if ! have_pg || ! command -v chromium >/dev/null; then
     echo "the break-it tests need PostgreSQL and Chromium: sudo apt-get install postgresql chromium" >&2
   fi
 fi
-# lint and types first (pinned in the dev extra), then the tests
+# lint, types and the Dockerfile first (each pinned in the dev extra), then the tests
 "$venv/bin/ruff" check .
 "$venv/bin/mypy" dialogue_safety
+"$venv/bin/hadolint" Dockerfile
 exec "$venv/bin/python" -m pytest -q "$@"
