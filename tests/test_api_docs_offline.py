@@ -43,3 +43,18 @@ def test_one_version_for_package_and_openapi(server: LiveServer) -> None:
     assert version("dialogue-safety") == declared, "reinstall the package (scripts/env.sh dev) after a version bump"
     with server.client() as client:
         assert client.get("/openapi.json").json()["info"]["version"] == declared
+
+
+def test_package_and_model_versions_are_stated_apart(server: LiveServer) -> None:
+    """The API (package) and the model are versioned separately; both documents name both."""
+    declared = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["version"]
+    with server.client() as client:
+        assert client.get("/ready").status_code == 200
+        info = client.get("/openapi.json").json()["info"]
+        serving = client.get("/v1/model").json()
+        answer = client.post("/v1/classify", json={"utterance": "have a nice day"}).json()
+    model_id = f"{serving['name']}@{serving['version']}"
+    assert info["version"] == info["x-package-version"] == declared
+    assert info["x-model"] == serving["serving"]["model"] == answer["model"] == model_id
+    assert serving["serving"]["package_version"] == declared
+    assert "package" in info["description"] and "model" in info["description"]

@@ -393,6 +393,7 @@ def _build_router(state: ServiceState) -> APIRouter:
         card = classifier.card.model_dump(mode="json")
         card["serving"] = {
             "model": state.model_id,
+            "package_version": _package_version(),
             "variant": classifier.variant,
             "provider": classifier.provider,
             "threshold": state.default_threshold,
@@ -471,6 +472,11 @@ def create_app(
     app = FastAPIOffline(
         title="Dialogue safety classifier",
         summary="Is the last message of this conversation offensive, given what was said before it?",
+        description=(
+            "`info.version` is the version of the dialogue-safety package (this API); the model has its own "
+            "version, named in every answer's `model` field (`<name>@<version>`), in `info.x-model` here and in "
+            "`GET /v1/model`."
+        ),
         version=_package_version(),
         lifespan=lifespan,
         strict_content_type=False,  # a body without Content-Type is read as JSON; a wrong one is a 415
@@ -506,7 +512,9 @@ def create_app(
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
             app.openapi_schema = apply_to_openapi(generate_openapi(), state.limits)
-        return app.openapi_schema
+        # the model may be swapped while the API stays: its id is added per call, not cached
+        info = {**app.openapi_schema["info"], "x-package-version": _package_version(), "x-model": state.model_id or None}
+        return {**app.openapi_schema, "info": info}
 
     app.openapi = openapi  # type: ignore[method-assign]
     return app
