@@ -1,4 +1,4 @@
-"""Play the README's demo break-it round through the service's break-it JSON API (the page's API).
+"""Play the demo break-it round (docs/breakit-demo/round-1.md) through the service's break-it JSON API (the page's API).
 
 The demo round (docs/breakit-demo/round-1.jsonl) was played by hand with the subcommands below,
 one HTTP call each; ``dump`` turns the session's log into the committed file and ``replay`` plays

@@ -1,4 +1,4 @@
-"""Screenshots of /break-it against the shipped model (models/default), for the README.
+"""Screenshots of /break-it against the shipped model (models/default), for docs/breakit.md.
 
     python scripts/breakit_screenshots.py docs/images
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One environment per job (README, "Install"); prints the environment's directory on stdout.
+# One environment per job (docs/install.md); prints the environment's directory on stdout.
 #   scripts/env.sh serve      .venv        the serving extra: onnxruntime, FastAPI, uvicorn; no torch (scripts/serve.sh)
 #   scripts/env.sh evaluate   .venv-eval   serve + evaluation and benchmark extras, for exported models; no torch
 #   scripts/env.sh score      .venv-score  serve + the scale extra (Parquet, Ray Data) for dialogue-safety score

@@ -513,7 +513,8 @@ def create_app(
         if app.openapi_schema is None:
             app.openapi_schema = apply_to_openapi(generate_openapi(), state.limits)
         # the model may be swapped while the API stays: its id is added per call, not cached
-        info = {**app.openapi_schema["info"], "x-package-version": _package_version(), "x-model": state.model_id or None}
+        info = {**app.openapi_schema["info"], "x-package-version": _package_version()}
+        info["x-model"] = state.model_id or None
         return {**app.openapi_schema, "info": info}
 
     app.openapi = openapi  # type: ignore[method-assign]

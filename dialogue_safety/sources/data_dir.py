@@ -25,4 +25,4 @@ def resolve_data_dir(explicit: str | Path | None = None) -> Path:
     for candidate in _FALLBACKS:
         if candidate.is_dir():
             return candidate
-    raise FileNotFoundError(f"no data directory: pass --data-dir DIR or set ${DATA_DIR_ENV} (see README, 'Data')")
+    raise FileNotFoundError(f"no data directory: pass --data-dir DIR or set ${DATA_DIR_ENV} (see docs/data.md)")
