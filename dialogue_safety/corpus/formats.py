@@ -134,8 +134,7 @@ def _csv_rows(path: str | Path, name: str, columns: Columns, limits: Limits, ski
             if None in raw:  # more cells than header names
                 yield unreadable_row(
                     where,
-                    f"{len(raw[None]) + len(reader.fieldnames)} cells for "
-                    f"{len(reader.fieldnames)} columns",
+                    f"{len(raw[None]) + len(reader.fieldnames)} cells for {len(reader.fieldnames)} columns",
                 )
                 continue
             yield parse_row(raw, columns, limits, where)
