@@ -93,13 +93,26 @@ def test_explain_gives_each_word_its_contribution(client: httpx.Client) -> None:
     body = r.json()
     assert body["score"] == plain["score"] and body["label"] == plain["label"]
     ex = body["explanation"]
-    assert ex["method"] == "occlusion" and ex["score"] == body["score"] and ex["unexplained_words"] == 0
-    assert "history" not in ex
+    assert ex["method"] == "shapley" and ex["score"] == body["score"] and ex["unexplained_words"] == 0
+    assert ex["exact"] and ex["baseline"] == pytest.approx(0.1) and "history" not in ex
     words = ex["utterance"]
     assert [w["word"] for w in words] == ["you", "are", "an", "IDIOT!"]
     assert all(text[w["start"] : w["end"]] == w["word"] for w in words)
     # the fake model: the bad word alone makes the score 0.9 instead of 0.1
     assert [w["contribution"] for w in words] == pytest.approx([0.0, 0.0, 0.0, 0.8])
+
+
+def test_shapley_sees_redundant_words_and_occlusion_stays_an_option(client: httpx.Client) -> None:
+    """The fake model's score is 0.9 with any bad word: two bad words are redundant evidence."""
+    text = "stupid idiot here"
+    shapley = client.post("/v1/classify", json={"utterance": text, "explain": True}).json()["explanation"]
+    assert [w["contribution"] for w in shapley["utterance"]] == pytest.approx([0.4, 0.4, 0.0])
+    body = {"utterance": text, "explain": True, "explain_method": "occlusion"}
+    occlusion = client.post("/v1/classify", json=body).json()["explanation"]
+    assert occlusion["method"] == "occlusion" and "baseline" not in occlusion
+    assert [w["contribution"] for w in occlusion["utterance"]] == pytest.approx([0.0, 0.0, 0.0])  # blind to it
+    r = client.post("/v1/classify", json={"utterance": text, "explain": True, "explain_method": "lime"})
+    assert r.status_code == 422 and r.json()["error"]["field"] == "explain_method"
 
 
 def test_explain_history_words(client: httpx.Client) -> None:
@@ -136,5 +149,6 @@ def test_long_utterances_are_explained_up_to_the_cap() -> None:
     with live_server(classifier=FakeClassifier(), queue_size=6, max_batch_items=4) as live, live.client() as c:
         body = c.post("/v1/classify", json={"utterance": "a b c d e f g idiot", "explain": True}).json()
     words = body["explanation"]["utterance"]
-    assert len(words) == 8 and body["explanation"]["unexplained_words"] == 3
-    assert [w["contribution"] is None for w in words] == [False] * 5 + [True] * 3
+    # queue_size 6: an exact game of 2 words (the request, no words, 2 coalitions) fits, one of 3 (8) does not
+    assert len(words) == 8 and body["explanation"]["unexplained_words"] == 6
+    assert [w["contribution"] is None for w in words] == [False] * 2 + [True] * 6

@@ -239,9 +239,17 @@ def test_explanations_in_the_output(tmp_path: Path, clf: OnnxClassifier, tiny_mo
     assert ex["score"] == records[0]["score"]
     assert [w["word"] for w in ex["utterance"]] == ["you", "are", "a", "stupid", "idiot"]
     assert [w["word"] for w in ex["history"][0]] == ["hello", "there"]
-    without_idiot = clf.predict([Example.from_texts("you are a stupid ", ["hello there"])])[0].score
-    assert ex["utterance"][4]["contribution"] == pytest.approx(records[0]["score"] - without_idiot, abs=1e-6)
+    assert ex["method"] == "shapley"  # the default; efficient: the shares add up to score - baseline
+    shares = [w["contribution"] for w in ex["utterance"]] + [w["contribution"] for t in ex["history"] for w in t]
+    assert sum(shares) == pytest.approx(records[0]["score"] - ex["baseline"], abs=1e-6)
     assert records[2]["explanation"] is None and records[2]["error"]["code"] == "empty_utterance"
+    # leave one out on request: each contribution is the drop without that word
+    explain_job = job(tmp_path, inp, "loo.jsonl", tiny_model_dir, explain=True, explain_method="occlusion")
+    run_local(explain_job, progress=False)
+    ex = read_records(tmp_path / "loo.jsonl")[0]["explanation"]
+    without_idiot = clf.predict([Example.from_texts("you are a stupid ", ["hello there"])])[0].score
+    assert ex["method"] == "occlusion"
+    assert ex["utterance"][4]["contribution"] == pytest.approx(records[0]["score"] - without_idiot, abs=1e-6)
 
 
 def test_cli_prints_a_summary_and_names_bad_files(

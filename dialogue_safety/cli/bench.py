@@ -1,4 +1,4 @@
-"""``dialogue-safety bench <runtime|http|abuse> ...``: the speed benchmarks, each owned by its module."""
+"""``dialogue-safety bench <runtime|http|abuse|explain|score> ...``: the speed benchmarks, each owned by its module."""
 
 from __future__ import annotations
 
@@ -19,13 +19,23 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         "dialogue_safety.benchmarks.abuse",
         "hostile clients against a local server: idle, slow, largest, overload...",
     ),
+    "explain": (
+        "dialogue_safety.benchmarks.explain_speed",
+        "explanation latency (Shapley and leave-one-out) for 5, 40 and 168 words",
+    ),
     "score": (
         "dialogue_safety.benchmarks.score",
         "corpus scoring: local engine and Ray vs the runtime, peak RSS by file size",
     ),
 }
 #: both benchmarks run an exported model: the evaluate extra (torch rows need the train extra too)
-EXTRAS: dict[str, str] = {"runtime": "evaluate", "http": "evaluate", "abuse": "evaluate", "score": "scale"}
+EXTRAS: dict[str, str] = {
+    "runtime": "evaluate",
+    "http": "evaluate",
+    "abuse": "evaluate",
+    "explain": "evaluate",
+    "score": "scale",
+}
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety bench") -> int:

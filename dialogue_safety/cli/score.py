@@ -19,6 +19,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from dialogue_safety.core.explain import DEFAULT_METHOD, METHODS
 from dialogue_safety.core.runtime import ModelLoadError
 from dialogue_safety.corpus.formats import CorpusFileError
 from dialogue_safety.corpus.job import DEFAULT_CHUNK_SIZE, ScoreJob, run_local
@@ -39,8 +40,14 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     cols.add_argument("--id-field", default="id", help="id field carried into the output ('' = none)")
     cols.add_argument("--carry", default="", help="comma-separated extra input fields copied to the output")
     p.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE, help="rows per chunk (memory bound)")
-    p.add_argument("--explain", action="store_true", help="add per-word contributions to the score (occlusion)")
+    p.add_argument("--explain", action="store_true", help="add per-word contributions to the score (Shapley values)")
     p.add_argument("--explain-history", action="store_true", help="with --explain: explain history words too")
+    p.add_argument(
+        "--explain-method",
+        choices=METHODS,
+        default=DEFAULT_METHOD,
+        help="with --explain: shapley (sees redundant words; default) or occlusion (leave one word out)",
+    )
     p.add_argument("--restart", action="store_true", help="discard an interrupted run's parts instead of resuming")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     ray = p.add_argument_group("engine")
@@ -80,6 +87,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety score")
             chunk_size=args.chunk_size,
             explain=args.explain,
             explain_history=args.explain_history,
+            explain_method=args.explain_method,
         )
         if args.engine == "ray":
             from dialogue_safety.corpus.ray_engine import RayOptions, run_ray

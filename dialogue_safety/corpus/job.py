@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dialogue_safety.core.explain import METHODS, Method
 from dialogue_safety.core.limits import Limits
 from dialogue_safety.corpus.formats import CorpusFileError, count_rows, format_of, iter_chunks, merge_parts, write_part
 from dialogue_safety.corpus.records import Columns, count_errors, score_rows
@@ -43,10 +44,13 @@ class ScoreJob:
     chunk_size: int = DEFAULT_CHUNK_SIZE
     explain: bool = False
     explain_history: bool = False
+    explain_method: Method = "shapley"
 
     def __post_init__(self) -> None:
         if self.chunk_size < 1:
             raise ValueError(f"chunk_size must be >= 1, got {self.chunk_size}")
+        if self.explain_method not in METHODS:
+            raise ValueError(f"explain_method must be one of {METHODS}, got {self.explain_method!r}")
         format_of(self.input)
         format_of(self.output)
         if not Path(self.input).is_file():
@@ -75,6 +79,7 @@ class ScoreJob:
             "chunk_size": self.chunk_size,
             "explain": self.explain,
             "explain_history": self.explain_history,
+            "explain_method": self.explain_method,
         }
         return dict(json.loads(json.dumps(manifest)))  # as it reads back from the file (tuples → lists)
 
@@ -183,6 +188,7 @@ def run_local(
                 threshold=job.threshold,
                 explain=job.explain,
                 explain_history=job.explain_history,
+                explain_method=job.explain_method,
             )
             errors = count_errors(records)
             write_part(records, _part(parts_dir, index, suffix), job.fields)

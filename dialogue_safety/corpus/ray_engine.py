@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dialogue_safety.core.explain import Method
 from dialogue_safety.core.limits import Limits
 from dialogue_safety.corpus.formats import CorpusFileError, format_of, merge_parts, write_part
 from dialogue_safety.corpus.job import ScoreJob, Summary
@@ -107,6 +108,7 @@ class RowScorer:
         explain: bool,
         explain_history: bool,
         jsonl: bool,
+        explain_method: Method = "shapley",
     ) -> None:
         import ray
 
@@ -116,6 +118,7 @@ class RowScorer:
         self.classifier = OnnxClassifier(self.model_dir, variant=variant, intra_op_threads=threads)
         self.columns, self.limits, self.jsonl = columns, limits, jsonl
         self.threshold, self.explain, self.explain_history = threshold, explain, explain_history
+        self.explain_method = explain_method
         self.fields = columns.output_fields(explain)
 
     def _rows(self, batch: Any) -> list[Row]:
@@ -146,6 +149,7 @@ class RowScorer:
             threshold=self.threshold,
             explain=self.explain,
             explain_history=self.explain_history,
+            explain_method=self.explain_method,
         )
         flat = [flatten(r) for r in records]  # Arrow needs one type per column: nested values as JSON
         return {k: [r[k] for r in flat] for k in self.fields}
@@ -226,6 +230,7 @@ def run_ray(job: ScoreJob, options: RayOptions, *, limits: Limits | None = None,
                 "threshold": job.threshold,
                 "explain": job.explain,
                 "explain_history": job.explain_history,
+                "explain_method": job.explain_method,
                 "jsonl": fmt == "jsonl",
             },
             batch_size=options.batch_size or job.chunk_size,

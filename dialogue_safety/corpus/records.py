@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dialogue_safety.core.errors import InvalidInput
+from dialogue_safety.core.explain import Method
 from dialogue_safety.core.limits import Limits
 from dialogue_safety.core.schema import Example, Prediction, Turn
 
@@ -198,6 +199,7 @@ def score_rows(
     threshold: float | None = None,
     explain: bool = False,
     explain_history: bool = False,
+    explain_method: Method = "shapley",
 ) -> list[dict[str, Any]]:
     """Output records for ``rows`` (in order): one ``predict`` call for all scorable rows.
 
@@ -213,7 +215,11 @@ def score_rows(
             from dialogue_safety.core.explain import explain as explain_examples
 
             for i, (p, e) in zip(
-                good, explain_examples(classifier, examples, history=explain_history, threshold=threshold), strict=True
+                good,
+                explain_examples(
+                    classifier, examples, history=explain_history, threshold=threshold, method=explain_method
+                ),
+                strict=True,
             ):
                 predictions[i], explanations[i] = p, e
         else:

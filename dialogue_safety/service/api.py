@@ -115,9 +115,14 @@ class ClassifyRequest(DialogueItem):
     explain: bool = Field(
         False,
         strict=True,
-        description="add per-word contributions to the score (occlusion; costs one extra sequence per word)",
+        description="add per-word contributions to the score (Shapley values by default; see explain_method)",
     )
     explain_history: bool = Field(False, strict=True, description="with explain: explain the history turns' words too")
+    explain_method: Literal["shapley", "occlusion"] = Field(
+        "shapley",
+        description="with explain: shapley (sees redundant words: both insults of 'stupid idiot' count) or "
+        "occlusion (leave one word out; cheaper for a few words)",
+    )
 
 
 BatchEntry = Annotated[
@@ -164,13 +169,21 @@ class WordContribution(BaseModel):
     start: int = Field(description="character offset of the word in that text")
     end: int
     contribution: float | None = Field(
-        description="score - score without this word (> 0: pushes towards OFFENSIVE); null: not explained"
+        description="the word's share of score - baseline (shapley) or score - score without this word "
+        "(occlusion); > 0 pushes towards OFFENSIVE; null: not explained"
     )
 
 
 class Explanation(BaseModel):
-    method: Literal["occlusion"] = Field(description="leave one word out, all occlusions batched in one run")
+    method: Literal["shapley", "occlusion"] = Field(
+        description="shapley: Shapley values over words (KernelSHAP); occlusion: leave one word out"
+    )
     score: float = Field(description="the score being explained (the response's score)")
+    baseline: float | None = Field(
+        None, description="shapley: the score without any explained word; the contributions add up to score - baseline"
+    )
+    exact: bool | None = Field(None, description="shapley: every coalition was scored (up to 6 words)")
+    coalitions: int | None = Field(None, description="shapley: coalitions scored")
     utterance: list[WordContribution]
     history: list[list[WordContribution]] | None = Field(None, description="per turn, when explain_history")
     unexplained_words: int = Field(description="words past the per-request cap, with contribution null")
@@ -329,8 +342,9 @@ def _build_router(state: ServiceState) -> APIRouter:
         example = _to_example(body, state.limits, "")
         occlusions = None
         if body.explain:
-            max_words = min(explain.MAX_EXPLAINED_WORDS, state.settings.queue_size - 1)
-            occlusions = explain.plan(example, history=body.explain_history, max_words=max_words)
+            occlusions = explain.plan_within(
+                example, state.settings.queue_size, history=body.explain_history, method=body.explain_method
+            )
         answer = await _predict(state, request, occlusions.examples() if occlusions else [example])
         if answer is None:
             return Response(status_code=CLIENT_CLOSED)
