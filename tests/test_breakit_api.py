@@ -1,5 +1,10 @@
 """The break-it JSON API over real HTTP (uvicorn), scored through the service's batcher by the fake
-classifier (a bad word scores 0.9, else 0.1), stored in a temporary SQLite file."""
+classifier (a bad word scores 0.9, else 0.1), stored in a temporary SQLite file.
+
+Players authenticate with the token the organiser issued (``X-Player-Token``); every player
+endpoint refuses a request without one (401); sign-up works only where the round allows it; a
+second player cannot read a task or validate as someone else; rate limits answer 429 with
+``Retry-After``."""
 
 from __future__ import annotations
 
@@ -11,11 +16,13 @@ import pytest
 from service_conftest import FakeClassifier, LiveServer, live_server
 
 from dialogue_safety.breakit.game import ATTACKS_PER_TASK
+from dialogue_safety.cli.breakit import main as breakit_cli
 from dialogue_safety.service.settings import ServiceSettings
 
 KEY = "test-admin-key"
 ADMIN = {"Authorization": f"Bearer {KEY}"}
 CONTEXT = [{"speaker": "user", "text": "I just adopted a cat"}, {"speaker": "bot", "text": "what is its name?"}]
+GENEROUS = {"score": {"player": "1000/minute"}, "try": {"player": "1000/minute"}}
 
 
 @pytest.fixture(scope="module")
@@ -33,99 +40,186 @@ def client(server: LiveServer) -> Iterator[httpx.Client]:
         yield c
 
 
-def player(client: httpx.Client, name: str) -> str:
-    r = client.post("/break-it/api/players", json={"nickname": name})
+def invite(client: httpx.Client, *names: str) -> list[dict[str, str]]:
+    r = client.post("/break-it/api/admin/players", json={"nicknames": list(names)}, headers=ADMIN)
     assert r.status_code == 200, r.text
-    return str(r.json()["player_id"])
+    players: list[dict[str, str]] = r.json()["players"]
+    return players
+
+
+def auth(player: dict[str, str]) -> dict[str, str]:
+    return {"X-Player-Token": player["token"]}
 
 
 def test_admin_endpoints_need_the_api_key(client: httpx.Client) -> None:
     r = client.post("/break-it/api/admin/rounds", json={"number": 1})
     assert r.status_code == 401 and r.json()["error"]["code"] == "unauthorized"
+    assert client.post("/break-it/api/admin/players", json={"nicknames": ["x"]}).status_code == 401
     assert client.get("/break-it/api/round").status_code == 404  # no round yet: a clear 404
-    r = client.post("/break-it/api/admin/rounds", json={"number": 1, "references": {"A0": "models/a0"}}, headers=ADMIN)
+    body = {"number": 1, "references": {"A0": "models/a0"}, "rates": GENEROUS}
+    r = client.post("/break-it/api/admin/rounds", json=body, headers=ADMIN)
     assert r.status_code == 200, r.text
-    assert r.json()["model"] == "fake@1.2.3" and r.json()["references"] == ["A0"]
+    assert r.json()["model"] == "fake@1.2.3" and r.json()["references"] == ["A0"] and not r.json()["signup_open"]
+    assert r.json()["rates"]["try"]["player"] == "1000/minute" and r.json()["rates"]["try"]["address"] == "30/minute"
     r = client.post("/break-it/api/admin/rounds", json={"number": 1}, headers=ADMIN)
     assert r.status_code == 409 and r.json()["error"]["field"] == "number"
     r = client.post("/break-it/api/admin/rounds/1/contexts", json={"contexts": [CONTEXT]}, headers=ADMIN)
     assert r.json() == {"round": 1, "added": 1, "contexts": 1}
     r = client.post("/break-it/api/admin/rounds/1/contexts", json={"contexts": [[{"text": ""}]]}, headers=ADMIN)
     assert r.status_code == 422 and "contexts[0][0].text" in r.json()["error"]["field"]
+    r = client.post("/break-it/api/admin/rounds/1/settings", json={"rates": {"try": {"player": "fast"}}}, headers=ADMIN)
+    assert r.status_code == 422 and r.json()["error"]["field"] == "rates"
+
+
+def test_every_player_endpoint_needs_a_valid_token(client: httpx.Client) -> None:
+    calls = [
+        ("GET", "/break-it/api/players/me", None),
+        ("POST", "/break-it/api/tasks", {"mode": "offensive"}),
+        ("GET", "/break-it/api/tasks/1", None),
+        ("POST", "/break-it/api/score", {"utterance": "hello"}),
+        ("POST", "/break-it/api/tasks/1/attacks", {"text": "hello"}),
+        ("GET", "/break-it/api/validations/todo", None),
+        ("POST", "/break-it/api/attacks/1/validations", {"verdict": "confirm"}),
+    ]
+    for method, path, body in calls:
+        for headers in ({}, {"X-Player-Token": "forged"}):
+            r = client.request(method, path, json=body, headers=headers)
+            assert r.status_code == 401, (method, path, r.text)
+            assert r.json()["error"]["code"] == "invalid_player_token" and r.headers["WWW-Authenticate"]
+    # the open ones: the round, the board, the page
+    assert client.get("/break-it/api/round").status_code == 200
+    assert client.get("/break-it/api/scoreboard").status_code == 200
+
+
+def test_sign_up_only_where_the_organiser_opened_it(client: httpx.Client, server: LiveServer) -> None:
+    r = client.post("/break-it/api/players", json={"nickname": "mallory"})
+    assert r.status_code == 403 and r.json()["error"]["code"] == "forbidden"
+    assert breakit_cli(["configure", "--db", str(server.extra["db"]), "--round", "1", "--signup", "open"]) == 0
+    r = client.post("/break-it/api/players", json={"nickname": "mallory"})
+    assert r.status_code == 200 and r.json()["token"]
+    me = client.get("/break-it/api/players/me", headers=auth(r.json())).json()
+    assert me == {"player_id": r.json()["player_id"], "nickname": "mallory"}
+    for name in ("Mallory", "\u200b", "mal\u200dlory"):
+        r = client.post("/break-it/api/players", json={"nickname": name})
+        assert r.status_code in (409, 422) and r.json()["error"]["field"] == "nickname", name
+    assert breakit_cli(["configure", "--db", str(server.extra["db"]), "--round", "1", "--signup", "closed"]) == 0
+    assert client.post("/break-it/api/players", json={"nickname": "trudy"}).status_code == 403
 
 
 def test_play_a_task_validate_and_score_board(client: httpx.Client) -> None:
     round_ = client.get("/break-it/api/round").json()
     assert round_["number"] == 1 and round_["deployed"] == "fake@1.2.3" and round_["contexts"] == 1
     assert round_["rules"] == {"attacks_per_task": 5, "tries_per_attack": 2}
-    alice, bob = player(client, "alice"), player(client, "bob")
+    alice, bob = invite(client, "alice", "bob")
 
-    task = client.post("/break-it/api/tasks", json={"player_id": alice, "mode": "offensive"}).json()
+    task = client.post("/break-it/api/tasks", json={"mode": "offensive"}, headers=auth(alice)).json()
     assert task["context"]["turns"] == CONTEXT and task["intended"] == "OFFENSIVE"
-    live = client.post("/break-it/api/score", json={"history": CONTEXT, "utterance": "you idiot"}).json()
-    assert live["label"] == "OFFENSIVE" and live["score"] == pytest.approx(0.9)
+    live = client.post(
+        "/break-it/api/score", json={"history": CONTEXT, "utterance": "you idiot"}, headers=auth(alice)
+    ).json()
+    assert live["label"] == "OFFENSIVE" and live["score"] == pytest.approx(0.9) and "explanation" not in live
+    explained = client.post(
+        "/break-it/api/score",
+        json={"history": CONTEXT, "utterance": "you idiot", "explain": True},
+        headers=auth(alice),
+    ).json()
+    ex = explained["explanation"]
+    assert explained["score"] == pytest.approx(0.9) and ex["method"] == "shapley"
+    assert [w["contribution"] for w in ex["utterance"]] == pytest.approx([0.0, 0.8], abs=1e-4)  # 11 words: sampled
+    assert [len(t) for t in ex["history"]] == [5, 4]  # the context's words are explained too
 
     url = f"/break-it/api/tasks/{task['task_id']}/attacks"
-    held = client.post(url, json={"player_id": alice, "text": "you idiot"}).json()
+    held = client.post(url, json={"text": "you idiot"}, headers=auth(alice)).json()
     assert not held["attack"]["fooled"] and held["progress"] == {
         "slot": 0,
         "tries_in_slot": 1,
         "fooled": 0,
         "finished": False,
     }
-    fooled = client.post(url, json={"player_id": alice, "text": "what a dumb name for a cat"}).json()
+    fooled = client.post(url, json={"text": "what a dumb name for a cat"}, headers=auth(alice)).json()
     attack = fooled["attack"]
     assert attack["fooled"] and attack["label"] == "SAFE" and attack["history"] == CONTEXT
     assert attack["model"] == "fake@1.2.3" and set(attack["reference_scores"]) == {"A0"}
     assert fooled["progress"]["slot"] == 1
-    r = client.post(url, json={"player_id": bob, "text": "not mine"})
-    assert r.status_code == 409 and r.json()["error"]["field"] == "player_id"
+    r = client.post(url, json={"text": "not mine"}, headers=auth(bob))
+    assert r.status_code == 404 and r.json()["error"]["field"] == "task_id"  # bob cannot see alice's task
+    assert client.get(f"/break-it/api/tasks/{task['task_id']}", headers=auth(bob)).status_code == 404
+    r = client.post(url, json={"player_id": bob["player_id"], "text": "old clients"}, headers=auth(alice))
+    assert r.status_code == 422 and r.json()["error"]["field"] == "player_id"  # who you are comes from the token
     for i in range(ATTACKS_PER_TASK - 1):
-        client.post(url, json={"player_id": alice, "text": f"sneaky insult {i}"})
-    r = client.post(url, json={"player_id": alice, "text": "one too many"})
+        client.post(url, json={"text": f"sneaky insult {i}"}, headers=auth(alice))
+    r = client.post(url, json={"text": "one too many"}, headers=auth(alice))
     assert r.status_code == 409 and "finished" in r.json()["error"]["message"]
-    state = client.get(f"/break-it/api/tasks/{task['task_id']}").json()
+    state = client.get(f"/break-it/api/tasks/{task['task_id']}", headers=auth(alice)).json()
     assert state["progress"]["finished"] and len(state["attacks"]) == ATTACKS_PER_TASK + 1
 
-    todo = client.get("/break-it/api/validations/todo", params={"player_id": bob}).json()["attacks"]
+    todo = client.get("/break-it/api/validations/todo", headers=auth(bob)).json()["attacks"]
     assert todo[0]["id"] == attack["id"] and all(a["fooled"] for a in todo)
-    assert client.get("/break-it/api/validations/todo", params={"player_id": alice}).json()["attacks"] == []
-    body = {"player_id": bob, "verdict": "confirm", "contrast_text": "what a sweet name for a cat"}
-    r = client.post(f"/break-it/api/attacks/{attack['id']}/validations", json=body)
+    assert client.get("/break-it/api/validations/todo", headers=auth(alice)).json()["attacks"] == []
+    body = {"verdict": "confirm", "contrast_text": "what a sweet name for a cat"}
+    r = client.post(f"/break-it/api/attacks/{attack['id']}/validations", json=body, headers=auth(bob))
     assert r.status_code == 200 and r.json()["verdict"] == "confirm"
     r = client.post(
-        f"/break-it/api/attacks/{attack['id']}/validations", json={"player_id": alice, "verdict": "confirm"}
+        f"/break-it/api/attacks/{attack['id']}/validations", json={"verdict": "confirm"}, headers=auth(alice)
     )
     assert r.status_code == 409  # not your own
+    flagged = todo[1]["id"]
+    body = {"verdict": "confirm", "flagged": True, "flag_reason": "names a real person"}
+    assert client.post(f"/break-it/api/attacks/{flagged}/validations", json=body, headers=auth(bob)).status_code == 200
 
     board = {p["player"]: p for p in client.get("/break-it/api/scoreboard").json()["players"]}
-    assert board["alice"]["validated"] == 1 and board["alice"]["tries"] == ATTACKS_PER_TASK + 1
-    assert board["bob"]["validations_given"] == 1
+    assert board["alice"]["validated"] == 1 and board["alice"]["tries"] == ATTACKS_PER_TASK + 1  # flagged: not counted
+    assert board["bob"]["validations_given"] == 2
 
 
 def test_bad_requests_get_a_clear_4xx(client: httpx.Client) -> None:
-    alice = player(client, "carol")
-    r = client.post("/break-it/api/tasks", json={"player_id": alice, "mode": "rude"})
+    [carol] = invite(client, "carol")
+    r = client.post("/break-it/api/tasks", json={"mode": "rude"}, headers=auth(carol))
     assert r.status_code == 422 and r.json()["error"]["field"] == "mode"
-    r = client.post("/break-it/api/tasks", json={"player_id": "nobody", "mode": "safe"})
-    assert r.status_code == 404 and r.json()["error"]["field"] == "player_id"
-    assert client.get("/break-it/api/tasks/999999").status_code == 404
-    r = client.post("/break-it/api/attacks/1/validations", json={"player_id": alice, "verdict": "maybe"})
+    assert client.get("/break-it/api/tasks/999999", headers=auth(carol)).status_code == 404
+    r = client.post("/break-it/api/attacks/1/validations", json={"verdict": "maybe"}, headers=auth(carol))
     assert r.status_code == 422 and r.json()["error"]["field"] == "verdict"
-    assert client.get(f"/break-it/api/players/{alice}").json() == {"player_id": alice, "nickname": "carol"}
-    assert client.get("/break-it/api/players/forgotten").status_code == 404
-    task = client.post("/break-it/api/tasks", json={"player_id": alice, "mode": "safe", "with_context": False}).json()
-    r = client.post(f"/break-it/api/tasks/{task['task_id']}/attacks", json={"player_id": alice, "text": "x" * 4001})
+    task = client.post("/break-it/api/tasks", json={"mode": "safe", "with_context": False}, headers=auth(carol)).json()
+    r = client.post(f"/break-it/api/tasks/{task['task_id']}/attacks", json={"text": "x" * 4001}, headers=auth(carol))
     assert r.status_code == 422 and r.json()["error"] == {
         "code": "utterance_too_long",
         "message": "the text has 4001 characters; at most 4000 are accepted (SAFETY_MAX_UTTERANCE_CHARS)",
         "field": "text",
     }
-    assert client.get(f"/break-it/api/tasks/{task['task_id']}").json()["attacks"] == []  # nothing recorded
-    r = client.post("/break-it/api/score", json={"utterance": "  "})
+    assert client.get(f"/break-it/api/tasks/{task['task_id']}", headers=auth(carol)).json()["attacks"] == []
+    r = client.post("/break-it/api/score", json={"utterance": "  "}, headers=auth(carol))
     assert r.status_code == 422 and r.json()["error"]["code"] == "empty_utterance"
-    r = client.post("/break-it/api/players", json={"nickname": ""})
-    assert r.status_code == 422 and r.json()["error"]["field"] == "nickname"
+    r = client.post("/break-it/api/admin/players", json={"nicknames": ["carol"]}, headers=ADMIN)
+    assert r.status_code == 409 and r.json()["error"]["field"] == "nickname"
+
+
+def test_rate_limits_answer_429_with_retry_after(client: httpx.Client, server: LiveServer) -> None:
+    db = str(server.extra["db"])
+    args = ["configure", "--db", db, "--round", "1", "--rate", "score:player=3/minute", "--rate", "try:player=2/minute"]
+    assert breakit_cli(args) == 0
+    assert client.get("/break-it/api/round").json()["rates"]["score"]["player"] == "3/minute"
+    dave, erin = invite(client, "dave", "erin")
+    for _ in range(3):
+        assert client.post("/break-it/api/score", json={"utterance": "hi"}, headers=auth(dave)).status_code == 200
+    r = client.post("/break-it/api/score", json={"utterance": "hi"}, headers=auth(dave))
+    assert r.status_code == 429 and r.json()["error"]["code"] == "rate_limited"
+    assert 1 <= int(r.headers["Retry-After"]) <= 60 and "this player" in r.json()["error"]["message"]
+    assert client.post("/break-it/api/score", json={"utterance": "hi"}, headers=auth(erin)).status_code == 200
+    task = client.post("/break-it/api/tasks", json={"mode": "safe", "with_context": False}, headers=auth(erin)).json()
+    url = f"/break-it/api/tasks/{task['task_id']}/attacks"
+    assert [client.post(url, json={"text": f"t{i}"}, headers=auth(erin)).status_code for i in range(3)] == [
+        200,
+        200,
+        429,
+    ]
+    assert len(client.get(f"/break-it/api/tasks/{task['task_id']}", headers=auth(erin)).json()["attacks"]) == 2
+
+    # per client address: sign-up is the one action without a token
+    args = ["configure", "--db", db, "--round", "1", "--signup", "open", "--rate", "register:address=2/minute"]
+    assert breakit_cli(args) == 0
+    codes = [client.post("/break-it/api/players", json={"nickname": f"sock{i}"}).status_code for i in range(3)]
+    assert codes == [200, 200, 429]
+    assert breakit_cli(["configure", "--db", db, "--round", "1", "--signup", "closed", "--default-rates"]) == 0
 
 
 def test_the_page_is_served(client: httpx.Client) -> None:
@@ -140,9 +234,11 @@ def test_break_it_is_off_unless_configured() -> None:
         assert c.get("/break-it/api/round").status_code == 404
 
 
-def test_attacks_survive_a_restart(server: LiveServer, tmp_path: Path) -> None:
+def test_attacks_and_tokens_survive_a_restart(server: LiveServer, client: httpx.Client, tmp_path: Path) -> None:
     """A second service on the same database file sees everything the first one stored."""
+    [frank] = invite(client, "frank")
     settings = ServiceSettings(host="127.0.0.1", port=0, breakit_db=str(server.extra["db"]))
     with live_server(settings, FakeClassifier()) as second, second.client() as c:
         board = {p["player"]: p for p in c.get("/break-it/api/scoreboard").json()["players"]}
         assert board["alice"]["tries"] == ATTACKS_PER_TASK + 1 and board["alice"]["validated"] == 1
+        assert c.get("/break-it/api/players/me", headers=auth(frank)).json()["nickname"] == "frank"

@@ -139,3 +139,20 @@ def test_cli_errors_are_clear(
 
 
 from service_conftest import tiny_model_dir  # noqa: E402, F401  (fixture)
+
+
+@pytest.mark.parametrize(
+    ("turns", "kept"),
+    [
+        (["ok", "restart Hey"], False),
+        (["hi", "hello there, how are you doing today?"], False),
+        (["I got a puppy today", "nice"], False),
+        (["what do you think about my new haircut?", "honestly it looks great on you, very fresh"], True),
+        (["I finally finished my first marathon!", "Congratulations! How long did it take?"], True),
+        (["one long turn that talks about many things at once and goes on"], False),
+    ],
+)
+def test_the_pool_keeps_only_conversations(turns: list[str], kept: bool) -> None:
+    from dialogue_safety.breakit.pool import is_conversation
+
+    assert is_conversation([{"speaker": None, "text": t} for t in turns]) is kept

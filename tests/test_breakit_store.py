@@ -13,7 +13,14 @@ import pytest
 from breakit_conftest import scores, sqlite_store  # noqa: F401  (fixture)
 
 from dialogue_safety.breakit.game import ATTACKS_PER_TASK, TRIES_PER_ATTACK, Mode, TaskProgress, Verdict
-from dialogue_safety.breakit.store import BreakItStore, ConflictError, NotFoundError, StoreError, open_store
+from dialogue_safety.breakit.store import (
+    BreakItStore,
+    ConflictError,
+    NotFoundError,
+    StoreError,
+    UnauthenticatedError,
+    open_store,
+)
 
 CONTEXT = [{"speaker": "user", "text": "my sister just started at a new school"}, {"speaker": "bot", "text": "nice!"}]
 
@@ -109,7 +116,7 @@ def test_sqlite_runs_in_wal_mode_and_reopens_with_everything(tmp_path: Path) -> 
     store.close()
     with sqlite3.connect(path) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert conn.execute("SELECT version_num FROM alembic_version").fetchone()[0] == "0001"
+        assert conn.execute("SELECT version_num FROM alembic_version").fetchone()[0] == "0002"
     again = open_store(path)  # migrating an up-to-date database is a no-op
     _, _, progress, attacks = again.task_state(task.id)
     assert [a.text for a in attacks] == ["hello"] and progress.fooled_slots == 1
@@ -205,3 +212,108 @@ def test_concurrent_players_do_not_corrupt_a_round(tmp_path: Path) -> None:
             ]
     finally:
         check.close()
+
+
+# -- players with tokens, unique visible nicknames (issue 23) ------------------------------------
+def test_tokens_authenticate_players_and_are_stored_hashed(sqlite_store: BreakItStore) -> None:  # noqa: F811
+    alice = sqlite_store.enrol("alice", origin="invite")
+    assert sqlite_store.player_by_token(alice.token).id == alice.player.id
+    with pytest.raises(UnauthenticatedError):
+        sqlite_store.player_by_token("not-a-token")
+    with pytest.raises(UnauthenticatedError):
+        sqlite_store.player_by_token(None)
+    with sqlite_store.engine.connect() as conn:
+        stored = conn.exec_driver_sql("SELECT token_hash, origin FROM players").one()
+    assert stored[0] != alice.token and len(stored[0]) == 64 and stored[1] == "invite"  # only the hash is kept
+    again = sqlite_store.reissue_token("ALICE")
+    assert again.player.id == alice.player.id and again.token != alice.token
+    assert sqlite_store.player_by_token(again.token).id == alice.player.id
+    with pytest.raises(UnauthenticatedError):
+        sqlite_store.player_by_token(alice.token)  # the old token stops working
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [("alice", "Alice"), ("zoë", "ZOE"), ("ｂｏｂ", "bob"), ("bob  smith", " bob smith ")],
+)
+def test_nicknames_are_unique_up_to_case_accents_and_width(
+    sqlite_store: BreakItStore,  # noqa: F811
+    first: str,
+    second: str,
+) -> None:
+    sqlite_store.register_player(first)
+    with pytest.raises(ConflictError) as err:
+        sqlite_store.register_player(second)
+    assert err.value.field == "nickname" and "taken" in err.value.message
+
+
+@pytest.mark.parametrize("name", ["\u200b", "\u200b\u200d", "a\u200bb", "\u202eevil", "x\x07", "\u0301\u0301", " "])
+def test_invisible_nicknames_are_refused(sqlite_store: BreakItStore, name: str) -> None:  # noqa: F811
+    with pytest.raises(StoreError) as err:
+        sqlite_store.register_player(name)
+    assert err.value.field == "nickname"
+
+
+def test_a_task_is_read_only_by_its_owner(sqlite_store: BreakItStore) -> None:  # noqa: F811
+    sqlite_store.create_round(1, "m@1")
+    alice, bob = sqlite_store.register_player("alice"), sqlite_store.register_player("bob")
+    task, _ = sqlite_store.start_task(1, alice.id, Mode.OFFENSIVE, with_context=False)
+    assert sqlite_store.task_state(task.id, alice.id)[0].id == task.id
+    with pytest.raises(NotFoundError):
+        sqlite_store.task_state(task.id, bob.id)
+
+
+def test_the_board_counts_only_validated_unflagged_attacks(sqlite_store: BreakItStore) -> None:  # noqa: F811
+    sqlite_store.create_round(1, "m@1")
+    alice, bob = sqlite_store.register_player("alice"), sqlite_store.register_player("bob")
+    task, _ = sqlite_store.start_task(1, alice.id, Mode.OFFENSIVE, with_context=False)
+    first, _ = sqlite_store.record_attack(task.id, alice.id, "sneaky one", scores(0.1))
+    second, _ = sqlite_store.record_attack(task.id, alice.id, "sneaky two", scores(0.1))
+    sqlite_store.validate(first.id, bob.id, Verdict.CONFIRM)
+    sqlite_store.validate(second.id, bob.id, Verdict.CONFIRM, flagged=True, flag_reason="a real person's name")
+    [row] = [r for r in sqlite_store.scoreboard(1) if r["player"] == "alice"]
+    assert row["fooled"] == 2 and row["validated"] == 1
+
+
+def test_a_round_two_database_keeps_working_after_the_migration(tmp_path: Path) -> None:
+    """A database written before tokens (schema 0001) upgrades in place: attacks, validations and the
+    board survive; duplicate and invisible nicknames are renamed; old rounds keep open sign-up; old
+    players have no token until the organiser re-issues one."""
+    from alembic import command
+    from alembic.config import Config
+
+    from dialogue_safety.breakit.store import MIGRATIONS_DIR, make_engine, sqlite_url
+
+    path = tmp_path / "old.sqlite3"
+    engine = make_engine(sqlite_url(path))
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    with engine.begin() as conn:
+        config.attributes["connection"] = conn
+        command.upgrade(config, "0001")
+    with engine.begin() as conn:
+        now = "2026-01-01 00:00:00"
+        conn.exec_driver_sql("INSERT INTO rounds VALUES (1, 'm@1', '{}', 1, ?)", (now,))
+        for pid, nick in (("a" * 32, "alice"), ("b" * 32, "Alice"), ("c" * 32, "\u200b"), ("d" * 32, "dan")):
+            conn.exec_driver_sql("INSERT INTO players VALUES (?, ?, ?)", (pid, nick, now))
+        conn.exec_driver_sql("INSERT INTO tasks VALUES (1, 1, ?, 'offensive', NULL, ?, NULL)", ("a" * 32, now))
+        conn.exec_driver_sql(
+            "INSERT INTO attacks VALUES (1, 1, 1, ?, NULL, '[]', 'sneaky', 'OFFENSIVE', 0, 1, 'm@1', 0.1, 'SAFE',"
+            " 0.5, '{}', 1, ?)",
+            ("a" * 32, now),
+        )
+        conn.exec_driver_sql("INSERT INTO validations VALUES (1, 1, ?, 'confirm', 0, NULL, NULL, ?)", ("d" * 32, now))
+    engine.dispose()
+    store = open_store(path)
+    try:
+        board = {r["player"]: r for r in store.scoreboard(1)}
+        assert board["alice"]["validated"] == 1 and board["dan"]["validations_given"] == 1
+        names = {p: store.player(p).nickname for p in ("a" * 32, "b" * 32, "c" * 32)}
+        assert names == {"a" * 32: "alice", "b" * 32: "Alice (2)", "c" * 32: "player-cccccccc"}
+        assert store.round(1).signup_open and not store.create_round(2, "m@2").signup_open
+        with pytest.raises(ConflictError):
+            store.register_player("ALICE")
+        token = store.reissue_token("alice").token
+        assert store.player_by_token(token).id == "a" * 32
+    finally:
+        store.close()

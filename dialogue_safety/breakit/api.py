@@ -1,7 +1,11 @@
 """The break-it JSON API and page, mounted by the service only when ``SAFETY_BREAKIT_DB`` is set.
 
-Players (pseudonymous ids handed out by ``POST /break-it/api/players``) need no API key: enable
-the game only where your red-teamers are (an internal network). Operators create rounds and
+Every player endpoint needs the player's secret token in the ``X-Player-Token`` header: tokens
+are issued by the organiser (``dialogue-safety break-it invite``: an invite link per player) or,
+on a round whose sign-up the organiser opened, by ``POST /break-it/api/players``. A player acts
+only as themself: their tasks, their tries, their validations (never of their own attacks). Every
+player action is rate-limited per token and per client address (:mod:`dialogue_safety.breakit.rates`).
+Operators create rounds and
 upload context pools through the ``/break-it/api/admin/*`` endpoints (:data:`admin_router`, under
 :data:`ADMIN_PREFIX`), which need the API key (checked by the service, like ``/v1/*``; off when no
 key is set), or with ``dialogue-safety break-it`` on the database directly.
@@ -25,20 +29,23 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Protocol, TypeVar
 
 from fastapi import APIRouter, Depends, Query, Request
+from fastapi.security import APIKeyHeader
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import FileResponse
 
 from dialogue_safety.breakit.game import ATTACKS_PER_TASK, TRIES_PER_ATTACK, Mode, TaskProgress, Verdict
+from dialogue_safety.breakit.rates import RateLimits, parse_rates
 from dialogue_safety.core.encoding import EncodedExample
-from dialogue_safety.core.errors import Conflict, InvalidInput, NotFound, NotReady
+from dialogue_safety.core.errors import Conflict, Forbidden, InvalidInput, NotFound, NotReady, Unauthenticated
 from dialogue_safety.core.schema import Example, Label, Prediction, Turn
 
 if TYPE_CHECKING:
-    from dialogue_safety.breakit.store import Attack, BreakItStore, Context, Round, Scores
+    from dialogue_safety.breakit.store import Attack, BreakItStore, Context, Player, Round, Scores
 
 PAGE = Path(__file__).parent / "static" / "break_it.html"
 API_PREFIX = "/break-it/api"
 ADMIN_PREFIX = f"{API_PREFIX}/admin"  # the service's API-key middleware guards everything under it
+TOKEN_HEADER = "X-Player-Token"
 T = TypeVar("T")
 
 
@@ -71,6 +78,10 @@ class Host(Protocol):
         """The served model's id, score, label and threshold, through the service's batcher."""
         ...
 
+    async def explain_deployed(self, example: Example, *, history: bool) -> tuple[str, float, Label, float, Any]:
+        """:meth:`score_deployed` and the explanation ``/v1/classify`` gives with ``explain``."""
+        ...
+
     def load_model(self, model_dir: Path) -> Model:
         """Another model directory, loaded like the served one (called in a thread)."""
         ...
@@ -82,11 +93,11 @@ class _Body(BaseModel):
 
 
 class NewPlayer(_Body):
-    nickname: str = Field(min_length=1, max_length=64, description="shown on the score board")
+    nickname: str = Field(min_length=1, max_length=64, description="shown on the score board; unique")
+    round: int | None = Field(None, description="the round to sign up for (default: the newest open one)")
 
 
 class NewTask(_Body):
-    player_id: str
     mode: Mode = Field(description="offensive: fool the model with an offensive message; safe: make it flag a safe one")
     with_context: bool = Field(True, description="draw a dialogue context from the round's pool")
     round: int | None = Field(None, description="default: the newest open round")
@@ -100,15 +111,14 @@ class TurnBody(_Body):
 class ScoreBody(_Body):
     history: list[TurnBody] = Field(default_factory=list)
     utterance: str = Field(min_length=1)
+    explain: bool = Field(False, strict=True, description="add per-word Shapley contributions (utterance and history)")
 
 
 class AttackBody(_Body):
-    player_id: str
     text: str = Field(min_length=1)
 
 
 class ValidationBody(_Body):
-    player_id: str
     verdict: Verdict
     flagged: bool = False
     flag_reason: str | None = Field(None, max_length=2000)
@@ -120,6 +130,21 @@ class NewRound(_Body):
     references: dict[str, str] = Field(
         default_factory=dict, description='earlier models of the loop scored alongside, e.g. {"A0": "models/a0"}'
     )
+    signup_open: bool = Field(False, description="anyone may register (else: only players the organiser invited)")
+    rates: dict[str, dict[str, str]] = Field(
+        default_factory=dict, description='rate limits overriding the defaults, e.g. {"try": {"player": "10/minute"}}'
+    )
+
+
+class RoundSettings(_Body):
+    signup_open: bool | None = Field(None, description="turn open sign-up on or off")
+    rates: dict[str, dict[str, str]] | None = Field(
+        None, description="replace the round's rate overrides ({}: defaults)"
+    )
+
+
+class Invite(_Body):
+    nicknames: list[str] = Field(min_length=1, max_length=500, description="one token per nickname")
 
 
 class ContextUpload(_Body):
@@ -134,8 +159,10 @@ def _round_view(rnd: Round, contexts: int) -> dict[str, Any]:
         "model": rnd.model_id,
         "references": sorted(rnd.references),
         "open": rnd.open,
+        "signup_open": bool(rnd.signup_open),
         "contexts": contexts,
         "rules": {"attacks_per_task": ATTACKS_PER_TASK, "tries_per_attack": TRIES_PER_ATTACK},
+        "rates": parse_rates(rnd.rates),
     }
 
 
@@ -217,6 +244,7 @@ class BreakItGame:
         self.database = database
         self.store: BreakItStore | None = None
         self.references = ReferenceModels(host)
+        self.rates = RateLimits()
 
     async def open(self) -> None:
         try:
@@ -235,7 +263,13 @@ class BreakItGame:
 
     async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run a store call in a thread; the store's refusals become the domain errors (the service's statuses)."""
-        from dialogue_safety.breakit.store import ConflictError, NotFoundError, StoreError
+        from dialogue_safety.breakit.store import (
+            ConflictError,
+            ForbiddenError,
+            NotFoundError,
+            StoreError,
+            UnauthenticatedError,
+        )
 
         if self.store is None:
             raise NotReady("the break-it database is not open")
@@ -245,6 +279,10 @@ class BreakItGame:
             raise NotFound(exc.message, field=exc.field) from None
         except ConflictError as exc:
             raise Conflict(exc.message, field=exc.field) from None
+        except UnauthenticatedError as exc:
+            raise Unauthenticated(exc.message, field=exc.field) from None
+        except ForbiddenError as exc:
+            raise Forbidden(exc.message, field=exc.field) from None
         except StoreError as exc:
             raise InvalidInput(exc.message, field=exc.field) from None
 
@@ -267,6 +305,12 @@ class BreakItGame:
             raise InvalidInput(
                 exc.message.replace("the utterance", f"the {field}"), code=exc.code, field=field
             ) from None
+
+    async def limit(self, rnd: Round, action: str, request: Request, player: Player | None = None) -> None:
+        """Count one ``action`` of ``player`` from the request's client address against the round's
+        rate limits (429 ``rate_limited`` when one is spent)."""
+        address = request.client.host if request.client else None
+        self.rates.hit(rnd.number, rnd.rates, action, player=player.id if player else None, address=address)
 
     async def score(self, example: Example) -> tuple[str, float, Label, float]:
         """The deployed model's id, score, label and threshold, through the service's batcher."""
@@ -291,6 +335,18 @@ def game_of(request: Request) -> BreakItGame:
 
 Game = Annotated[BreakItGame, Depends(game_of)]
 RoundNumber = Annotated[int | None, Query(alias="round")]
+_token_header = APIKeyHeader(name=TOKEN_HEADER, auto_error=False, description="the player's secret token")
+
+
+async def player_of(game: Game, token: Annotated[str | None, Depends(_token_header)]) -> Player:
+    """The player whose token the request carries (401 ``invalid_player_token`` otherwise)."""
+    return await game.call(game.require_store().player_by_token, token)
+
+
+if TYPE_CHECKING:
+    Me = Player
+else:
+    Me = Annotated[Any, Depends(player_of)]
 
 #: the players' endpoints (no API key)
 router = APIRouter(prefix=API_PREFIX, tags=["break-it"])
@@ -308,24 +364,34 @@ async def current_round(game: Game, number: RoundNumber = None) -> dict[str, Any
     return view
 
 
-@router.post("/players", summary="Register a pseudonymous player")
-async def new_player(game: Game, body: NewPlayer) -> dict[str, Any]:
-    player = await game.call(game.require_store().register_player, body.nickname)
-    return {"player_id": player.id, "nickname": player.nickname}
+def _player_view(player: Player, token: str | None = None) -> dict[str, Any]:
+    out = {"player_id": player.id, "nickname": player.nickname}
+    if token is not None:
+        out["token"] = token
+    return out
 
 
-@router.get("/players/{player_id}", summary="A registered player (the page checks its stored id)")
-async def get_player(game: Game, player_id: str) -> dict[str, Any]:
-    player = await game.call(game.require_store().player, player_id)
-    return {"player_id": player.id, "nickname": player.nickname}
+@router.post("/players", summary="Sign up (only on a round whose sign-up the organiser opened)")
+async def new_player(game: Game, body: NewPlayer, request: Request) -> dict[str, Any]:
+    rnd = await game.round(body.round)
+    if not rnd.signup_open:
+        raise Forbidden(
+            f"round {rnd.number} is by invitation: ask the organiser for your invite link", field="nickname"
+        )
+    await game.limit(rnd, "register", request)
+    enrolment = await game.call(game.require_store().enrol, body.nickname, origin="signup")
+    return _player_view(enrolment.player, enrolment.token)
+
+
+@router.get("/players/me", summary="The player of the token (the page checks its stored token)")
+async def get_me(me: Me) -> dict[str, Any]:
+    return _player_view(me)
 
 
 @router.post("/tasks", summary="Start a task: 5 attacks, up to 2 tries each")
-async def new_task(game: Game, body: NewTask) -> dict[str, Any]:
+async def new_task(game: Game, body: NewTask, me: Me) -> dict[str, Any]:
     rnd = await game.round(body.round)
-    task, context = await game.call(
-        game.require_store().start_task, rnd.number, body.player_id, body.mode, body.with_context
-    )
+    task, context = await game.call(game.require_store().start_task, rnd.number, me.id, body.mode, body.with_context)
     return {
         "task_id": task.id,
         "round": rnd.number,
@@ -336,9 +402,9 @@ async def new_task(game: Game, body: NewTask) -> dict[str, Any]:
     }
 
 
-@router.get("/tasks/{task_id}", summary="A task's context, progress and tries")
-async def get_task(game: Game, task_id: int) -> dict[str, Any]:
-    task, context, progress, attacks = await game.call(game.require_store().task_state, task_id)
+@router.get("/tasks/{task_id}", summary="One of your tasks: its context, progress and tries")
+async def get_task(game: Game, task_id: int, me: Me) -> dict[str, Any]:
+    task, context, progress, attacks = await game.call(game.require_store().task_state, task_id, me.id)
     return {
         "task_id": task.id,
         "round": task.round_number,
@@ -350,46 +416,53 @@ async def get_task(game: Game, task_id: int) -> dict[str, Any]:
     }
 
 
-@router.post("/score", summary="The deployed model's live score for a draft (nothing is stored)")
-async def live_score(game: Game, body: ScoreBody) -> dict[str, Any]:
+@router.post("/score", summary="The deployed model's live score for a draft, explained if asked (nothing stored)")
+async def live_score(
+    game: Game, body: ScoreBody, me: Me, request: Request, number: RoundNumber = None
+) -> dict[str, Any]:
     game.host.check_item(body.utterance, [t.text for t in body.history])
-    model_id, score, label, threshold = await game.score(_example(body.history, body.utterance))
-    return {"model": model_id, "score": score, "label": label.value, "threshold": threshold}
+    await game.limit(await game.round(number), "score", request, me)
+    example = _example(body.history, body.utterance)
+    if not body.explain:
+        model_id, score, label, threshold = await game.score(example)
+        return {"model": model_id, "score": score, "label": label.value, "threshold": threshold}
+    model_id, score, label, threshold, explanation = await game.host.explain_deployed(example, history=True)
+    return {"model": model_id, "score": score, "label": label.value, "threshold": threshold, "explanation": explanation}
 
 
 @router.post("/tasks/{task_id}/attacks", summary="Submit a try: scored by every model of the round, then stored")
-async def submit_attack(game: Game, task_id: int, body: AttackBody) -> dict[str, Any]:
-    task, context, progress, _ = await game.call(game.require_store().task_state, task_id)
-    if task.player_id != body.player_id:
-        raise Conflict("this task belongs to another player", field="player_id")
+async def submit_attack(game: Game, task_id: int, body: AttackBody, me: Me, request: Request) -> dict[str, Any]:
+    task, context, progress, _ = await game.call(game.require_store().task_state, task_id, me.id)
     if progress.finished:
         raise Conflict("this task is finished; start a new one", field="task_id")
     game.check_text(body.text, "text")
     rnd = await game.round(task.round_number)
+    await game.limit(rnd, "try", request, me)
     example = _example(context.turns if context else [], body.text)
     scores = await game.score_attack(rnd, example)
-    attack, after = await game.call(game.require_store().record_attack, task_id, body.player_id, body.text, scores)
+    attack, after = await game.call(game.require_store().record_attack, task_id, me.id, body.text, scores)
     return {"attack": _attack_view(attack), "progress": _progress_view(after)}
 
 
-@router.get("/validations/todo", summary="Successful attacks by others for this player to validate")
+@router.get("/validations/todo", summary="Successful attacks by others for you to validate")
 async def to_validate(
-    game: Game, player_id: str, number: RoundNumber = None, limit: int = Query(10, ge=1, le=100)
+    game: Game, me: Me, number: RoundNumber = None, limit: int = Query(10, ge=1, le=100)
 ) -> dict[str, Any]:
     rnd = await game.round(number)
-    await game.call(game.require_store().player, player_id)
-    attacks = await game.call(game.require_store().attacks_to_validate, rnd.number, player_id, limit)
+    attacks = await game.call(game.require_store().attacks_to_validate, rnd.number, me.id, limit)
     return {"round": rnd.number, "attacks": [_attack_view(a) for a in attacks]}
 
 
 @router.post("/attacks/{attack_id}/validations", summary="Confirm or reject an attack's label; flag; contrast")
-async def validate(game: Game, attack_id: int, body: ValidationBody) -> dict[str, Any]:
+async def validate(game: Game, attack_id: int, body: ValidationBody, me: Me, request: Request) -> dict[str, Any]:
     if body.contrast_text:
         game.check_text(body.contrast_text, "contrast_text")
+    attack = await game.call(game.require_store().attack, attack_id)
+    await game.limit(await game.round(attack.round_number), "validate", request, me)
     v = await game.call(
         game.require_store().validate,
         attack_id,
-        body.player_id,
+        me.id,
         body.verdict,
         flagged=body.flagged,
         flag_reason=body.flag_reason,
@@ -407,8 +480,31 @@ async def scoreboard(game: Game, number: RoundNumber = None) -> dict[str, Any]:
 @admin_router.post("/rounds", summary="Open a round against the deployed model (API key)")
 async def new_round(game: Game, body: NewRound) -> dict[str, Any]:
     game.host.require_ready()
-    rnd = await game.call(game.require_store().create_round, body.number, game.host.model_id, body.references)
+    parse_rates(body.rates)
+    rnd = await game.call(
+        game.require_store().create_round,
+        body.number,
+        game.host.model_id,
+        body.references,
+        signup_open=body.signup_open,
+        rates=body.rates,
+    )
     return _round_view(rnd, 0)
+
+
+@admin_router.post("/rounds/{number}/settings", summary="Open or close sign-up; set rate limits (API key)")
+async def round_settings(game: Game, number: int, body: RoundSettings) -> dict[str, Any]:
+    if body.rates is not None:
+        parse_rates(body.rates)
+    rnd = await game.call(game.require_store().configure_round, number, signup_open=body.signup_open, rates=body.rates)
+    return _round_view(rnd, await game.call(game.require_store().context_count, number))
+
+
+@admin_router.post("/players", summary="Invite players: one secret token per nickname (API key)")
+async def invite(game: Game, body: Invite) -> dict[str, Any]:
+    store = game.require_store()
+    players = [await game.call(store.enrol, nickname, origin="invite") for nickname in body.nicknames]
+    return {"players": [_player_view(e.player, e.token) for e in players]}
 
 
 @admin_router.post("/rounds/{number}/contexts", summary="Upload a context pool for a round (API key)")

@@ -13,9 +13,11 @@ callers score the attack and pass the scores in.
 
 from __future__ import annotations
 
+import hashlib
 import random
 import secrets
 import threading
+import unicodedata
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -60,9 +62,14 @@ class Base(DeclarativeBase):
 
 
 class Player(Base):
+    """A player: a nickname shown on the board and the hash of the secret token that authenticates them."""
+
     __tablename__ = "players"
     id: Mapped[str] = mapped_column(String(32), primary_key=True)  # random, pseudonymous
     nickname: Mapped[str] = mapped_column(String(64))
+    nickname_key: Mapped[str | None] = mapped_column(String(64), unique=True, nullable=True)  # nickname_key()
+    token_hash: Mapped[str | None] = mapped_column(String(64), unique=True, nullable=True)  # sha256 of the token
+    origin: Mapped[str] = mapped_column(String(16), default="signup")  # invite | signup | legacy (before tokens)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
@@ -74,6 +81,8 @@ class Round(Base):
     model_id: Mapped[str] = mapped_column(String(200))  # <name>@<version> of the model under attack
     references: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)  # role ("A0") -> model directory
     open: Mapped[bool] = mapped_column(Boolean, default=True)
+    signup_open: Mapped[bool] = mapped_column(Boolean, default=False)  # anyone may register (else: invites only)
+    rates: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)  # overrides of the default rate limits
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
@@ -151,6 +160,14 @@ class NotFoundError(StoreError):
     pass
 
 
+class UnauthenticatedError(StoreError):
+    """No player token, or one that names no player."""
+
+
+class ForbiddenError(StoreError):
+    """The player is known but may not do this (sign-up closed)."""
+
+
 class ConflictError(StoreError):
     """The request breaks a game rule or collides with another write (retry or fix the request)."""
 
@@ -180,6 +197,52 @@ class ValidatedAttack:
     @property
     def validated(self) -> bool:
         return is_validated(self.confirms, self.rejects)
+
+
+NICKNAME_MAX = 64
+_INVISIBLE = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
+
+
+def clean_nickname(nickname: str) -> str:
+    """The nickname as stored and shown: NFKC-normalised, whitespace runs made one space, trimmed.
+
+    Refused (StoreError on ``nickname``): empty or longer than 64 characters, any control, format
+    (zero-width joiners, direction marks), private-use or unassigned character, or no visible
+    character at all (only spaces and combining marks)."""
+    text = " ".join(unicodedata.normalize("NFKC", nickname).split())
+    if not text or len(text) > NICKNAME_MAX:
+        raise StoreError(f"nickname must be 1 to {NICKNAME_MAX} visible characters", field="nickname")
+    bad = sorted({f"U+{ord(c):04X}" for c in text if unicodedata.category(c) in _INVISIBLE})
+    if bad:
+        raise StoreError(
+            f"nickname has invisible or control characters ({', '.join(bad[:3])}); use visible characters only",
+            field="nickname",
+        )
+    if not any(unicodedata.category(c)[0] in "LNPS" for c in text):
+        raise StoreError("nickname must have at least one visible letter, digit or symbol", field="nickname")
+    return text
+
+
+def nickname_key(nickname: str) -> str:
+    """What makes two nicknames the same: the cleaned nickname, case-folded, without combining marks."""
+    folded = unicodedata.normalize("NFKD", clean_nickname(nickname).casefold())
+    return unicodedata.normalize("NFC", "".join(c for c in folded if not unicodedata.combining(c)))[:NICKNAME_MAX]
+
+
+def token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def new_token() -> str:
+    return secrets.token_urlsafe(24)
+
+
+@dataclass(frozen=True)
+class Enrolment:
+    """A player and the secret token just issued to them (shown once; the store keeps its hash)."""
+
+    player: Player
+    token: str
 
 
 def sqlite_url(path: str | Path) -> str:
@@ -249,14 +312,29 @@ class BreakItStore:
         self.engine.dispose()
 
     # -- rounds and pools ---------------------------------------------------------------------------
-    def create_round(self, number: int, model_id: str, references: Mapping[str, str] | None = None) -> Round:
+    def create_round(
+        self,
+        number: int,
+        model_id: str,
+        references: Mapping[str, str] | None = None,
+        *,
+        signup_open: bool = False,
+        rates: Mapping[str, Any] | None = None,
+    ) -> Round:
         if number < 1:
             raise StoreError("round numbers start at 1", field="number")
         try:
             with self._tx() as s:
                 if s.get(Round, number) is not None:
                     raise ConflictError(f"round {number} already exists", field="number")
-                rnd = Round(number=number, model_id=model_id, references=dict(references or {}), open=True)
+                rnd = Round(
+                    number=number,
+                    model_id=model_id,
+                    references=dict(references or {}),
+                    open=True,
+                    signup_open=signup_open,
+                    rates=dict(rates) if rates else None,
+                )
                 s.add(rnd)
                 return rnd
         except IntegrityError:
@@ -278,6 +356,20 @@ class BreakItStore:
             rnd = s.scalars(select(Round).where(Round.open.is_(True)).order_by(Round.number.desc())).first()
             if rnd is None:
                 raise NotFoundError("no open round; an operator creates one (dialogue-safety break-it new-round)")
+            return rnd
+
+    def configure_round(
+        self, number: int, *, signup_open: bool | None = None, rates: Mapping[str, Any] | None = None
+    ) -> Round:
+        """Turn a round's open sign-up on or off; replace its rate limits (``{}``: the defaults again)."""
+        with self._tx() as s:
+            rnd = s.get(Round, number)
+            if rnd is None:
+                raise NotFoundError(f"no round {number}", field="round")
+            if signup_open is not None:
+                rnd.signup_open = signup_open
+            if rates is not None:
+                rnd.rates = dict(rates) or None
             return rnd
 
     def close_round(self, number: int) -> None:
@@ -312,13 +404,53 @@ class BreakItStore:
             return int(s.scalar(select(func.count()).select_from(Context).where(Context.round_number == number)) or 0)
 
     # -- players and tasks -----------------------------------------------------------------------------
+    def enrol(self, nickname: str, *, origin: str = "signup") -> Enrolment:
+        """A new player with a fresh token (``origin``: ``invite`` by the organiser, ``signup`` on an
+        open round). Nicknames are unique up to case and accents (409)."""
+        nickname = clean_nickname(nickname)
+        token = new_token()
+        try:
+            with self._tx() as s:
+                key = nickname_key(nickname)
+                if s.scalar(select(Player.id).where(Player.nickname_key == key)) is not None:
+                    raise ConflictError(f"the nickname {nickname!r} is taken; pick another", field="nickname")
+                player = Player(
+                    id=secrets.token_hex(16),
+                    nickname=nickname,
+                    nickname_key=key,
+                    token_hash=token_hash(token),
+                    origin=origin,
+                )
+                s.add(player)
+        except IntegrityError:
+            raise ConflictError(f"the nickname {nickname!r} is taken; pick another", field="nickname") from None
+        return Enrolment(player, token)
+
     def register_player(self, nickname: str) -> Player:
-        nickname = nickname.strip()
-        if not nickname or len(nickname) > 64:
-            raise StoreError("nickname must be 1 to 64 characters", field="nickname")
+        """:meth:`enrol` without keeping the token (for tests and tools that act on the store directly)."""
+        return self.enrol(nickname).player
+
+    def reissue_token(self, nickname: str) -> Enrolment:
+        """A new token for an existing player (the old one stops working): for players of rounds
+        played before tokens (origin ``legacy``) and for lost tokens."""
+        key = nickname_key(nickname)
+        token = new_token()
         with self._tx() as s:
-            player = Player(id=secrets.token_hex(16), nickname=nickname)
-            s.add(player)
+            player = s.scalars(select(Player).where(Player.nickname_key == key)).first()
+            if player is None:
+                raise NotFoundError(f"no player called {nickname!r}", field="nickname")
+            player.token_hash = token_hash(token)
+            return Enrolment(player, token)
+
+    def player_by_token(self, token: str | None) -> Player:
+        if not token:
+            raise UnauthenticatedError(
+                "no player token: join with the invite link from the organiser (or sign up where the round allows it)"
+            )
+        with self._tx() as s:
+            player = s.scalars(select(Player).where(Player.token_hash == token_hash(token))).first()
+            if player is None:
+                raise UnauthenticatedError("unknown player token: ask the organiser for a new invite link")
             return player
 
     def player(self, player_id: str) -> Player:
@@ -350,11 +482,15 @@ class BreakItStore:
             s.flush()
             return task, context
 
-    def task_state(self, task_id: int) -> tuple[Task, Context | None, TaskProgress, list[Attack]]:
+    def task_state(
+        self, task_id: int, player_id: str | None = None
+    ) -> tuple[Task, Context | None, TaskProgress, list[Attack]]:
+        """A task, its context, progress and tries; with ``player_id``, only that player's task
+        (another player's is reported as not found, the same as one that does not exist)."""
         with self._tx() as s:
             task = s.get(Task, task_id)
-            if task is None:
-                raise NotFoundError(f"no task {task_id}", field="task_id")
+            if task is None or (player_id is not None and task.player_id != player_id):
+                raise NotFoundError(f"no task {task_id} of yours", field="task_id")
             attacks = self._attacks_of(s, task_id)
             context = s.get(Context, task.context_id) if task.context_id is not None else None
             return task, context, TaskProgress.from_tries([(a.slot, a.fooled) for a in attacks]), attacks
@@ -411,6 +547,13 @@ class BreakItStore:
             raise ConflictError(
                 "another try was recorded for this slot at the same time; reload", field="task_id"
             ) from None
+
+    def attack(self, attack_id: int) -> Attack:
+        with self._tx() as s:
+            attack = s.get(Attack, attack_id)
+            if attack is None:
+                raise NotFoundError(f"no attack {attack_id}", field="attack_id")
+            return attack
 
     # -- validation --------------------------------------------------------------------------------
     def attacks_to_validate(self, number: int, player_id: str, limit: int = 10) -> list[Attack]:
@@ -499,7 +642,8 @@ class BreakItStore:
 
     # -- the score board -----------------------------------------------------------------------------
     def scoreboard(self, number: int) -> list[dict[str, Any]]:
-        """Per player: tries, model fooled, attacks validated by others, validations given; best first."""
+        """Per player: tries, model fooled, attacks validated by others (and not flagged: what the export
+        keeps), validations given; best first."""
         judged = {j.attack.id: j for j in self.judged_attacks(number)}
         with self._tx() as s:
             players = {p.id: p.nickname for p in s.scalars(select(Player))}
@@ -522,7 +666,9 @@ class BreakItStore:
         for player_id in given:
             rows.setdefault(player_id, {"player": players.get(player_id, "?"), "tries": 0, "fooled": 0})
         for player_id, row in rows.items():
-            row["validated"] = sum(1 for j in judged.values() if j.attack.player_id == player_id and j.validated)
+            row["validated"] = sum(
+                1 for j in judged.values() if j.attack.player_id == player_id and j.validated and not j.flags
+            )
             row["validations_given"] = int(given.get(player_id, 0))
         return sorted(rows.values(), key=lambda r: (-r["validated"], -r["fooled"], r["tries"], r["player"]))
 

@@ -3,6 +3,9 @@
 * ``new-round``: open round N against a model (its card names the model under attack), with the
   earlier models of the loop as references (``--reference A0=DIR``) and a context pool drawn from
   the training sources' train splits (``--pool-source``) or read from a file (``--pool``);
+* ``invite NICK...``: one secret token (and invite link) per player; ``--reissue`` gives an
+  existing player (one from before tokens, or one who lost theirs) a new token;
+* ``configure --round N``: open or close a round's sign-up, set its rate limits;
 * ``add-contexts``: add contexts to a round's pool;
 * ``export --round N OUT``: write round N's validated attacks as the ``breakit`` source under the
   data directory OUT (``OUT/breakit/round-N/``; format in ``dialogue_safety/sources/breakit.py``);
@@ -37,6 +40,23 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         )
         return sub
 
+    def with_rounds(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument(
+            "--signup",
+            choices=("open", "closed"),
+            default=None,
+            help="open: anyone may register on the page; closed (new rounds' default): invited players only",
+        )
+        sub.add_argument(
+            "--rate",
+            action="append",
+            default=[],
+            metavar="ACTION:SCOPE=LIMITS",
+            help="a rate limit overriding the default, e.g. try:player=10/minute or score:address='5/second;100/minute'"
+            " "
+            "(actions: register, score, try, validate; scopes: player, address; repeatable)",
+        )
+
     def with_pool(sub: argparse.ArgumentParser) -> None:
         sub.add_argument("--pool", type=Path, help="JSON-lines file of contexts (each a list of turns)")
         sub.add_argument(
@@ -65,7 +85,18 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         metavar="ROLE=DIR",
         help="an earlier model of the loop scored alongside, e.g. A0=models/a0 (repeatable)",
     )
+    with_rounds(new)
     with_pool(new)
+    invite = with_db(commands.add_parser("invite", help="issue a secret token (an invite link) per player"))
+    invite.add_argument("nicknames", nargs="+", help="the players' nicknames (unique, shown on the score board)")
+    invite.add_argument(
+        "--reissue", action="store_true", help="new tokens for existing players (old ones stop working)"
+    )
+    invite.add_argument("--url", default="http://localhost:8000", help="the service's address, for the invite links")
+    configure = with_db(commands.add_parser("configure", help="open or close a round's sign-up; set its rate limits"))
+    configure.add_argument("--round", type=int, required=True, dest="number")
+    with_rounds(configure)
+    configure.add_argument("--default-rates", action="store_true", help="drop the round's rate overrides")
     add = with_db(commands.add_parser("add-contexts", help="add contexts to a round's pool"))
     add.add_argument("--round", type=int, required=True, dest="number")
     with_pool(add)
@@ -114,7 +145,9 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety break-i
         print(f"{prog}: no database: pass --db FILE_OR_URL or set ${DB_ENV}", file=sys.stderr)
         return 2
     from dialogue_safety.breakit.export import export_round
+    from dialogue_safety.breakit.rates import parse_rate_option
     from dialogue_safety.breakit.store import StoreError, open_store
+    from dialogue_safety.core.errors import InvalidInput
     from dialogue_safety.core.model_card import ModelCard
     from dialogue_safety.sources.errors import DatasetFormatError, SourceUnavailableError
 
@@ -130,12 +163,24 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety break-i
                 ModelCard.load(directory)  # a reference must be a model directory
                 references[role] = str(Path(directory).resolve())
             card = ModelCard.load(args.model)
+            rates = parse_rate_option(args.rate)
             pools = _pool(args, default_screen=args.model)
-            store.create_round(args.number, card.model_id, references)
+            store.create_round(args.number, card.model_id, references, signup_open=args.signup == "open", rates=rates)
             added = {source: store.add_contexts(args.number, pool, source) for source, pool in pools}
             print(
                 json.dumps({"round": args.number, "model": card.model_id, "references": references, "contexts": added})
             )
+        elif args.command == "invite":
+            enrol = store.reissue_token if args.reissue else (lambda nick: store.enrol(nick, origin="invite"))
+            for nickname in args.nicknames:
+                e = enrol(nickname)
+                link = f"{args.url.rstrip('/')}/break-it#token={e.token}"
+                print(json.dumps({"nickname": e.player.nickname, "token": e.token, "link": link}))
+        elif args.command == "configure":
+            new_rates = {} if args.default_rates else (parse_rate_option(args.rate) if args.rate else None)
+            signup = None if args.signup is None else args.signup == "open"
+            rnd = store.configure_round(args.number, signup_open=signup, rates=new_rates)
+            print(json.dumps({"round": rnd.number, "signup_open": rnd.signup_open, "rates": rnd.rates or {}}))
         elif args.command == "add-contexts":
             added = {source: store.add_contexts(args.number, pool, source) for source, pool in _pool(args)}
             print(json.dumps({"round": args.number, "contexts": added, "total": store.context_count(args.number)}))
@@ -151,13 +196,15 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety break-i
                             "round": r.number,
                             "model": r.model_id,
                             "open": r.open,
+                            "signup_open": r.signup_open,
+                            "rates": r.rates or {},
                             "references": r.references,
                             "contexts": store.context_count(r.number),
                             "scoreboard": store.scoreboard(r.number),
                         }
                     )
                 )
-    except (StoreError, DatasetFormatError, SourceUnavailableError, FileNotFoundError, ValueError) as exc:
+    except (StoreError, DatasetFormatError, SourceUnavailableError, FileNotFoundError, ValueError, InvalidInput) as exc:
         print(f"{prog}: {getattr(exc, 'message', exc)}", file=sys.stderr)
         return 1
     finally:

@@ -25,7 +25,16 @@ from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, Response
 
-from dialogue_safety.core.errors import Conflict, InvalidInput, NotFound, NotReady, ServiceError
+from dialogue_safety.core.errors import (
+    Conflict,
+    Forbidden,
+    InvalidInput,
+    NotFound,
+    NotReady,
+    RateLimited,
+    ServiceError,
+    Unauthenticated,
+)
 from dialogue_safety.core.limits import NOT_TEXT_MESSAGE
 
 log = logging.getLogger("dialogue_safety.service.errors")
@@ -119,6 +128,8 @@ class ErrorRow:
 ERROR_TABLE: tuple[ErrorRow, ...] = (
     ErrorRow(MalformedJson, 400, "the body is not valid UTF-8 JSON (or nests too deeply)"),
     ErrorRow(Unauthorized, 401, "an API key is configured and the request lacks it or has a wrong one"),
+    ErrorRow(Unauthenticated, 401, "a break-it player endpoint without a valid player token (X-Player-Token)"),
+    ErrorRow(Forbidden, 403, "break-it sign-up on a round where the organiser has turned it off (invites only)"),
     ErrorRow(NotFound, 404, "no such route, or a break-it round, task, attack or player that does not exist"),
     ErrorRow(MethodNotAllowed, 405, "e.g. GET /v1/classify"),
     ErrorRow(RequestTimeout, 408, "the body did not arrive within body_timeout_s (the connection is closed)"),
@@ -143,6 +154,7 @@ ERROR_TABLE: tuple[ErrorRow, ...] = (
         ),
     ),
     ErrorRow(Overloaded, 429, "the inference queue or the body buffer is full (Retry-After says when to retry)"),
+    ErrorRow(RateLimited, 429, "a break-it player or client address spent a rate limit of the round (Retry-After)"),
     ErrorRow(InferenceFailed, 500, "the inference batch holding this request failed"),
     ErrorRow(InternalError, 500, "a bug; details in the server log, never in the response"),
     ErrorRow(

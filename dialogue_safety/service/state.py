@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
+from dialogue_safety.core import explain
 from dialogue_safety.core.encoding import EncodedExample
 from dialogue_safety.core.errors import NotReady
 from dialogue_safety.core.model_card import ModelCard
@@ -249,6 +250,17 @@ class ServiceState:
         [prediction] = await served.batcher.submit([example])
         decided = self.decide(prediction, None, served=served)
         return served.model_id, float(decided["score"]), Label(decided["label"]), float(decided["threshold"])
+
+    async def explain_deployed(self, example: Example, *, history: bool) -> tuple[str, float, Label, float, Any]:
+        """:meth:`score_deployed` with the explanation of ``/v1/classify``'s ``explain`` (the same method
+        and cap, every sequence through the batcher)."""
+        served = self.require_served()
+        plan = explain.plan_within(example, self.settings.queue_size, history=history)
+        predictions = await served.batcher.submit(plan.examples())
+        decided = self.decide(predictions[0], None, served=served)
+        explanation = plan.explanation([p.score for p in predictions])
+        label, threshold = Label(decided["label"]), float(decided["threshold"])
+        return served.model_id, float(decided["score"]), label, threshold, explanation
 
     def load_model(self, model_dir: Path) -> Classifier:
         """Another model directory, loaded like the served one (the same factory and settings; call in a thread)."""
