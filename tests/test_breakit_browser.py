@@ -1,6 +1,7 @@
 """The whole loop in a real browser: headless Chromium (Debian's ``chromium``, driven by Playwright
 pointed at the system browser; no browser download) plays a round against the real ONNX runtime
-served by uvicorn, a second player validates, the round is exported, fix-it trains A1 on the tiny
+served by uvicorn with players the organiser invited (``break-it invite``: each opens their
+invite link), a second player validates, the round is exported, fix-it trains A1 on the tiny
 recipe plus that round, the service hot-swaps to A1 and the page shows the new version.
 
 The tiny test model is random and cannot be steered, so the service runs it at threshold 1.0:
@@ -11,6 +12,8 @@ A missing Chromium FAILS this test (``apt-get install chromium``; ``scripts/test
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import shutil
@@ -60,6 +63,18 @@ def browser() -> Iterator[Any]:
             b.close()
 
 
+def invite(db: Path, *nicknames: str) -> dict[str, str]:
+    """``dialogue-safety break-it invite``: nickname -> invite link path (``/break-it#token=...``)."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert breakit_cli(["invite", "--db", str(db), *nicknames]) == 0
+    links = {}
+    for line in out.getvalue().splitlines():
+        row = json.loads(line)
+        links[row["nickname"]] = "/break-it#token=" + row["token"]
+    return links
+
+
 def shot(page: Any, name: str) -> None:
     folder = os.environ.get("BREAKIT_SCREENSHOTS")
     if folder:
@@ -88,13 +103,15 @@ def game(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iter
 
 @pytest.mark.slow
 def test_play_validate_export_and_hot_swap_in_a_browser(browser: Any, game: LiveServer, tiny_model_dir: Path) -> None:  # noqa: F811
+    links = invite(game.extra["db"], "alice", "bob")
     alice = browser.new_context(viewport={"width": 1100, "height": 900})
     page = alice.new_page()
-    page.goto(f"{game.url}/break-it")
+    page.goto(f"{game.url}{links['alice']}")
     page.wait_for_function("document.getElementById('round-info').dataset.round === '1'")
     assert "tiny-random@0.0.1" in page.inner_text("#round-info") and "A0" in page.inner_text("#round-info")
-    page.fill("#nickname", "alice")
-    page.click("#join-button")
+    assert page.is_hidden("#signup")  # invited players only: no sign-up form
+    page.wait_for_selector("#play:not(.hidden)")
+    assert "alice" in page.inner_text("#player-name") and "#token" not in page.url  # the link's token is not kept
     page.check("input[name=mode][value=offensive]")
     page.click("#start-task")
     page.wait_for_selector("#context .turn")
@@ -114,9 +131,8 @@ def test_play_validate_export_and_hot_swap_in_a_browser(browser: Any, game: Live
     page.wait_for_function("document.getElementById('scoreboard').textContent.includes('alice')")
 
     bob = browser.new_context(viewport={"width": 1100, "height": 900}).new_page()
-    bob.goto(f"{game.url}/break-it")
-    bob.fill("#nickname", "bob")
-    bob.click("#join-button")
+    bob.goto(f"{game.url}{links['bob']}")
+    bob.wait_for_selector("#validate:not(.hidden)")
     bob.click("#load-validations")
     bob.wait_for_selector("[data-attack]")
     cards = bob.locator("[data-attack]")

@@ -44,7 +44,9 @@ def test_assign_splits_keeps_each_attacker_on_one_side() -> None:
 def test_new_round_export_and_load_round_trip(tmp_path: Path, tiny_model_dir: Path) -> None:  # noqa: F811
     db = str(tmp_path / "game.sqlite3")
     pool = tmp_path / "pool.jsonl"
-    pool.write_text(json.dumps(["hi", "hello, how are you?"]) + "\n" + json.dumps({"turns": [{"text": "x"}]}) + "\n")
+    talk = ["my cat knocked over the christmas tree again", "oh no, is the cat alright after all that?"]
+    lines = [talk, {"turns": [{"text": "ok"}, {"text": "restart Hey"}]}, {"turns": [{"text": "x"}]}]
+    pool.write_text("".join(json.dumps(line) + "\n" for line in lines))  # the last two are not conversations
     rc = main(["new-round", "--db", db, "--round", "1", "--model", str(tiny_model_dir),
                "--reference", f"A0={tiny_model_dir}", "--pool", str(pool),
                "--pool-source", "diasafety", "--data-dir", str(FIXTURES), "--pool-size", "3",
@@ -53,7 +55,7 @@ def test_new_round_export_and_load_round_trip(tmp_path: Path, tiny_model_dir: Pa
     store = open_store(db)
     try:
         assert store.round(1).model_id == "tiny-random@0.0.1" and set(store.round(1).references) == {"A0"}
-        assert store.context_count(1) == 2 + len(safe_contexts(["diasafety"], FIXTURES, 3)) >= 3
+        assert store.context_count(1) == 1 + len(safe_contexts(["diasafety"], FIXTURES, 3)) >= 2
         players = [store.register_player(f"p{i}") for i in range(6)]
         validator = store.register_player("validator")
         expected: dict[str, Label] = {}

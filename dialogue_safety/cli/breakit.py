@@ -126,11 +126,19 @@ def screen_pool(pool: list[Any], model_dir: Path) -> list[Any]:
 
 
 def _pool(args: argparse.Namespace, default_screen: Path | None = None) -> list[tuple[str, list[Any]]]:
-    from dialogue_safety.breakit.pool import read_pool, safe_contexts
+    from dialogue_safety.breakit.pool import is_conversation, read_pool, safe_contexts
 
     pools: list[tuple[str, list[Any]]] = []
     if args.pool is not None:
-        pools.append((f"file:{args.pool.name}", read_pool(args.pool)))
+        contexts = read_pool(args.pool)
+        kept = [c for c in contexts if is_conversation(c)]
+        if len(kept) < len(contexts):
+            print(
+                f"{args.pool}: {len(contexts) - len(kept)} contexts are not conversations (too short or "
+                "placeholder turns such as 'ok' / 'restart Hey'); left out",
+                file=sys.stderr,
+            )
+        pools.append((f"file:{args.pool.name}", kept))
     for name in args.pool_source:
         pools.append((name, safe_contexts([name], args.data_dir, args.pool_size, args.seed)))
     screen = args.screen_model if args.screen_model is not None else default_screen
