@@ -22,7 +22,7 @@ from service_conftest import tiny_model_dir  # noqa: F401  (fixture)
 from dialogue_safety.core.explain import coalitions, explain, kernel_shap, plan, word_spans
 from dialogue_safety.core.model_dir import default_model_dir
 from dialogue_safety.core.runtime import OnnxClassifier
-from dialogue_safety.core.schema import Example
+from dialogue_safety.core.schema import Example, Label, Prediction
 
 OFFENSIVE = [
     ("you are a worthless idiot and everyone hates you", ()),
@@ -170,3 +170,26 @@ def test_shapley_agrees_with_occlusion_where_occlusion_is_clear() -> None:
         for ws, wo in zip(s["utterance"], o["utterance"], strict=True):
             if wo["contribution"] > 0.1:  # removing this word alone clearly lowers the score
                 assert ws["contribution"] > 0, (example.utterance, ws["word"], ws["contribution"])
+
+
+class OrModel:
+    """0.9 when the utterance holds either insult, else 0.1: two redundant words (Shapley: 0.4 each)."""
+
+    def predict(self, examples: list[Example], threshold: float | None = None) -> list[Prediction]:
+        out = []
+        for e in examples:
+            score = 0.9 if {"stupid", "idiot"} & set(e.utterance.split()) else 0.1
+            out.append(Prediction(score, Label.from_bool(score >= 0.5), 0.5, {"offensive": score}))
+        return out
+
+
+@pytest.mark.parametrize("words", [9, 16, 40, 120])
+def test_redundant_words_share_the_credit_in_long_messages(words: int) -> None:
+    filler = [f"w{i}" for i in range(words - 2)]
+    text = " ".join(filler[: words // 3] + ["stupid"] + filler[words // 3 :] + ["idiot"])
+    ((prediction, ex),) = explain(OrModel(), [Example.from_texts(text)])
+    c = {w["word"]: w["contribution"] for w in ex["utterance"]}
+    assert not ex["exact"] and prediction.score == 0.9
+    assert c["stupid"] == pytest.approx(0.4, abs=0.12) and c["idiot"] == pytest.approx(0.4, abs=0.12)
+    assert max(abs(c[w]) for w in filler) < 0.05
+    assert sum(c.values()) == pytest.approx(0.8, abs=1e-9)

@@ -17,13 +17,18 @@ that the contributions add up exactly to ``v(all words) - v(no explained word)``
 and the values are exact. Beyond, the objective is estimated by strata: every single word alone
 (short sequences, so cheap) with its exact kernel weight, plus ``budget`` coalitions of the other
 sizes drawn from the Shapley kernel, each with its complement (Covert & Lee, 2021), seeded by the
-text (the same request gets the same answer); a tiny ridge keeps the system solvable. Shapley
+text (the same request gets the same answer); the fit is shrunk towards each word's score alone,
+scaled to the total (:func:`singleton_prior`), where the few coalitions cannot decide (on a
+synthetic game with two redundant words among 40, the largest error falls from 0.34 to 0.08 at
+16 coalitions; on the shipped model, against a 1,500-coalition estimate over five messages of 7
+to 42 words, the correlation rises from 0.77-0.97 to 0.83-0.98). Shapley
 values see redundant evidence: in "you are a stupid idiot" either insult alone keeps the score
 high, so leaving one out barely moves it, but both get a large positive share. The cost is
 ``n`` sequences of one word plus ``budget`` sequences of on average half the words, instead of
 ``n`` sequences of nearly all of them: linear in length, not quadratic (``dialogue-safety bench
-explain``). Sampled values are estimates: a word's value moves by a few hundredths between
-budgets on long texts; the top words are stable.
+explain``). Sampled values are estimates: against the 1,500-coalition estimate, the largest
+single-word error on those five messages was 0.09 to 0.27 (mean of 5 seeds); the efficiency
+constraint holds exactly.
 
 ``"occlusion"``: ``contribution(w_i) = v(all) - v(all but w_i)``. Exact and cheaper for a few
 words; blind to redundancy (two insults each get about 0) and quadratic in length.
@@ -57,7 +62,8 @@ MAX_EXPLAINED_WORDS = 127  # occlusion: + the example itself = 128 sequences per
 SHAPLEY_MAX_WORDS = 256  # shapley: players per example (the cost is the budget, not the words)
 SHAPLEY_BUDGET = 16  # coalitions drawn per example beyond the singletons, when not every coalition fits
 EXACT_COALITIONS = 62  # every coalition is scored (exact Shapley values) up to this many (6 words)
-_RIDGE = 1e-6
+_RIDGE = 0.1  # a sampled game's shrinkage towards singleton_prior (relative to the mean weight)
+# (0.2 shrinks more but lets a context-dependent word's score alone dominate: see tests/test_explain.py)
 _WORD = re.compile(r"\S+")
 
 
@@ -231,26 +237,46 @@ def coalitions(n: int, budget: int, seed: int) -> tuple[np.ndarray, np.ndarray, 
 
 
 def kernel_shap(
-    masks: np.ndarray, weights: np.ndarray, values: np.ndarray, empty: float, full: float, ridge: float = _RIDGE
+    masks: np.ndarray,
+    weights: np.ndarray,
+    values: np.ndarray,
+    empty: float,
+    full: float,
+    ridge: float = 0.0,
+    prior: np.ndarray | None = None,
 ) -> np.ndarray:
     """The weighted least-squares fit ``v(S) - empty ~ sum_{i in S} phi_i`` constrained to
-    ``sum(phi) = full - empty`` (exact Shapley values for the exact coalition set, solved with
-    ``ridge`` 0; a sampled set gets a tiny ridge, relative to the weights, so that it is solvable)."""
+    ``sum(phi) = full - empty``: exact Shapley values for the exact coalition set (``ridge`` 0).
+
+    A sampled set gets a ridge (relative to the weights) that pulls ``phi`` towards ``prior``
+    (default 0) where the samples say little: with few coalitions for many words, the system is
+    underdetermined, and the shrinkage decides what the data cannot."""
     n = masks.shape[1]
     total = full - empty
     if n == 1:
         return np.array([total])
+    base = np.zeros(n) if prior is None else np.asarray(prior, dtype=np.float64)
     z = masks.astype(np.float64)
     w = np.asarray(weights, dtype=np.float64)
-    y = np.asarray(values, dtype=np.float64) - empty
+    y = np.asarray(values, dtype=np.float64) - empty - z @ base
     a = z.T @ (z * w[:, None])
     if ridge:
         a += np.eye(n) * (ridge * max(1.0, float(np.trace(a)) / n))
     b = z.T @ (w * y)
     a_inv_b = np.linalg.solve(a, b)
     a_inv_1 = np.linalg.solve(a, np.ones(n))
-    lam = (a_inv_b.sum() - total) / a_inv_1.sum()
-    return np.asarray(a_inv_b - lam * a_inv_1)
+    lam = (a_inv_b.sum() - (total - base.sum())) / a_inv_1.sum()
+    return np.asarray(base + a_inv_b - lam * a_inv_1)
+
+
+def singleton_prior(singles: np.ndarray, total: float) -> np.ndarray:
+    """Each word's score alone (minus the empty score), scaled to add up to ``total``: the shrinkage
+    target of a sampled game (the Shapley values of an additive game; for redundant words it
+    already splits the credit)."""
+    s = float(singles.sum())
+    if abs(s) < 1e-9:
+        return np.full(len(singles), total / len(singles))
+    return np.asarray(singles * (total / s))
 
 
 def _seed(example: Example, spans: Sequence[WordSpan]) -> int:
@@ -287,7 +313,12 @@ class ShapleyPlan(_Plan):
         if not self.spans:
             return {}
         masks, weights, exact = self._coalitions
-        phi = kernel_shap(masks, weights, np.array(scores[2:]), scores[1], scores[0], 0.0 if exact else _RIDGE)
+        values = np.array(scores[2:])
+        if exact:
+            phi = kernel_shap(masks, weights, values, scores[1], scores[0])
+        else:  # the first n coalitions are the singletons (see coalitions())
+            prior = singleton_prior(values[: len(self.spans)] - scores[1], scores[0] - scores[1])
+            phi = kernel_shap(masks, weights, values, scores[1], scores[0], _RIDGE, prior)
         return {span: float(v) for span, v in zip(self.spans, phi, strict=True)}
 
     def extra(self, scores: Sequence[float]) -> dict[str, Any]:
