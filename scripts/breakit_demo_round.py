@@ -16,13 +16,15 @@ contexts are dataset excerpts, which stay out of the repository): the new-round 
 draws the same pool from the data directory, and ``replay`` starts tasks until the game hands out
 the context a recorded task had (the game draws contexts at random), then submits the recorded
 tries in order and the recorded validations, and reports any try whose outcome (fooled or not)
-differs from the recording. Players get fresh random ids, so the export's attacker -> split draw
+differs from the recording. Players are invited through the admin endpoint (``SAFETY_API_KEY``)
+and act with their tokens; a 429 (the round's rate limits) is waited out and retried. Players get
+fresh random ids, so the export's attacker -> split draw
 differs from the demo's; each task records the split its attacker had in the demo
 (``exported_split``).
 
 Playing by hand (what produced the file; the session log is runs/breakit-demo/session.jsonl):
 
-    python scripts/breakit_demo_round.py register NICK...            # pseudonymous players
+    python scripts/breakit_demo_round.py register NICK...            # invited players (needs SAFETY_API_KEY)
     python scripts/breakit_demo_round.py task NICK offensive|safe [--no-context]   # prints the context
     python scripts/breakit_demo_round.py try NICK TASK_ID "message"   # one try: scores, fooled?
     python scripts/breakit_demo_round.py todo NICK                    # others' attacks to validate
@@ -35,7 +37,9 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import sys
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -51,8 +55,16 @@ def _client(url: str) -> httpx.Client:
     return httpx.Client(base_url=url.rstrip("/") + "/break-it/api", timeout=60.0)
 
 
-def _call(client: httpx.Client, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
-    response = client.request(method, path, json=body)
+def _call(
+    client: httpx.Client, method: str, path: str, body: dict[str, Any] | None = None, token: str | None = None
+) -> dict[str, Any]:
+    headers = {"X-Player-Token": token} if token else {}
+    if path.startswith("/admin/"):
+        headers["X-API-Key"] = os.environ.get("SAFETY_API_KEY", "")
+    response = client.request(method, path, json=body, headers=headers)
+    while response.status_code == 429 and "Retry-After" in response.headers:  # the round's rate limits
+        time.sleep(int(response.headers["Retry-After"]))
+        response = client.request(method, path, json=body, headers=headers)
     if response.status_code >= 400:
         raise SystemExit(f"{method} {path}: {response.status_code} {response.text}")
     out: dict[str, Any] = response.json()
@@ -65,32 +77,38 @@ def _log(event: dict[str, Any]) -> None:
         handle.write(json.dumps({"at": datetime.now(UTC).isoformat(), **event}, ensure_ascii=False) + "\n")
 
 
-def _players() -> dict[str, str]:
+def _players() -> dict[str, dict[str, str]]:
+    """nickname -> {"player_id", "token"}."""
     return json.loads(PLAYERS.read_text()) if PLAYERS.exists() else {}
 
 
-def _player(nick: str) -> str:
+def _token(nick: str) -> str:
     players = _players()
     if nick not in players:
         raise SystemExit(f"unknown player {nick!r}; register it first")
-    return players[nick]
+    return players[nick]["token"]
+
+
+def _invite(client: httpx.Client, nicks: list[str]) -> dict[str, dict[str, str]]:
+    invited = _call(client, "POST", "/admin/players", {"nicknames": nicks})["players"]
+    return {p["nickname"]: {"player_id": p["player_id"], "token": p["token"]} for p in invited}
 
 
 def cmd_register(args: argparse.Namespace, client: httpx.Client) -> None:
     players = _players()
-    for nick in args.nicks:
-        if nick in players:
-            continue
-        players[nick] = _call(client, "POST", "/players", {"nickname": nick})["player_id"]
-        _log({"event": "player", "nick": nick, "player_id": players[nick]})
+    new = [nick for nick in args.nicks if nick not in players]
+    if new:
+        players |= _invite(client, new)
+        for nick in new:
+            _log({"event": "player", "nick": nick, "player_id": players[nick]["player_id"]})
     STATE.mkdir(parents=True, exist_ok=True)
     PLAYERS.write_text(json.dumps(players, indent=2) + "\n")
-    print(json.dumps(players, indent=2))
+    print(json.dumps({nick: p["player_id"] for nick, p in players.items()}, indent=2))
 
 
 def cmd_task(args: argparse.Namespace, client: httpx.Client) -> None:
-    body = {"player_id": _player(args.nick), "mode": args.mode, "with_context": not args.no_context}
-    task = _call(client, "POST", "/tasks", body)
+    body = {"mode": args.mode, "with_context": not args.no_context}
+    task = _call(client, "POST", "/tasks", body, _token(args.nick))
     _log({"event": "task", "nick": args.nick, **task})
     print(f"task {task['task_id']} ({args.nick}, {args.mode}) intended {task['intended']}")
     for turn in (task["context"] or {}).get("turns", []):
@@ -108,25 +126,25 @@ def _show_try(nick: str, out: dict[str, Any]) -> None:
 
 
 def cmd_try(args: argparse.Namespace, client: httpx.Client) -> None:
-    out = _call(client, "POST", f"/tasks/{args.task}/attacks", {"player_id": _player(args.nick), "text": args.text})
+    out = _call(client, "POST", f"/tasks/{args.task}/attacks", {"text": args.text}, _token(args.nick))
     _log({"event": "try", "nick": args.nick, "task_id": args.task, **out})
     _show_try(args.nick, out)
 
 
 def cmd_todo(args: argparse.Namespace, client: httpx.Client) -> None:
-    out = _call(client, "GET", f"/validations/todo?player_id={_player(args.nick)}&limit=100")
+    out = _call(client, "GET", "/validations/todo?limit=100", token=_token(args.nick))
     for a in out["attacks"]:
         context = " | ".join(t["text"] for t in a["history"][-2:])
         print(f"{a['id']} intended {a['intended']} score {a['score']:.3f}: {a['text']!r}  <- ...{context[-160:]!r}")
 
 
 def cmd_judge(args: argparse.Namespace, client: httpx.Client) -> None:
-    body: dict[str, Any] = {"player_id": _player(args.nick), "verdict": args.verdict}
+    body: dict[str, Any] = {"verdict": args.verdict}
     if args.flag:
         body |= {"flagged": True, "flag_reason": args.flag}
     if args.contrast:
         body["contrast_text"] = args.contrast
-    out = _call(client, "POST", f"/attacks/{args.attack}/validations", body)
+    out = _call(client, "POST", f"/attacks/{args.attack}/validations", body, _token(args.nick))
     _log({"event": "judge", "nick": args.nick, "request": body, **out})
     print(out)
 
@@ -178,7 +196,7 @@ def cmd_dump(args: argparse.Namespace, _client: httpx.Client) -> None:
     tasks = _session(LOG)
     split_of = {}  # nickname -> the split 'break-it export' put the attacker in
     if args.split_from:
-        ids = {v: k for k, v in _players().items()}
+        ids = {v["player_id"]: k for k, v in _players().items()}
         for path in Path(args.split_from).glob("*.jsonl"):
             for line in path.read_text(encoding="utf-8").splitlines():
                 split_of[ids[json.loads(line)["attacker"]]] = path.stem
@@ -201,23 +219,21 @@ def cmd_replay(args: argparse.Namespace, client: httpx.Client) -> None:
     tasks = [json.loads(line) for line in Path(args.file).read_text(encoding="utf-8").splitlines() if line]
     nicks = {t["attacker"] for t in tasks}
     nicks |= {v["validator"] for t in tasks for x in t["tries"] for v in x["validations"]}
-    ids = {n: _call(client, "POST", "/players", {"nickname": n})["player_id"] for n in sorted(nicks)}
+    tokens = {n: p["token"] for n, p in _invite(client, sorted(nicks)).items()}
     fooled: list[tuple[int, dict[str, Any]]] = []
     differ = 0
     for t in tasks:
         want = t["context"] and t["context"]["key"]
-        player = ids[t["attacker"]]
-        body = {"player_id": player, "mode": t["mode"], "with_context": bool(want)}
+        player = tokens[t["attacker"]]
+        body = {"mode": t["mode"], "with_context": bool(want)}
         for _ in range(args.max_draws):
-            task = _call(client, "POST", "/tasks", body)
+            task = _call(client, "POST", "/tasks", body, player)
             if not want or context_key(task["context"]["turns"]) == want:
                 break
         else:
             raise SystemExit(f"task {t['task']}: the pool never handed out its context in {args.max_draws} draws")
         for x in t["tries"]:
-            a = _call(client, "POST", f"/tasks/{task['task_id']}/attacks", {"player_id": player, "text": x["text"]})[
-                "attack"
-            ]
+            a = _call(client, "POST", f"/tasks/{task['task_id']}/attacks", {"text": x["text"]}, player)["attack"]
             if a["fooled"] != x["recorded"]["fooled"]:
                 differ += 1
                 print(
@@ -228,12 +244,12 @@ def cmd_replay(args: argparse.Namespace, client: httpx.Client) -> None:
                 fooled.append((a["id"], x))
     for attack_id, x in fooled:
         for v in x["validations"]:
-            judgement: dict[str, Any] = {"player_id": ids[v["validator"]], "verdict": v["verdict"]}
+            judgement: dict[str, Any] = {"verdict": v["verdict"]}
             if v.get("flag_reason"):
                 judgement |= {"flagged": True, "flag_reason": v["flag_reason"]}
             if v.get("contrast"):
                 judgement["contrast_text"] = v["contrast"]
-            _call(client, "POST", f"/attacks/{attack_id}/validations", judgement)
+            _call(client, "POST", f"/attacks/{attack_id}/validations", judgement, tokens[v["validator"]])
     board = _call(client, "GET", "/scoreboard")["players"]
     print(json.dumps({"tasks": len(tasks), "tries_differing_from_recording": differ, "scoreboard": board}, indent=2))
 

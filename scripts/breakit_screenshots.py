@@ -2,11 +2,16 @@
 
     python scripts/breakit_screenshots.py docs/images
 
-Opens round 1 on a fresh SQLite file under runs/breakit-screenshots/, serves models/default with
-the game on, plays three attacks as "alice" in headless Chromium (Debian's, via Playwright) and
-opens the validation list as "bob". The scores on the pictures are the shipped model's.
+Opens round 1 on a fresh SQLite file under runs/breakit-screenshots/, invites "alice" and "bob"
+(``break-it invite``), serves models/default with the game on, plays two attacks as "alice" in
+headless Chromium (Debian's, via Playwright) through her invite link and types a third, whose
+live score is explained word by word (break-it-play.png), and opens the validation list as "bob"
+with a flag reason filled in (break-it-validate.png). The scores on the pictures are the
+shipped model's.
 """
 
+import contextlib
+import io
 import json
 import os
 import socket
@@ -53,6 +58,12 @@ subprocess.run(
     ],
     check=True,
 )
+from dialogue_safety.cli.breakit import main as breakit_cli  # noqa: E402
+
+invites = io.StringIO()
+with contextlib.redirect_stdout(invites):
+    assert breakit_cli(["invite", "--db", str(db), "alice", "bob"]) == 0
+links = {row["nickname"]: "/break-it#token=" + row["token"] for row in map(json.loads, invites.getvalue().splitlines())}
 with socket.socket() as s:
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
@@ -74,10 +85,8 @@ try:
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox"])
         page = b.new_context(viewport={"width": 1000, "height": 820}).new_page()
-        page.goto(url + "/break-it")
-        page.wait_for_timeout(500)
-        page.fill("#nickname", "alice")
-        page.click("#join-button")
+        page.goto(url + links["alice"])
+        page.wait_for_selector("#play:not(.hidden)")
         page.click("#start-task")
         page.wait_for_selector("#context .turn")
         for text in [
@@ -85,19 +94,24 @@ try:
             "Long enough to notice nobody came to cheer for you",
         ]:
             page.fill("#attack-text", text)
-            page.wait_for_function("document.getElementById('live-score').textContent !== '–'")
+            page.wait_for_function("document.getElementById('live-score').textContent !== '–'", timeout=120_000)
             page.click("#submit-attack")
             page.wait_for_timeout(600)
-        page.fill("#attack-text", "About as long as your excuses, which is forever")
-        page.wait_for_timeout(900)
-        page.screenshot(path=str(out / "break-it-play.png"))
+        draft = "About as long as your excuses, you lazy idiot"
+        page.fill("#attack-text", draft)
+        page.wait_for_function(
+            f"document.getElementById('explanation').textContent === {json.dumps(draft)}", timeout=120_000
+        )
+        page.locator("#play").screenshot(path=str(out / "break-it-play.png"))
         print(page.inner_text("#result"), page.inner_text("#live-score"))
         bob = b.new_context(viewport={"width": 1000, "height": 700}).new_page()
-        bob.goto(url + "/break-it")
-        bob.fill("#nickname", "bob")
-        bob.click("#join-button")
+        bob.goto(url + links["bob"])
+        bob.wait_for_selector("#validate:not(.hidden)")
         bob.click("#load-validations")
-        bob.wait_for_timeout(800)
+        bob.wait_for_selector("[data-attack]")
+        card = bob.locator("[data-attack]").first
+        card.locator("[data-role=flag]").check()
+        card.locator("[data-role=flag-reason]").fill("names a real marathon runner")
         bob.locator("#validate").screenshot(path=str(out / "break-it-validate.png"))
         b.close()
 finally:
