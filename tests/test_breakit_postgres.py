@@ -140,8 +140,11 @@ def test_the_service_plays_on_postgres(postgres_url: str) -> None:
     settings = ServiceSettings(host="127.0.0.1", port=0, breakit_db=postgres_url, api_key="k")
     with live_server(settings, FakeClassifier()) as live, live.client() as c:
         assert c.post("/break-it/api/admin/rounds", json={"number": 1}, headers={"X-API-Key": "k"}).status_code == 200
-        pid = c.post("/break-it/api/players", json={"nickname": "pg"}).json()["player_id"]
-        task = c.post("/break-it/api/tasks", json={"player_id": pid, "mode": "offensive", "with_context": False}).json()
-        r = c.post(f"/break-it/api/tasks/{task['task_id']}/attacks", json={"player_id": pid, "text": "so lovely"})
+        admin = {"X-API-Key": "k"}
+        [pg] = c.post("/break-it/api/admin/players", json={"nicknames": ["pg"]}, headers=admin).json()["players"]
+        me = {"X-Player-Token": pg["token"]}
+        task = c.post("/break-it/api/tasks", json={"mode": "offensive", "with_context": False}, headers=me).json()
+        r = c.post(f"/break-it/api/tasks/{task['task_id']}/attacks", json={"text": "so lovely"}, headers=me)
         assert r.status_code == 200 and r.json()["attack"]["fooled"] is True
+        assert c.post("/break-it/api/admin/players", json={"nicknames": ["PG"]}, headers=admin).status_code == 409
         assert c.get("/break-it/api/scoreboard").json()["players"][0]["fooled"] == 1
