@@ -19,8 +19,38 @@ POOL_SOURCES = ("diasafety", "convabuse", "bbf_multi_turn", "bad")  # sources wi
 
 #: a turn made only of these words is a placeholder (a bot's "ok", a user's "restart Hey"), not conversation
 PLACEHOLDER_WORDS = frozenset(
-    "ok okay k kk yes yeah yep no nope hi hey hello hallo yo restart start stop reset test testing bye hmm "
-    "hm lol what huh sure thanks thx ty".split()
+    [
+        "ok",
+        "okay",
+        "k",
+        "kk",
+        "yes",
+        "yeah",
+        "yep",
+        "no",
+        "nope",
+        "hi",
+        "hey",
+        "hello",
+        "hallo",
+        "yo",
+        "restart",
+        "start",
+        "stop",
+        "reset",
+        "test",
+        "testing",
+        "bye",
+        "hmm",
+        "hm",
+        "lol",
+        "what",
+        "huh",
+        "sure",
+        "thanks",
+        "thx",
+        "ty",
+    ]
 )
 MIN_TURN_WORDS = 3  # a turn that says something
 MIN_SUBSTANTIVE_TURNS = 2
