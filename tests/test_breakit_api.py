@@ -242,3 +242,23 @@ def test_attacks_and_tokens_survive_a_restart(server: LiveServer, client: httpx.
         board = {p["player"]: p for p in c.get("/break-it/api/scoreboard").json()["players"]}
         assert board["alice"]["tries"] == ATTACKS_PER_TASK + 1 and board["alice"]["validated"] == 1
         assert c.get("/break-it/api/players/me", headers=auth(frank)).json()["nickname"] == "frank"
+
+
+def test_the_same_limit_for_player_and_address_counts_each_apart() -> None:
+    """One rate text for both scopes: each scope keeps its own window (two players behind one address)."""
+    from dialogue_safety.breakit.rates import RateLimits
+    from dialogue_safety.core.errors import RateLimited
+
+    rates = RateLimits()
+    same = {"validate": {"player": "2/minute", "address": "3/minute"}}
+    for player in ("p1", "p1", "p2"):
+        rates.hit(1, same, "validate", player=player, address="10.0.0.1")
+    with pytest.raises(RateLimited, match="this address"):
+        rates.hit(1, same, "validate", player="p3", address="10.0.0.1")
+    with pytest.raises(RateLimited, match="this player"):
+        rates.hit(1, same, "validate", player="p1", address="10.0.0.2")
+    equal = {"validate": {"player": "1/minute", "address": "1/minute"}}
+    rates.hit(2, equal, "validate", player="p1", address="10.0.0.9")
+    with pytest.raises(RateLimited, match="this player"):
+        rates.hit(2, equal, "validate", player="p1", address="10.0.0.8")
+    rates.hit(2, equal, "validate", player="p2", address="10.0.0.8")  # the other address's window is its own

@@ -92,20 +92,19 @@ class RateLimits:
         raise :class:`RateLimited` without counting it when a limit is spent."""
         rates = parse_rates(overrides)[action]
         checks = [
-            (scope, key, item)
+            (scope, item, (str(round_number), action, scope, key))
             for scope, key in (("player", player), ("address", address))
             if key is not None and scope in rates
             for item in self._items(rates[scope])
         ]
-        keys = {id(item): (str(round_number), action, scope, key) for scope, key, item in checks}
-        for scope, _key, item in checks:
-            if not self.limiter.test(item, *keys[id(item)]):
-                reset, _remaining = self.limiter.get_window_stats(item, *keys[id(item)])
+        for scope, item, keys in checks:
+            if not self.limiter.test(item, *keys):
+                reset, _remaining = self.limiter.get_window_stats(item, *keys)
                 retry = max(1, math.ceil(reset - time.time()))
                 who = "this player" if scope == "player" else "this address"
                 raise RateLimited(
                     f"too many {action} requests from {who} (at most {item}); retry in {retry} s",
                     retry_after_s=retry,
                 )
-        for _scope, _key, item in checks:
-            self.limiter.hit(item, *keys[id(item)])
+        for _scope, item, keys in checks:
+            self.limiter.hit(item, *keys)
