@@ -6,7 +6,9 @@ that file again against a running service, so a reader can rebuild the round:
 
     export SAFETY_BREAKIT_DB=runs/replay.sqlite3 SAFETY_API_KEY=change-me
     dialogue-safety break-it new-round --round 1 --model models/default --reference A0=models/default \\
-        --pool-source diasafety --pool-source convabuse --data-dir ../shared/data --pool-size 150 --seed 11
+        --pool-source diasafety --pool-source convabuse --data-dir ../shared/data --pool-size 150 --seed 11 \\
+        --all-contexts --rate try:player=1000/minute --rate try:address=1000/minute \\
+        --rate validate:player=1000/minute --rate validate:address=1000/minute   # a replay is not typed by people
     dialogue-safety serve --port 8000 &
     python scripts/breakit_demo_round.py --url http://127.0.0.1:8000 replay docs/breakit-demo/round-1.jsonl
     dialogue-safety break-it export --round 1 runs/rounds

@@ -140,6 +140,21 @@ def test_cli_errors_are_clear(
     assert f"{pool}:2:" in capsys.readouterr().err
 
 
+def test_all_contexts_keeps_what_is_not_a_conversation(tmp_path: Path, tiny_model_dir: Path) -> None:  # noqa: F811
+    db = str(tmp_path / "game.sqlite3")
+    pool = tmp_path / "pool.jsonl"
+    talk = ["my cat knocked over the christmas tree again", "oh no, is the cat alright after all that?"]
+    pool.write_text(json.dumps(talk) + "\n" + json.dumps(["ok", "restart Hey"]) + "\n")
+    args = ["--db", db, "--round", "1", "--pool", str(pool)]
+    assert main(["new-round", *args, "--model", str(tiny_model_dir), "--screen-model", "none"]) == 0
+    assert main(["add-contexts", *args, "--all-contexts", "--screen-model", "none"]) == 0
+    store = open_store(db)
+    try:
+        assert store.context_count(1) == 1 + 2
+    finally:
+        store.close()
+
+
 from service_conftest import tiny_model_dir  # noqa: E402, F401  (fixture)
 
 

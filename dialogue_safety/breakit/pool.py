@@ -78,11 +78,12 @@ def is_conversation(turns: Sequence[Mapping[str, Any]]) -> bool:
 
 
 def safe_contexts(
-    names: Iterable[str], data_dir: Path | str | None, size: int, seed: int = 0
+    names: Iterable[str], data_dir: Path | str | None, size: int, seed: int = 0, *, conversations_only: bool = True
 ) -> list[list[dict[str, str | None]]]:
     """Up to ``size`` safe conversations (turns, oldest first) from the train splits of ``names``: a SAFE
     example with at least one history turn, its utterance appended as the last turn, that
-    :func:`is_conversation`. Sampled with ``seed``, deduplicated."""
+    :func:`is_conversation` (unless ``conversations_only`` is false: the pools drawn before that
+    filter, such as the demo round's). Sampled with ``seed``, deduplicated."""
     import random
 
     from dialogue_safety.sources.registry import load_source
@@ -98,7 +99,7 @@ def safe_contexts(
             reply_speaker = {"user": "bot", "bot": "user", "agent": "user"}.get(ex.history[-1].speaker or "")
             turns = [*ex.history, Turn(ex.utterance, reply_speaker)]
             key = tuple(t.text for t in turns)
-            if key not in seen and is_conversation([{"text": t.text} for t in turns]):
+            if key not in seen and (not conversations_only or is_conversation([{"text": t.text} for t in turns])):
                 seen.add(key)
                 pool.append([{"speaker": t.speaker, "text": t.text} for t in turns])
     random.Random(seed).shuffle(pool)

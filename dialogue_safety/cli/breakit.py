@@ -70,6 +70,11 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         sub.add_argument("--data-dir", help="the data directory for --pool-source")
         sub.add_argument("--seed", type=int, default=0)
         sub.add_argument(
+            "--all-contexts",
+            action="store_true",
+            help="keep contexts that are not conversations (placeholder turns, too short); default: drop them",
+        )
+        sub.add_argument(
             "--screen-model",
             type=Path,
             help="drop pool contexts in which this model flags any turn (new-round: default --model; 'none': keep all)",
@@ -131,7 +136,7 @@ def _pool(args: argparse.Namespace, default_screen: Path | None = None) -> list[
     pools: list[tuple[str, list[Any]]] = []
     if args.pool is not None:
         contexts = read_pool(args.pool)
-        kept = [c for c in contexts if is_conversation(c)]
+        kept = [c for c in contexts if args.all_contexts or is_conversation(c)]
         if len(kept) < len(contexts):
             print(
                 f"{args.pool}: {len(contexts) - len(kept)} contexts are not conversations (too short or "
@@ -140,7 +145,10 @@ def _pool(args: argparse.Namespace, default_screen: Path | None = None) -> list[
             )
         pools.append((f"file:{args.pool.name}", kept))
     for name in args.pool_source:
-        pools.append((name, safe_contexts([name], args.data_dir, args.pool_size, args.seed)))
+        drawn = safe_contexts(
+            [name], args.data_dir, args.pool_size, args.seed, conversations_only=not args.all_contexts
+        )
+        pools.append((name, drawn))
     screen = args.screen_model if args.screen_model is not None else default_screen
     if screen is not None and str(screen) != "none":
         pools = [(source, screen_pool(pool, screen)) for source, pool in pools]
