@@ -252,7 +252,7 @@ def cmd_replay(args: argparse.Namespace, client: httpx.Client) -> None:
             if v.get("contrast"):
                 judgement["contrast_text"] = v["contrast"]
             _call(client, "POST", f"/attacks/{attack_id}/validations", judgement, tokens[v["validator"]])
-    board = _call(client, "GET", "/scoreboard")["players"]
+    board = _call(client, "GET", "/scoreboard", token=next(iter(tokens.values())))["players"]
     print(json.dumps({"tasks": len(tasks), "tries_differing_from_recording": differ, "scoreboard": board}, indent=2))
 
 

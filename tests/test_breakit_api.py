@@ -80,15 +80,15 @@ def test_every_player_endpoint_needs_a_valid_token(client: httpx.Client) -> None
         ("POST", "/break-it/api/tasks/1/attacks", {"text": "hello"}),
         ("GET", "/break-it/api/validations/todo", None),
         ("POST", "/break-it/api/attacks/1/validations", {"verdict": "confirm"}),
+        ("GET", "/break-it/api/scoreboard", None),
     ]
     for method, path, body in calls:
         for headers in ({}, {"X-Player-Token": "forged"}):
             r = client.request(method, path, json=body, headers=headers)
             assert r.status_code == 401, (method, path, r.text)
             assert r.json()["error"]["code"] == "invalid_player_token" and r.headers["WWW-Authenticate"]
-    # the open ones: the round, the board, the page
+    # the one open read: the round (the page shows sign-up or not before anyone joins; no player data)
     assert client.get("/break-it/api/round").status_code == 200
-    assert client.get("/break-it/api/scoreboard").status_code == 200
 
 
 def test_sign_up_only_where_the_organiser_opened_it(client: httpx.Client, server: LiveServer) -> None:
@@ -167,7 +167,7 @@ def test_play_a_task_validate_and_score_board(client: httpx.Client) -> None:
     body = {"verdict": "confirm", "flagged": True, "flag_reason": "names a real person"}
     assert client.post(f"/break-it/api/attacks/{flagged}/validations", json=body, headers=auth(bob)).status_code == 200
 
-    board = {p["player"]: p for p in client.get("/break-it/api/scoreboard").json()["players"]}
+    board = {p["player"]: p for p in client.get("/break-it/api/scoreboard", headers=auth(bob)).json()["players"]}
     assert board["alice"]["validated"] == 1 and board["alice"]["tries"] == ATTACKS_PER_TASK + 1  # flagged: not counted
     assert board["bob"]["validations_given"] == 2
 
@@ -239,9 +239,9 @@ def test_attacks_and_tokens_survive_a_restart(server: LiveServer, client: httpx.
     [frank] = invite(client, "frank")
     settings = ServiceSettings(host="127.0.0.1", port=0, breakit_db=str(server.extra["db"]))
     with live_server(settings, FakeClassifier()) as second, second.client() as c:
-        board = {p["player"]: p for p in c.get("/break-it/api/scoreboard").json()["players"]}
-        assert board["alice"]["tries"] == ATTACKS_PER_TASK + 1 and board["alice"]["validated"] == 1
         assert c.get("/break-it/api/players/me", headers=auth(frank)).json()["nickname"] == "frank"
+        board = {p["player"]: p for p in c.get("/break-it/api/scoreboard", headers=auth(frank)).json()["players"]}
+        assert board["alice"]["tries"] == ATTACKS_PER_TASK + 1 and board["alice"]["validated"] == 1
 
 
 def test_the_same_limit_for_player_and_address_counts_each_apart() -> None:

@@ -147,4 +147,4 @@ def test_the_service_plays_on_postgres(postgres_url: str) -> None:
         r = c.post(f"/break-it/api/tasks/{task['task_id']}/attacks", json={"text": "so lovely"}, headers=me)
         assert r.status_code == 200 and r.json()["attack"]["fooled"] is True
         assert c.post("/break-it/api/admin/players", json={"nicknames": ["PG"]}, headers=admin).status_code == 409
-        assert c.get("/break-it/api/scoreboard").json()["players"][0]["fooled"] == 1
+        assert c.get("/break-it/api/scoreboard", headers=me).json()["players"][0]["fooled"] == 1

@@ -471,8 +471,8 @@ async def validate(game: Game, attack_id: int, body: ValidationBody, me: Me, req
     return {"id": v.id, "attack_id": attack_id, "verdict": v.verdict, "flagged": v.flagged}
 
 
-@router.get("/scoreboard", summary="Per-round score board")
-async def scoreboard(game: Game, number: RoundNumber = None) -> dict[str, Any]:
+@router.get("/scoreboard", summary="Per-round score board (for players: it names them)")
+async def scoreboard(game: Game, me: Me, number: RoundNumber = None) -> dict[str, Any]:
     rnd = await game.round(number)
     return {"round": rnd.number, "players": await game.call(game.require_store().scoreboard, rnd.number)}
 
