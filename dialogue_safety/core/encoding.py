@@ -28,6 +28,20 @@ is cut where the window ends, which can only change the pieces of the word cut i
 within the tokens the model reads (the head window asks for ``WINDOW_MARGIN_TOKENS`` extra).
 A 4,000-character turn costs what its last ~128 tokens cost, not what 4,000 characters cost.
 
+**Windows over long utterances** (``encode_batch(..., max_windows=N)``, what scoring asks for):
+an utterance longer than its token budget (``max_length - 3``, or ``max_utterance_tokens`` in a
+row with history) is read in overlapping windows of that budget, each a row of its own with the
+*same* segment A (the history kept for the first window). Consecutive windows overlap by
+``WINDOW_OVERLAP`` of the budget (a quarter: 31 tokens alone, 24 with history) so that a phrase
+cut by one window boundary is whole in the next; a window starts at a word (never inside a
+word's ``##`` pieces) where one starts nearby, and the last window ends at the utterance's last
+token. The first window is exactly the row an encoding without windows makes, so short
+utterances (one window) are encoded as before. At most ``max_windows`` windows are made; what the
+cap leaves unread is reported in :attr:`EncodedExample.read` (with the history turns the budget
+dropped), and the scorer (:func:`dialogue_safety.core.scoring.decomposed_logits`) takes each
+head's maximum over the windows it reads. Training encodes with ``max_windows=1`` (a label is
+about the whole utterance; the first window is what it was trained on).
+
 Normalisation (switchable, recorded in the model card) runs identically in training and
 serving, in this order: emoji → their English names (``🐍`` → ``snake``), Unicode NFKC,
 whitespace collapsed. BERT's uncased vocabulary maps most emoji to ``[UNK]``, which would
@@ -47,7 +61,7 @@ from __future__ import annotations
 
 import unicodedata
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +69,7 @@ import emoji
 import numpy as np
 from tokenizers import Tokenizer
 
-from dialogue_safety.core.schema import Example, Turn
+from dialogue_safety.core.schema import Example, Reading, Turn
 
 CONTEXT_MODES: tuple[str, ...] = ("segments", "concat", "utterance_only", "decomposed")
 
@@ -95,6 +109,8 @@ class EncodingConfig:
         return cls(**data)
 
 
+WINDOW_OVERLAP = 0.25  # consecutive windows over a long utterance share this fraction of the budget
+WINDOW_ALIGN = 0.5  # a window start moves at most this fraction of the overlap to reach a word start
 WINDOW_CHARS_PER_TOKEN = 6  # the first window: characters per token the model may read from a text
 WINDOW_MARGIN_TOKENS = 16  # extra tokens a window cut inside a word must yield
 
@@ -141,20 +157,34 @@ def normalise_text(text: str, config: EncodingConfig) -> str:
 @dataclass(frozen=True, slots=True)
 class EncodedExample:
     """One model input row; ``alone`` is the utterance-alone row of a ``"decomposed"`` encoding
-    (None without history or in the other modes)."""
+    (None without history or in the other modes); ``more``: the further windows of a long
+    utterance in this row's layout (same segment A); ``read``: what the example's rows read."""
 
     input_ids: tuple[int, ...]
     token_type_ids: tuple[int, ...]
     attention_mask: tuple[int, ...] = field(default=())
     alone: EncodedExample | None = None
+    more: tuple[EncodedExample, ...] = ()
+    read: Reading = field(default=Reading())
 
     def __len__(self) -> int:
         return len(self.input_ids)
 
     @property
+    def rows(self) -> tuple[EncodedExample, ...]:
+        """This row's windows: itself, then ``more``."""
+        return (self, *self.more)
+
+    @property
+    def width(self) -> int:
+        """The longest of this row's windows (what a batch holding it is padded to)."""
+        return max(len(self), *(len(w) for w in self.more)) if self.more else len(self)
+
+    @property
     def tokens(self) -> int:
-        """Tokens the model reads for this example: both rows of a decomposed encoding."""
-        return len(self.input_ids) + (len(self.alone) if self.alone is not None else 0)
+        """Tokens the model reads for this example: every window of both rows of a decomposed encoding."""
+        own = sum(len(w) for w in self.rows)
+        return own + (self.alone.tokens if self.alone is not None else 0)
 
 
 class DialogueEncoder:
@@ -168,6 +198,9 @@ class DialogueEncoder:
         self.cls_id = self._special_id("[CLS]")
         self.sep_id = self._special_id("[SEP]")
         self.pad_id = self._special_id("[PAD]")
+        vocab = tokenizer.get_vocab()
+        self._continuation = np.zeros(max(vocab.values(), default=0) + 1, dtype=bool)  # "##" pieces
+        self._continuation[[i for t, i in vocab.items() if t.startswith("##")]] = True
 
     @classmethod
     def from_file(cls, path: str | Path, config: EncodingConfig | None = None) -> DialogueEncoder:
@@ -187,11 +220,15 @@ class DialogueEncoder:
     def encode(self, example: Example) -> EncodedExample:
         return self.encode_batch([example])[0]
 
-    def encode_batch(self, examples: Sequence[Example]) -> list[EncodedExample]:
+    def encode_batch(self, examples: Sequence[Example], max_windows: int | None = 1) -> list[EncodedExample]:
         """Encode many examples, a few calls into the Rust tokenizer for the whole batch: the
         utterances and newest turns first, then older turns (2, 4, 8... at a time) only for the
-        examples whose token budget is not full yet (see the module docstring)."""
+        examples whose token budget is not full yet (see the module docstring). ``max_windows``:
+        windows over a long utterance at most (None: as many as it needs; 1: its first window
+        only, as training reads it)."""
         cfg = self.config
+        if max_windows is not None and max_windows < 1:
+            raise ValueError(f"max_windows must be >= 1 or None, got {max_windows}")
         use_history = cfg.context_mode != "utterance_only"
         budget = cfg.max_length - 3
         histories: list[tuple[Turn, ...]] = []
@@ -202,15 +239,19 @@ class DialogueEncoder:
                 turns = turns[-keep:] if keep else ()
             histories.append(turns)
         decomposed = cfg.context_mode == "decomposed"
-        # decomposed: the utterance is read whole (for its own row) and cut for the dialogue row
-        utt_need = [cfg.max_utterance_tokens if turns and not decomposed else budget for turns in histories]
-        utterances = self._tokenize_windows(
+        # the windows of the dialogue row (the utterance's budget there) and the tokens that show
+        # whether the utterance needs more than max_windows of them (a decomposed model's utterance
+        # is also read alone, its whole budget at least)
+        widths = [cfg.max_utterance_tokens if turns else budget for turns in histories]
+        utt_need = [
+            max(budget if decomposed or not turns else w, _tokens_to_see_past(w, max_windows, len(ex.utterance)))
+            for ex, turns, w in zip(examples, histories, widths, strict=True)
+        ]
+        utt_encodings = self._tokenize_windows(
             [(ex.utterance, None, True, n) for ex, n in zip(examples, utt_need, strict=True)]
         )
-        room = [
-            budget - min(len(u), cfg.max_utterance_tokens if turns else n)
-            for u, n, turns in zip(utterances, utt_need, histories, strict=True)
-        ]
+        utterances = [list(e.ids) for e in utt_encodings]
+        room = [budget - min(len(u), w) for u, w in zip(utterances, widths, strict=True)]
         newest_first: list[list[list[int]]] = [[] for _ in examples]
         step = 2
         while True:
@@ -224,22 +265,48 @@ class DialogueEncoder:
             pieces = self._tokenize_windows([(t.text, t.speaker, False, max(1, room[i])) for i, t in asks])
             for (i, _), piece in zip(asks, pieces, strict=True):
                 if _room_for_another_turn(room[i], len(newest_first[i])):
-                    room[i] = _room_after(room[i], len(newest_first[i]), len(piece))
-                newest_first[i].append(piece)
+                    room[i] = _room_after(room[i], len(newest_first[i]), len(piece.ids))
+                newest_first[i].append(list(piece.ids))
             step *= 2
-        rows = [self._assemble(list(reversed(kept)), utt) for kept, utt in zip(newest_first, utterances, strict=True)]
-        if not decomposed:
-            return rows
-        return [
-            EncodedExample(row.input_ids, row.token_type_ids, row.attention_mask, self._assemble([], utt))
-            if kept
-            else row
-            for row, kept, utt in zip(rows, newest_first, utterances, strict=True)
-        ]
+        out: list[EncodedExample] = []
+        for i, ex in enumerate(examples):
+            utt, width = utterances[i], widths[i]
+            spans, needed = window_spans(self._continuation[utt] if utt else np.zeros(0, bool), width, max_windows)
+            read_end = spans[-1][1]
+            row, kept = self._assemble(list(reversed(newest_first[i])), utt[: spans[0][1]])
+            more = tuple(self._window_row(row, spans[0][1], utt[a:b]) for a, b in spans[1:])
+            unread = 0
+            if read_end < len(utt):
+                offsets = utt_encodings[i].offsets
+                unread = len(ex.utterance) - self._raw_chars_read(ex.utterance, offsets[read_end - 1][1])
+            read = Reading(len(spans), needed, unread, len(ex.history) - kept)
+            alone: EncodedExample | None = None
+            if decomposed and newest_first[i]:
+                alone_end = max(read_end, min(len(utt), budget))
+                alone_spans, _ = window_spans(self._continuation[utt[:alone_end]], budget, None)
+                first, _ = self._assemble([], utt[: alone_spans[0][1]])
+                alone_more = tuple(self._window_row(first, alone_spans[0][1], utt[a:b]) for a, b in alone_spans[1:])
+                alone = replace(first, more=alone_more)
+            out.append(replace(row, alone=alone, more=more, read=read))
+        return out
 
-    def _tokenize_windows(self, texts: Sequence[tuple[str, str | None, bool, int]]) -> list[list[int]]:
+    def _raw_chars_read(self, raw: str, normalised_chars: int) -> int:
+        """The length of the longest prefix of ``raw`` whose normalised text has at most
+        ``normalised_chars`` characters (where reading stopped, in the caller's characters)."""
+        lo, hi = 0, len(raw)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if len(normalise_text(raw[:mid], self.config)) <= normalised_chars:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def _tokenize_windows(self, texts: Sequence[tuple[str, str | None, bool, int]]) -> list[Any]:
+        """The tokenizer's encodings (ids and offsets) of the windows of ``texts`` that yield their
+        needed tokens."""
         chars = [WINDOW_CHARS_PER_TOKEN * (need + WINDOW_MARGIN_TOKENS) for *_, need in texts]
-        pieces: list[list[int]] = [[] for _ in texts]
+        pieces: list[Any] = [None] * len(texts)
         todo = list(range(len(texts)))
         while todo:
             windows: list[str] = []
@@ -260,11 +327,21 @@ class DialogueEncoder:
                     chars[i] *= 4  # too few tokens in the window (spaces, zero-width...): widen it
                     again.append(i)
                 else:
-                    pieces[i] = enc.ids
+                    pieces[i] = enc
             todo = again
         return pieces
 
-    def _assemble(self, history: list[list[int]], utterance: list[int]) -> EncodedExample:
+    def _window_row(self, first: EncodedExample, first_utterance_tokens: int, window: list[int]) -> EncodedExample:
+        """A further window of ``first``'s row: its segment A, then ``window`` as segment B."""
+        a = len(first) - first_utterance_tokens - 1
+        ids = (*first.input_ids[:a], *window, self.sep_id)
+        b_type = 0 if self.config.context_mode == "concat" else 1
+        types = (*first.token_type_ids[:a], *((b_type,) * (len(window) + 1)))
+        return EncodedExample(ids, types, (1,) * len(ids))
+
+    def _assemble(self, history: list[list[int]], utterance: list[int]) -> tuple[EncodedExample, int]:
+        """The row of ``utterance`` (cut to its budget) after as much ``history`` as fits, and how many
+        history turns it holds."""
         cfg = self.config
         budget = cfg.max_length - 3  # [CLS], the [SEP] closing segment A, the final [SEP]
         cap = cfg.max_utterance_tokens if history else budget
@@ -295,7 +372,54 @@ class DialogueEncoder:
         ids = (*segment_a, *segment_b)
         b_type = 0 if cfg.context_mode == "concat" else 1
         types = (0,) * len(segment_a) + (b_type,) * len(segment_b)
-        return EncodedExample(ids, types, (1,) * len(ids))
+        return EncodedExample(ids, types, (1,) * len(ids)), len(kept)
+
+
+def _tokens_to_see_past(width: int, max_windows: int | None, text_chars: int) -> int:
+    """Utterance tokens to tokenise so that ``max_windows`` windows of ``width`` are filled and one
+    token more shows whether the utterance needs further windows (None: the whole text)."""
+    if max_windows is None:
+        return max(width, text_chars)  # WINDOW_CHARS_PER_TOKEN x this >= the text: all of it
+    return width + (max_windows - 1) * _stride(width) + 1
+
+
+def _stride(width: int) -> int:
+    return max(1, width - int(width * WINDOW_OVERLAP))
+
+
+def window_spans(continuation: np.ndarray, width: int, max_windows: int | None) -> tuple[list[tuple[int, int]], int]:
+    """``[(start, end), ...]`` token spans of the windows over an utterance of ``len(continuation)``
+    tokens (``continuation[k]``: token k continues a word, a ``##`` piece), at most ``max_windows``
+    of them, and how many the utterance needs (at least; more than ``max_windows`` when cut).
+
+    Windows are ``width`` tokens and consecutive ones overlap by ``WINDOW_OVERLAP`` x ``width``; a
+    start moves back (at most ``WINDOW_ALIGN`` x the overlap) to the start of its word, and the
+    last window ends at the last token (its start moves forward to a word start instead).
+    """
+    n = len(continuation)
+    if n <= width:
+        return [(0, n)], 1
+    stride = _stride(width)
+    shift = int((width - stride) * WINDOW_ALIGN)
+    starts = [0]
+    while starts[-1] + width < n:
+        s = starts[-1] + stride
+        if s + width >= n:  # the last window: full width, ending at the last token
+            s = max(n - width, starts[-1] + 1)
+            t = s
+            while t < min(n - 1, s + shift) and continuation[t]:
+                t += 1
+            s = t if not continuation[t] else s
+        else:
+            t = s
+            while t > max(starts[-1] + 1, s - shift) and continuation[t]:
+                t -= 1
+            s = t if not continuation[t] else s
+        starts.append(s)
+    needed = len(starts)
+    if max_windows is not None:
+        starts = starts[:max_windows]
+    return [(s, min(s + width, n)) for s in starts], needed
 
 
 def wordpiece_tokenizer(vocab_file: str | Path, lowercase: bool = True) -> Tokenizer:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dialogue_safety.core.errors import InvalidInput
-from dialogue_safety.core.schema import Example
+from dialogue_safety.core.schema import Example, Reading
 
 NOT_TEXT_MESSAGE = (
     "the text holds a lone UTF-16 surrogate (a \\ud800-\\udfff escape without its pair), which is not "
@@ -32,6 +32,11 @@ VISIBLE_PATTERN = f"[^{INVISIBLE_CLASS}]"
 _VISIBLE = re.compile(VISIBLE_PATTERN)
 _SURROGATE = re.compile("[\\ud800-\\udfff]")
 
+#: windows over one utterance at most (``SAFETY_MAX_WINDOWS``): 4,000 characters of prose need ~10
+#: (docs/runtime.md, "Long messages"); a text that tokenises into far more pieces per character
+#: (emoji read as their names, digits, scripts outside the vocabulary) needs up to ~40x that
+MAX_WINDOWS = 32
+
 
 @dataclass(frozen=True, slots=True)
 class Limits:
@@ -40,6 +45,7 @@ class Limits:
     max_utterance_chars: int = 4000
     max_batch_items: int = 256
     max_body_bytes: int = 2 * 1024 * 1024
+    max_windows: int = MAX_WINDOWS
 
     def check_example(self, example: Example, prefix: str = "") -> None:
         """Raise :class:`InvalidInput` for the first rule this item breaks (single and batch requests,
@@ -85,6 +91,18 @@ class Limits:
         for i, text in enumerate(turns):
             if _SURROGATE.search(text):
                 raise _not_text(f"{prefix}history[{i}]")
+
+    def check_read(self, read: Reading, prefix: str = "") -> None:
+        """Raise :class:`InvalidInput` when the utterance needs more windows than ``max_windows`` (the
+        encoding made at most that many: :attr:`Reading.windows_needed` says more were needed)."""
+        if read.windows_needed > self.max_windows:
+            raise InvalidInput(
+                f"the utterance needs more than {self.max_windows} windows of model input (each ~125 tokens, about "
+                f"500 characters of prose; its last {read.utterance_chars_unread} characters would go unread); at "
+                f"most {self.max_windows} are read per item (SAFETY_MAX_WINDOWS): send it as shorter messages",
+                code="too_many_windows",
+                field=f"{prefix}utterance",
+            )
 
     def check_batch(self, n_items: int) -> None:
         if n_items == 0:

@@ -29,6 +29,7 @@ import numpy as np
 
 from dialogue_safety.core.batch_budget import MAX_BATCH_TOKENS, fits, token_budget_batches
 from dialogue_safety.core.encoding import DialogueEncoder, EncodedExample, pad_batch
+from dialogue_safety.core.limits import MAX_WINDOWS
 from dialogue_safety.core.model_card import TOKENIZER_FILE, ModelCard
 from dialogue_safety.core.schema import Example, Prediction
 from dialogue_safety.core.scoring import (
@@ -157,6 +158,7 @@ class OnnxClassifier:
         max_batch_tokens: int = MAX_BATCH_TOKENS,
         max_batch_size: int = 256,
         *,
+        max_windows: int | None = MAX_WINDOWS,
         allow_spinning: bool | None = None,
         derive_in_subprocess: bool = False,
     ) -> None:
@@ -168,6 +170,7 @@ class OnnxClassifier:
         self.derive_in_subprocess = derive_in_subprocess  # the service: derivation memory is not kept
         self.max_batch_tokens = int(max_batch_tokens)
         self.max_batch_size = int(max_batch_size)
+        self.max_windows = max_windows  # windows over one long utterance at most (None: all it needs)
         self.card = self._load_card()
         self.encoder = self._load_encoder()
         self.model_id = self.card.model_id
@@ -293,12 +296,15 @@ class OnnxClassifier:
 
     # -- inference --
     def encode(self, examples: Sequence[Example]) -> list[EncodedExample]:
-        return self.encoder.encode_batch(examples)
+        """Model inputs of ``examples``: a long utterance in windows, ``max_windows`` at most (what the
+        cap leaves unread is in each :attr:`EncodedExample.read` and then in the prediction)."""
+        return self.encoder.encode_batch(examples, self.max_windows)
 
     def batches(self, encoded: Sequence[EncodedExample]) -> Iterator[np.ndarray]:
-        """Index arrays of the batches :meth:`logits_encoded` runs: one batch in the caller's order when
-        the examples fit the budget (the micro-batcher's batches do), else longest first, cut by
-        :func:`dialogue_safety.core.batch_budget.token_budget_batches`."""
+        """Index arrays of the batches :meth:`logits_encoded` runs over rows (each window of a long
+        utterance is a row of its own: :func:`dialogue_safety.core.scoring.decomposed_logits` passes
+        them): one batch in the caller's order when the rows fit the budget (the micro-batcher's
+        batches often do), else longest first, cut by :func:`dialogue_safety.core.batch_budget.token_budget_batches`."""
         lengths = np.fromiter((len(e) for e in encoded), dtype=np.int64, count=len(encoded))
         if fits(len(encoded), int(lengths.max(initial=0)), self.max_batch_tokens, self.max_batch_size):
             return iter([np.arange(len(encoded))])
@@ -334,7 +340,7 @@ class OnnxClassifier:
     def predict_encoded(self, encoded: Sequence[EncodedExample], threshold: float | None = None) -> list[Prediction]:
         if not encoded:
             return []
-        return predictions_from_logits(self.logits_encoded(encoded), self.card, threshold)
+        return predictions_from_logits(self.logits_encoded(encoded), self.card, threshold, [e.read for e in encoded])
 
     def predict(self, examples: Sequence[Example], threshold: float | None = None) -> list[Prediction]:
         """One :class:`Prediction` per example, in the caller's order."""

@@ -95,15 +95,45 @@ class LabelledExample(Example):
 
 
 @dataclass(frozen=True, slots=True)
+class Reading:
+    """What the model reads of one example: ``windows`` over its utterance (in the row with the
+    most), how many the whole utterance needs (``windows_needed`` > ``windows``: cut by the cap; a
+    lower bound then), the characters of the utterance past the last window read, and the
+    history turns not read at all (the token budget, ``max_history_turns`` or the context mode
+    left no room for them)."""
+
+    windows: int = 1
+    windows_needed: int = 1
+    utterance_chars_unread: int = 0
+    history_turns_dropped: int = 0
+
+    @property
+    def truncated(self) -> bool:
+        return self.utterance_chars_unread > 0 or self.history_turns_dropped > 0
+
+
+@dataclass(frozen=True, slots=True)
 class Prediction:
     """What the classifier says about one example.
 
     ``score`` is the calibrated probability that the utterance is OFFENSIVE; ``label`` is the
     decision at ``threshold``; ``categories`` maps each head (label family) to its calibrated
-    probability when the model has more than one head.
+    probability when the model has more than one head; ``read`` says what the model read of the
+    example (windows over a long utterance, what a cap or the history budget left out).
     """
 
     score: float
     label: Label
     threshold: float
     categories: Mapping[str, float] = field(default_factory=dict)
+    read: Reading = field(default_factory=Reading)
+
+    def reading(self) -> dict[str, Any]:
+        """What the answer says was read: ``windows``, and ``truncated`` when something was left out."""
+        out: dict[str, Any] = {"windows": self.read.windows}
+        if self.read.truncated:
+            out["truncated"] = {
+                "utterance_chars_unread": self.read.utterance_chars_unread,
+                "history_turns_dropped": self.read.history_turns_dropped,
+            }
+        return out

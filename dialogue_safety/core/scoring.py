@@ -15,7 +15,7 @@ from numpy.typing import ArrayLike
 
 from dialogue_safety.core.encoding import EncodedExample
 from dialogue_safety.core.model_card import ModelCard
-from dialogue_safety.core.schema import Label, Prediction
+from dialogue_safety.core.schema import Label, Prediction, Reading
 
 NO_CONTEXT_LOGIT = -40.0  # a context head's logit for an example without history: probability ~0
 
@@ -25,25 +25,42 @@ def decomposed_logits(
     run: Callable[[Sequence[EncodedExample]], np.ndarray],
     context_cols: Sequence[int],
 ) -> np.ndarray:
-    """[n, heads] logits of examples, each head read from its own row (``context_mode="decomposed"``).
+    """[n, heads] logits of examples, each head read from its own row (``context_mode="decomposed"``)
+    and, over a long utterance, the maximum over that row's windows.
 
-    ``run`` maps rows to [rows, heads] logits. The context heads (``context_cols``) are read from the
-    dialogue row, and are :data:`NO_CONTEXT_LOGIT` for an example without history (no context, no
-    harm from it); every other head from the utterance-alone row (``EncodedExample.alone``), which
-    for an example without history is its one row. Without alone rows this is ``run(encoded)``.
+    ``run`` maps rows to [rows, heads] logits; it is called once for the dialogue rows (every
+    window of every example) and once for the utterance-alone rows. The context heads
+    (``context_cols``) are read from the dialogue row, and are :data:`NO_CONTEXT_LOGIT` for an
+    example without history (no context, no harm from it); every other head from the
+    utterance-alone row (``EncodedExample.alone``), which for an example without history is its
+    one row. Without alone rows this is ``run`` over the windows, each head's maximum per example.
+
+    The maximum: a long message is as offensive as its worst part (an insult does not become
+    less of one for the friendly paragraphs around it); measured in docs/runtime.md, "Long messages".
     """
-    logits = np.array(run(encoded), dtype=np.float32, copy=True)
+    logits = _max_over_windows(encoded, run)
     if not context_cols or len(encoded) == 0:
         return logits
     with_alone = [i for i, e in enumerate(encoded) if e.alone is not None]
     utterance_cols = [c for c in range(logits.shape[1]) if c not in set(context_cols)]
     if with_alone:
-        alone = run([encoded[i].alone for i in with_alone])  # type: ignore[misc]
+        alone = _max_over_windows([encoded[i].alone for i in with_alone], run)  # type: ignore[misc]
         logits[np.ix_(with_alone, utterance_cols)] = alone[:, utterance_cols]
     without = [i for i, e in enumerate(encoded) if e.alone is None]
     if without:
         logits[np.ix_(without, list(context_cols))] = NO_CONTEXT_LOGIT
     return logits
+
+
+def _max_over_windows(
+    encoded: Sequence[EncodedExample], run: Callable[[Sequence[EncodedExample]], np.ndarray]
+) -> np.ndarray:
+    """[n, heads] logits: ``run`` over every window of the examples, each head's maximum per example."""
+    if all(not e.more for e in encoded):
+        return np.array(run(encoded), dtype=np.float32, copy=True)
+    rows = [w for e in encoded for w in e.rows]
+    starts = np.cumsum([0] + [len(e.rows) for e in encoded[:-1]])
+    return np.maximum.reduceat(np.asarray(run(rows), dtype=np.float32), starts, axis=0)
 
 
 def context_columns(card: ModelCard) -> list[int]:
@@ -90,8 +107,15 @@ def threshold_in_force(
     return float(card_threshold)
 
 
-def predictions_from_logits(logits: np.ndarray, card: ModelCard, threshold: float | None = None) -> list[Prediction]:
+def predictions_from_logits(
+    logits: np.ndarray,
+    card: ModelCard,
+    threshold: float | None = None,
+    reads: Sequence[Reading] | None = None,
+) -> list[Prediction]:
+    """Predictions from [n, heads] logits; ``reads``: what was read of each example (its encoding's)."""
     t = card.threshold if threshold is None else float(threshold)
+    reads = reads if reads is not None else [Reading()] * len(logits)
     probs = head_probabilities(logits, card)
     scores = main_scores(probs, card)
     heads: Sequence[str] = card.heads
@@ -101,6 +125,7 @@ def predictions_from_logits(logits: np.ndarray, card: ModelCard, threshold: floa
             label=Label.from_bool(bool(is_offensive(s, t))),
             threshold=t,
             categories={h: float(p) for h, p in zip(heads, row, strict=True)},
+            read=read,
         )
-        for s, row in zip(scores, probs, strict=True)
+        for s, row, read in zip(scores, probs, reads, strict=True)
     ]
