@@ -60,7 +60,8 @@ def test_classify_contract(client: httpx.Client) -> None:
     )
     assert r.status_code == 200, r.text
     body = r.json()
-    assert set(body) == {"label", "score", "threshold", "model", "categories"}
+    assert set(body) == {"label", "score", "threshold", "model", "categories", "windows"}
+    assert body["windows"] == 1  # a short utterance: one window, nothing truncated
     assert body["label"] == "OFFENSIVE" and body["score"] == pytest.approx(0.9)
     assert body["threshold"] == 0.5 and body["model"] == "fake@1.2.3"
     assert set(body["categories"]) == {"offensive", "hateful"}

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
-from dialogue_safety.core.encoding import DialogueEncoder, EncodingConfig, Reading, normalise_text, pad_batch
-from dialogue_safety.core.schema import Example, Turn
+from dialogue_safety.core.encoding import DialogueEncoder, EncodingConfig, normalise_text, pad_batch, window_spans
+from dialogue_safety.core.schema import Example, Reading, Turn
 
 CFG = EncodingConfig(max_length=16, max_utterance_tokens=6)
 # tiny vocab ids: [PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3
@@ -233,3 +233,83 @@ def test_windows_encode_what_the_whole_text_encodes(monkeypatch: pytest.MonkeyPa
         assert [dataclasses.replace(e.read, windows_needed=1) for e in windowed] == [
             dataclasses.replace(e.read, windows_needed=1) for e in whole
         ]
+
+
+# --- windows over a long utterance (issue #25) -------------------------------------------------------
+def test_window_spans_cover_every_token_with_overlap_and_end_at_the_last() -> None:
+    for n in (1, 125, 126, 200, 1000, 3001):
+        cont = np.zeros(n, dtype=bool)
+        spans, needed = window_spans(cont, 125, None)
+        assert needed == len(spans) and spans[0][0] == 0 and spans[-1][1] == n
+        assert all(b - a == min(125, n) for a, b in spans)  # full windows, the last one too
+        for (a1, b1), (a2, _) in zip(spans, spans[1:], strict=False):
+            assert a1 < a2 < b1 and b1 - a2 >= 31 // 2  # overlapping, by about a quarter at least half of it
+        covered = np.zeros(n, dtype=bool)
+        for a, b in spans:
+            covered[a:b] = True
+        assert covered.all()
+
+
+def test_window_spans_start_at_a_word_and_stop_at_the_cap() -> None:
+    cont = np.zeros(1000, dtype=bool)
+    cont[1::3] = True  # words of three pieces: token k starts a word when k % 3 != 1 ... [w ##x y ##z...]
+    cont[2::3] = True  # ... now every word is [w ##x ##y]: starts at multiples of 3
+    spans, needed = window_spans(cont, 125, None)
+    assert all(a % 3 == 0 for a, _ in spans), spans
+    capped, capped_needed = window_spans(cont, 125, 3)
+    assert capped == spans[:3] and capped_needed == needed > 3
+
+
+def test_a_short_utterance_is_one_window_and_encodes_as_before(encoder: DialogueEncoder) -> None:
+    for name, (example, ids, types) in GOLDEN.items():
+        if name == "long_utterance":
+            continue
+        (e,) = encoder.encode_batch([example], max_windows=None)
+        assert list(e.input_ids) == ids and list(e.token_type_ids) == types and not e.more
+        assert e.read.windows == 1 and e.read.utterance_chars_unread == 0
+
+
+def test_long_utterance_windows_share_segment_a_and_cover_the_utterance(tiny_tokenizer: Tokenizer) -> None:
+    config = EncodingConfig(max_length=16, max_utterance_tokens=8)
+    enc = DialogueEncoder(tiny_tokenizer, config)
+    utterance = " ".join(["you are a very stupid idiot and i hate you because you are"] * 3)
+    example = Example.from_texts(utterance, ["hi"])
+    (first_only,) = enc.encode_batch([example])
+    (e,) = enc.encode_batch([example], max_windows=None)
+    assert e.input_ids == first_only.input_ids  # the first window is the row without windows
+    utterance_ids = tiny_tokenizer.encode(utterance, add_special_tokens=False).ids
+    segment_a = e.input_ids[: e.input_ids.index(3) + 1]
+    read: list[int] = []
+    start = -1
+    for w in e.rows:
+        assert w.input_ids[: len(segment_a)] == segment_a and w.input_ids[-1] == 3 and len(w) <= 16
+        assert w.token_type_ids == (0,) * len(segment_a) + (1,) * (len(w) - len(segment_a))
+        window = list(w.input_ids[len(segment_a) : -1])
+        assert len(window) <= 8
+        # the first place after the last window's start where this window's tokens are
+        start = next(i for i in range(start + 1, len(utterance_ids)) if utterance_ids[i : i + len(window)] == window)
+        assert start < len(read) or not read  # it overlaps what was read
+        read = read[:start] + window
+    assert read == utterance_ids  # every token read, in order
+    assert e.read.windows == len(e.rows) > 1 and e.read.windows_needed == e.read.windows
+    assert e.read.utterance_chars_unread == 0 and e.read.history_turns_dropped == 0
+
+
+def test_decomposed_windows_for_both_rows_and_what_the_cap_leaves_unread(tiny_tokenizer: Tokenizer) -> None:
+    config = EncodingConfig(max_length=16, max_utterance_tokens=8, context_mode="decomposed")
+    enc = DialogueEncoder(tiny_tokenizer, config)
+    utterance = " ".join(["you are very stupid"] * 10)  # 40 tokens
+    example = Example.from_texts(utterance, ["hi", "hello how are you", "i am fine thanks"])
+    (e,) = enc.encode_batch([example], max_windows=None)
+    assert e.alone is not None and len(e.alone.rows) > 1 and len(e.rows) >= len(e.alone.rows)
+    assert all(w.input_ids[:2] == (2, 3) for w in e.alone.rows)  # alone: empty segment A
+    # 16 - 3 - 8 = 5 tokens of history: "hi" and "i am fine thanks" (5 tokens + [SEP]) do not both fit
+    assert e.read.history_turns_dropped >= 1
+    (capped,) = enc.encode_batch([example], max_windows=2)
+    assert capped.read.windows == 2 and capped.read.windows_needed > 2 and len(capped.rows) == 2
+    unread = capped.read.utterance_chars_unread
+    assert 0 < unread < len(utterance)
+    tail = utterance[len(utterance) - unread :]
+    last_read = tiny_tokenizer.decode(list(capped.rows[-1].input_ids[-2:-1]))
+    assert last_read.strip() in utterance[: len(utterance) - unread][-12:]  # reading stopped about there
+    assert tail.strip()

@@ -163,3 +163,46 @@ def test_the_utterance_heads_do_not_see_the_history(shipped: OnnxClassifier) -> 
         assert p.categories["offensive"] == pytest.approx(alone.categories["offensive"], abs=1e-5)
         assert p.categories["hateful"] == pytest.approx(alone.categories["hateful"], abs=1e-5)
     assert alone.categories["unsafe_in_context"] < 1e-6  # no history, no harm from it
+
+
+# --- issue #25: every word of a long message is read ------------------------------------------------
+HARMLESS_PARAGRAPHS = [
+    "I spent the weekend repainting the kitchen, and the colour turned out lighter than the sample card.",
+    "That is fine, because the room gets little sun in the afternoon and a pale wall makes it feel bigger.",
+    "Next week I want to fix the wobbly shelves and maybe replace the handle on the pantry door.",
+    "My neighbour lent me a drill, so I only need to buy some wall plugs and a longer spirit level.",
+    "On Sunday we walked along the river to the old mill, where they sell bread baked in a wood oven.",
+    "The path was muddy after the rain, but the view from the bridge was worth every step of the way.",
+    "We are planning a small dinner for my parents' anniversary and I am testing a lemon tart recipe.",
+    "The first attempt was too sour, the second one burnt at the edges, so the third had better work.",
+]
+INSULT = "you are a pathetic idiot and everyone hates you"
+
+
+def _long_harmless(chars: int) -> str:
+    text, i = "", 0
+    while len(text) < chars:
+        text += (" " if text else "") + HARMLESS_PARAGRAPHS[i % len(HARMLESS_PARAGRAPHS)]
+        i += 1
+    return text
+
+
+@pytest.mark.parametrize("history", [[], ["so, how was your weekend?"]])
+def test_an_insult_anywhere_in_a_long_harmless_message_is_caught_as_it_is_alone(
+    shipped: OnnxClassifier, history: list[str]
+) -> None:
+    filler = _long_harmless(3600)
+    half = filler.rfind(". ", 0, len(filler) // 2) + 2
+    messages = {
+        "alone": INSULT,
+        "start": f"{INSULT}. {filler}",
+        "middle": f"{filler[:half]}{INSULT}. {filler[half:]}",
+        "end": f"{filler} {INSULT}",
+    }
+    got = {where: shipped.predict([Example.from_texts(text, history)])[0] for where, text in messages.items()}
+    (harmless,) = shipped.predict([Example.from_texts(filler, history)])
+    assert harmless.label is Label.SAFE, harmless.score
+    assert harmless.read.windows > 1 and harmless.read.utterance_chars_unread == 0
+    for where in ("start", "middle", "end"):
+        assert got[where].label is got["alone"].label is Label.OFFENSIVE, {w: p.score for w, p in got.items()}
+        assert got[where].read.windows > 1 and not got[where].read.truncated

@@ -333,3 +333,54 @@ def test_an_image_keeps_one_variant_and_never_derives_at_start(
     assert clf.path == kept and kept.stat().st_mtime_ns == before
     assert sorted(p.name for p in work.glob("model.*.onnx")) == [kept.name]
     assert not list((tmp_path / "cache").rglob("*.onnx")), "nothing was derived at start"
+
+
+# --- windows over long utterances (issue #25) -----------------------------------------------------------
+LONG = " ".join(["you are a very stupid idiot and i hate you because you are"] * 40)  # ~520 tokens
+
+
+def test_a_long_utterance_scores_the_maximum_over_its_windows(clf: OnnxClassifier) -> None:
+    from dialogue_safety.core.scoring import predictions_from_logits
+
+    for example in (Example(utterance=LONG), Example.from_texts(LONG, ["hi", "hello how are you"])):
+        (encoded,) = clf.encode([example])
+        assert len(encoded.rows) > 3
+        per_window = np.concatenate([clf.run_batch([row]) for row in encoded.rows])
+        (want,) = predictions_from_logits(per_window.max(axis=0, keepdims=True), clf.card)
+        (got,) = clf.predict([example])
+        assert got.score == pytest.approx(want.score, abs=1e-5)
+        assert got.categories == pytest.approx(want.categories, abs=1e-5)
+        assert got.read.windows == len(encoded.rows) and not got.read.truncated
+        assert per_window.max() - per_window.min() > 0  # the windows differ: the maximum is a choice
+
+
+def test_windows_batch_equals_single_and_the_budget_counts_rows(model_dir: Path, clf: OnnxClassifier) -> None:
+    many = [*DIALOGUES, Example(utterance=LONG), Example.from_texts(LONG[:1500], ["hi"])] * 2
+    expected = [clf.predict([ex])[0].score for ex in many]
+    small = OnnxClassifier(model_dir, variant="fp32", max_batch_tokens=300, max_batch_size=4)
+    for c in (clf, small):
+        np.testing.assert_allclose([p.score for p in c.predict(many)], expected, atol=1e-5)
+    encoded = small.encode(many)
+    widths, rows = [e.width for e in encoded], [len(e.rows) for e in encoded]
+    for idx in token_budget_batches(widths, 300, 4, rows):
+        assert len(idx) == 1 or sum(rows[i] for i in idx) * max(widths[i] for i in idx) <= 300
+
+
+def test_the_window_cap_reads_the_first_windows_and_says_what_it_left(model_dir: Path) -> None:
+    capped = OnnxClassifier(model_dir, variant="fp32", max_windows=2)
+    (p,) = capped.predict([Example(utterance=LONG)])
+    assert p.read.windows == 2 and p.read.windows_needed > 2
+    assert 0 < p.read.utterance_chars_unread < len(LONG) and p.read.truncated
+    unread = p.read.utterance_chars_unread
+    assert p.reading()["truncated"] == {"utterance_chars_unread": unread, "history_turns_dropped": 0}
+    (first,) = OnnxClassifier(model_dir, variant="fp32", max_windows=1).predict([Example(utterance=LONG)])
+    assert first.read.windows == 1 and first.read.utterance_chars_unread > p.read.utterance_chars_unread
+
+
+def test_token_budget_batches_count_rows() -> None:
+    lengths, rows = [100, 100, 50, 50, 50], [3, 1, 1, 4, 1]
+    batches = [b.tolist() for b in token_budget_batches(lengths, 400, 8, rows)]
+    assert sorted(i for b in batches for i in b) == list(range(5))
+    for b in batches:
+        assert len(b) == 1 or sum(rows[i] for i in b) * max(lengths[i] for i in b) <= 400
+    assert batches[0] == [0, 1]  # 4 rows of 100

@@ -27,17 +27,36 @@ def fits(n_items: int, longest: int, max_batch_tokens: int, max_batch_size: int)
 
 
 def token_budget_batches(
-    lengths: Sequence[int] | np.ndarray, max_batch_tokens: int, max_batch_size: int
+    lengths: Sequence[int] | np.ndarray,
+    max_batch_tokens: int,
+    max_batch_size: int,
+    rows: Sequence[int] | np.ndarray | None = None,
 ) -> Iterator[np.ndarray]:
     """Indices sorted longest first, cut so that batch size × longest ≤ ``max_batch_tokens``.
 
-    An example longer than the budget gets a batch of its own.
+    ``rows``: model rows per item (the windows of a long utterance, :attr:`EncodedExample.rows
+    <dialogue_safety.core.encoding.EncodedExample.rows>`); the budget then counts rows × longest.
+    An item longer than the budget gets a batch of its own.
     """
     lengths = np.asarray(lengths, dtype=np.int64)
     order = np.argsort(-lengths, kind="stable")
     start, n = 0, order.size
+    if rows is None or all(int(r) == 1 for r in rows):
+        while start < n:
+            width = int(lengths[order[start]])
+            size = max(1, min(max_batch_size, max_batch_tokens // max(width, 1), n - start))
+            yield order[start : start + size]
+            start += size
+        return
+    weights = np.asarray(rows, dtype=np.int64)
     while start < n:
-        width = int(lengths[order[start]])
-        size = max(1, min(max_batch_size, max_batch_tokens // max(width, 1), n - start))
-        yield order[start : start + size]
-        start += size
+        width = max(int(lengths[order[start]]), 1)
+        end, used = start + 1, int(weights[order[start]])
+        while end < n and end - start < max_batch_size:
+            more = int(weights[order[end]])
+            if (used + more) * width > max_batch_tokens:
+                break
+            used += more
+            end += 1
+        yield order[start:end]
+        start = end

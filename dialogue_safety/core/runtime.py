@@ -22,11 +22,13 @@ import math
 import os
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from dialogue_safety.core import language
 from dialogue_safety.core.batch_budget import MAX_BATCH_TOKENS, fits, token_budget_batches
 from dialogue_safety.core.encoding import DialogueEncoder, EncodedExample, pad_batch
 from dialogue_safety.core.limits import MAX_WINDOWS
@@ -159,6 +161,7 @@ class OnnxClassifier:
         max_batch_size: int = 256,
         *,
         max_windows: int | None = MAX_WINDOWS,
+        language_check: bool = False,
         allow_spinning: bool | None = None,
         derive_in_subprocess: bool = False,
     ) -> None:
@@ -171,6 +174,9 @@ class OnnxClassifier:
         self.max_batch_tokens = int(max_batch_tokens)
         self.max_batch_size = int(max_batch_size)
         self.max_windows = max_windows  # windows over one long utterance at most (None: all it needs)
+        self.language_check = language_check  # say in each prediction which language the utterance is in
+        if language_check:
+            language.load()
         self.card = self._load_card()
         self.encoder = self._load_encoder()
         self.model_id = self.card.model_id
@@ -297,8 +303,16 @@ class OnnxClassifier:
     # -- inference --
     def encode(self, examples: Sequence[Example]) -> list[EncodedExample]:
         """Model inputs of ``examples``: a long utterance in windows, ``max_windows`` at most (what the
-        cap leaves unread is in each :attr:`EncodedExample.read` and then in the prediction)."""
-        return self.encoder.encode_batch(examples, self.max_windows)
+        cap leaves unread is in each :attr:`EncodedExample.read` and then in the prediction; with
+        ``language_check``, so is the utterance's language: :mod:`dialogue_safety.core.language`)."""
+        encoded = self.encoder.encode_batch(examples, self.max_windows)
+        if not self.language_check:
+            return encoded
+        out = []
+        for example, e in zip(examples, encoded, strict=True):
+            found = language.detect(example.utterance)
+            out.append(replace(e, read=replace(e.read, language=found.code, language_supported=found.supported)))
+        return out
 
     def batches(self, encoded: Sequence[EncodedExample]) -> Iterator[np.ndarray]:
         """Index arrays of the batches :meth:`logits_encoded` runs over rows (each window of a long

@@ -100,12 +100,15 @@ class Reading:
     most), how many the whole utterance needs (``windows_needed`` > ``windows``: cut by the cap; a
     lower bound then), the characters of the utterance past the last window read, and the
     history turns not read at all (the token budget, ``max_history_turns`` or the context mode
-    left no room for them)."""
+    left no room for them); with the language check on
+    (:mod:`dialogue_safety.core.language`), the utterance's language."""
 
     windows: int = 1
     windows_needed: int = 1
     utterance_chars_unread: int = 0
     history_turns_dropped: int = 0
+    language: str | None = None  # the utterance's language (None: not checked; "und": undetermined)
+    language_supported: bool = True  # False: confidently a language the model does not read
 
     @property
     def truncated(self) -> bool:
@@ -131,6 +134,9 @@ class Prediction:
     def reading(self) -> dict[str, Any]:
         """What the answer says was read: ``windows``, and ``truncated`` when something was left out."""
         out: dict[str, Any] = {"windows": self.read.windows}
+        if self.read.language is not None:
+            out["language"] = self.read.language
+            out["language_supported"] = self.read.language_supported
         if self.read.truncated:
             out["truncated"] = {
                 "utterance_chars_unread": self.read.utterance_chars_unread,

@@ -8,7 +8,9 @@ itself as the model: a cheap way to see the whole report). Writes ``report.md``,
 Suites: ``rounds`` (held-out and adversarial rounds), ``functional`` (HateCheck-style suites),
 ``aaa`` (Adversarial Attacks against Abuse), ``context`` (with vs without history),
 ``context_flips`` (the same reply after a harmful and a harmless turn), ``history`` (benign-history
-recall, hostile-history flag rate, counter-speech: dialogue_safety/evaluation/history_robustness.py) and
+recall, hostile-history flag rate, counter-speech: dialogue_safety/evaluation/history_robustness.py),
+``long_messages`` (an offensive utterance inside 4,000 characters of harmless text:
+dialogue_safety/evaluation/long_messages.py) and
 ``baseline`` (adds a TF-IDF + LR row/column to every table). See docs/evaluation.md.
 """
 
@@ -47,6 +49,7 @@ SUITES: tuple[str, ...] = (
     "context",
     "context_flips",
     "history",
+    "long_messages",
     "baseline",
     "peer",
 )
@@ -310,6 +313,13 @@ def run_evaluation(
 
         probes = build_probes(data.split, config.seed)
         results["history"] = timed("history", lambda: evaluate_history(probes, scorers, config.seed))
+    if "long_messages" in config.suites:
+        from dialogue_safety.evaluation import long_messages
+
+        long_probes = long_messages.build_probes(data.split, config.seed, config.limit or long_messages.PER_SOURCE)
+        results["long_messages"] = timed(
+            "long_messages", lambda: long_messages.evaluate_long_messages(long_probes, scorers)
+        )
     results["skipped"] = {**results["skipped"], **data.skipped}
     results = jsonable(results)
     if out_dir is not None:

@@ -527,6 +527,16 @@ def _our_anchor_numbers(results: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
+def long_messages_section(results: Mapping[str, Any]) -> list[str]:
+    from dialogue_safety.evaluation.long_messages import markdown
+
+    data = results.get("long_messages")
+    out = ["## 7. Long messages (an offensive utterance inside a long harmless text)", ""]
+    if not data or not data.get("scorers"):
+        return [*out, "Not run (no offensive and harmless test utterances of its sources).", ""]
+    return [*out, markdown(data), ""]
+
+
 def render_report(results: Mapping[str, Any], plots: Mapping[str, str]) -> str:
     """The markdown page; ``plots`` maps plot keys to file names next to report.md."""
     lines = header_section(results, plots)
@@ -543,6 +553,8 @@ def render_report(results: Mapping[str, Any], plots: Mapping[str, str]) -> str:
         lines += context_flips_section(results)
     if "history" in suites:
         lines += history_section(results)
+    if "long_messages" in suites:
+        lines += long_messages_section(results)
     lines += anchors_section(results)
     lines += [
         "---",

@@ -157,11 +157,44 @@ class BatchRequest(BaseModel):
     )
 
 
+class Truncation(BaseModel):
+    """What the model did not read of an item."""
+
+    utterance_chars_unread: int = Field(
+        ge=0,
+        description="characters at the end of the utterance past the last window read (0 unless a window cap cut "
+        "it; the API refuses such items with too_many_windows, so 0 here)",
+    )
+    history_turns_dropped: int = Field(
+        ge=0,
+        description="history turns (oldest first) not read at all: the model's token budget for the history "
+        "(~30 tokens beside a long utterance, the rest of 128 beside a short one) or its max_history_turns left "
+        "no room for them",
+    )
+
+
 class Classification(BaseModel):
     label: Literal["OFFENSIVE", "SAFE"] = Field(description="OFFENSIVE when score >= threshold")
     score: float = Field(ge=0.0, le=1.0, description="calibrated probability that the utterance is offensive")
     threshold: float = Field(description="the threshold the label was decided at")
     categories: dict[str, float] = Field(description="calibrated probability per model head (label family)")
+    windows: int = Field(
+        ge=1,
+        description="windows the utterance was read in: 1 when it fits the model's input (~125 tokens, ~500 "
+        "characters of prose), more for a long message, read whole in overlapping windows (each with the same "
+        "history); the score is the highest over the windows",
+    )
+    language: str | None = Field(
+        None,
+        description="the utterance's language (ISO 639-1), 'und' when it cannot be told with confidence (short "
+        "texts often); absent when the service's language check is off (SAFETY_LANGUAGE_CHECK)",
+    )
+    language_supported: bool | None = Field(
+        None,
+        description="false when the utterance is confidently in a language the model does not read (it is "
+        "English-only): the verdict is still given, but it is not to be trusted",
+    )
+    truncated: Truncation | None = Field(None, description="only when part of the item was not read: what was left out")
 
 
 class WordContribution(BaseModel):
@@ -199,7 +232,21 @@ class ClassifyResponse(Classification):
                     "threshold": 0.5,
                     "model": "dialogue-safety@1.0.0",
                     "categories": {"offensive": 0.93},
-                }
+                    "windows": 1,
+                    "language": "en",
+                    "language_supported": True,
+                },
+                {
+                    "label": "OFFENSIVE",
+                    "score": 0.91,
+                    "threshold": 0.5,
+                    "model": "dialogue-safety@1.0.0",
+                    "categories": {"offensive": 0.91},
+                    "windows": 8,
+                    "language": "en",
+                    "language_supported": True,
+                    "truncated": {"utterance_chars_unread": 0, "history_turns_dropped": 5},
+                },
             ]
         }
     )
@@ -219,8 +266,24 @@ class BatchResponse(BaseModel):
             "examples": [
                 {
                     "results": [
-                        {"label": "OFFENSIVE", "score": 0.97, "threshold": 0.5, "categories": {"offensive": 0.97}},
-                        {"label": "SAFE", "score": 0.04, "threshold": 0.5, "categories": {"offensive": 0.04}},
+                        {
+                            "label": "OFFENSIVE",
+                            "score": 0.97,
+                            "threshold": 0.5,
+                            "categories": {"offensive": 0.97},
+                            "windows": 1,
+                            "language": "en",
+                            "language_supported": True,
+                        },
+                        {
+                            "label": "SAFE",
+                            "score": 0.06,
+                            "threshold": 0.5,
+                            "categories": {"offensive": 0.06},
+                            "windows": 1,
+                            "language": "fr",
+                            "language_supported": False,
+                        },
                         {
                             "error": {
                                 "code": "empty_utterance",
@@ -349,11 +412,13 @@ def _build_router(state: ServiceState) -> APIRouter:
         if answer is None:
             return Response(status_code=CLIENT_CLOSED)
         predictions, served = answer
+        state.limits.check_read(predictions[0].read)  # more windows than SAFETY_MAX_WINDOWS: 422
         result = state.decide(predictions[0], body.threshold, served=served)
         result["model"] = served.model_id
         if occlusions is not None:
             result["explanation"] = occlusions.explanation([p.score for p in predictions])
         state.metrics.count_labels([result["label"]])
+        state.metrics.count_reads([predictions[0].read])
         if log_texts:
             log.info(
                 "classify history=%r utterance=%r -> %s %.4f",
@@ -381,12 +446,23 @@ def _build_router(state: ServiceState) -> APIRouter:
         if answer is None:
             return Response(status_code=CLIENT_CLOSED)
         predictions, served = answer
-        for i, prediction in zip(examples, predictions, strict=True):
+        read = {}
+        for i, prediction in zip(list(examples), predictions, strict=True):
+            try:
+                state.limits.check_read(prediction.read, f"items[{i}].")  # more windows than SAFETY_MAX_WINDOWS
+            except InvalidInput as exc:
+                if body.item_errors == "fail":
+                    raise
+                results[i] = error_body(exc.code, exc.message, exc.field)
+                del examples[i]
+                continue
             item = body.items[i]
             own = None if isinstance(item, str) else item.threshold
             results[i] = state.decide(prediction, body.threshold, own, served=served)
+            read[i] = prediction.read
         classified = [results[i] for i in examples]
         state.metrics.count_labels([r["label"] for r in classified])
+        state.metrics.count_reads(read.values())
         if log_texts:
             for example, r in zip(examples.values(), classified, strict=True):
                 log.info(

@@ -5,9 +5,9 @@ bounded: a submission that does not fit is refused with :class:`Overloaded` inst
 growing the queue. One background task (started and stopped in the app's lifespan) forms
 batches and runs them, one at a time, in a single inference thread. A batch closes when it
 reaches ``max_batch_size`` items or at its deadline (``max_wait_s`` after its oldest item); it
-runs in length-sorted inference calls of at most ``max_batch_tokens`` padded tokens each (items
-x longest), cut by the one batching rule (:func:`dialogue_safety.core.batch_budget.token_budget_batches`),
-so the runtime runs each call as it is.
+runs in length-sorted inference calls of at most ``max_batch_tokens`` padded tokens each (rows
+x longest, each window of a long utterance a row), cut by the one batching rule
+(:func:`dialogue_safety.core.batch_budget.token_budget_batches`), so the runtime runs each call as it is.
 
 Admission is bounded by time, not only by items: with ``max_queue_wait_s`` set, the batcher
 keeps a running estimate of its throughput (seconds per token, from the batches it ran) and
@@ -529,8 +529,8 @@ class MicroBatcher:
         for enc, own_wait in zip(encoded, own_waits, strict=True):  # no await in between: items stay together
             fut: asyncio.Future[Prediction] = loop.create_future()
             self._queue.put_nowait(_Pending(enc, fut, arrived, own_wait))
-            self._queued_tokens += len(enc)
-            self._item_tokens = 0.9 * self._item_tokens + 0.1 * len(enc)
+            self._queued_tokens += enc.tokens
+            self._item_tokens = 0.9 * self._item_tokens + 0.1 * enc.tokens
             fut.add_done_callback(self._settle)
             futures.append(fut)
         self._outstanding += len(encoded)
@@ -577,7 +577,7 @@ class MicroBatcher:
                 first, self._carry = self._carry, None
             else:
                 first = await self._queue.get()
-            self._queued_tokens -= len(first.encoded)
+            self._queued_tokens -= first.encoded.tokens
             self._take(batch, first)
         if self._drain(batch) or not self._expect_company or self.max_wait_s <= 0:
             return batch
@@ -586,7 +586,7 @@ class MicroBatcher:
             async with asyncio.timeout_at(deadline):
                 while True:
                     item = await self._queue.get()  # cancellation-safe: no item is lost
-                    self._queued_tokens -= len(item.encoded)
+                    self._queued_tokens -= item.encoded.tokens
                     if not self._offer(batch, item) or batch.full:
                         break
         except TimeoutError:
@@ -604,7 +604,7 @@ class MicroBatcher:
             if self._queue.empty():
                 return False
             item = self._queue.get_nowait()
-            self._queued_tokens -= len(item.encoded)
+            self._queued_tokens -= item.encoded.tokens
             if not self._offer(batch, item):
                 return True
         return True
@@ -616,7 +616,7 @@ class MicroBatcher:
             return True
         if not batch.fits(item):
             self._carry = item
-            self._queued_tokens += len(item.encoded)  # still waiting
+            self._queued_tokens += item.encoded.tokens  # still waiting
             return False
         batch.add(item)
         return True
@@ -711,10 +711,9 @@ class MicroBatcher:
             self._slowness.append((time.perf_counter(), elapsed / predicted))
 
     def _calls(self, encoded: Sequence[EncodedExample]) -> list[list[int]]:
-        return [
-            list(idx)
-            for idx in token_budget_batches([len(e) for e in encoded], self.max_batch_tokens, self.max_batch_size)
-        ]
+        widths = [e.width for e in encoded]
+        rows = [len(e.rows) for e in encoded]  # the windows of a long utterance count
+        return [list(idx) for idx in token_budget_batches(widths, self.max_batch_tokens, self.max_batch_size, rows)]
 
     def _padded_tokens(self, encoded: Sequence[EncodedExample]) -> int:
         return _padded(encoded, self._calls(encoded))
@@ -736,7 +735,7 @@ class MicroBatcher:
                 raise RuntimeError(f"predict returned {len(got)} predictions for {len(run)} items")
             for i, prediction in zip(idx, got, strict=True):
                 predictions[i] = prediction
-            timings.append((len(run), len(run) * max(len(e) for e in run), time.perf_counter() - start))
+            timings.append((len(run), _padded(run, [range(len(run))]), time.perf_counter() - start))
         return [p for p in predictions if p is not None], timings, time.perf_counter()
 
     def _loop_ended(self, task: asyncio.Task[None]) -> None:
@@ -746,13 +745,14 @@ class MicroBatcher:
 
 
 def _padded(encoded: Sequence[EncodedExample], calls: Sequence[Sequence[int]]) -> int:
-    """Padded tokens of a batch run in ``calls`` (items x longest, per call), with the second, short
-    pass over the utterances alone of a decomposed model (``EncodedExample.alone``)."""
+    """Padded tokens of a batch run in ``calls`` (rows x longest, per call: every window of a long
+    utterance is a row), with the second, short pass over the utterances alone of a decomposed
+    model (``EncodedExample.alone``)."""
     total = 0
     for idx in calls:
-        total += len(idx) * max(len(encoded[i]) for i in idx)
-        alone = [len(a) for i in idx if (a := encoded[i].alone) is not None]
-        total += len(alone) * max(alone, default=0)
+        total += sum(len(encoded[i].rows) for i in idx) * max(encoded[i].width for i in idx)
+        alone = [a for i in idx if (a := encoded[i].alone) is not None]
+        total += sum(len(a.rows) for a in alone) * max((a.width for a in alone), default=0)
     return total
 
 

@@ -16,7 +16,7 @@ from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from dialogue_safety.core.batch_budget import MAX_BATCH_TOKENS
-from dialogue_safety.core.limits import Limits
+from dialogue_safety.core.limits import MAX_WINDOWS, Limits
 from dialogue_safety.core.model_dir import default_model_dir
 
 ENV_PREFIX = "SAFETY_"
@@ -110,6 +110,12 @@ class ServiceSettings(BaseSettings):
     )
     max_turn_chars: int = Field(default=4000, ge=1, description="characters per history turn at most")
     max_utterance_chars: int = Field(default=4000, ge=1, description="characters per utterance at most")
+    max_windows: int = Field(
+        default=MAX_WINDOWS,
+        ge=1,
+        description="windows of model input (~125 tokens each, overlapping) one utterance is read in at most; an "
+        "item that needs more is refused (too_many_windows). 4,000 characters of prose need ~10",
+    )
     max_batch_items: int = Field(default=256, ge=1, description="items per /v1/classify/batch request at most")
     max_body_bytes: int = Field(default=2 * 1024 * 1024, ge=1, description="request body size at most (bytes)")
 
@@ -121,6 +127,11 @@ class ServiceSettings(BaseSettings):
     )
     public_docs: bool = Field(
         default=False, description="with an API key set, keep /docs, /redoc and /openapi.json open without it"
+    )
+    language_check: bool = Field(
+        default=True,
+        description="say in each answer which language the utterance is in (language, language_supported: the "
+        "model reads English only); off: no language fields",
     )
     log_texts: bool = Field(default=False, description="log request texts and scores (never on by default)")
     log_level: LogLevel = Field(default="info", description="uvicorn and service log level")
@@ -189,6 +200,7 @@ class ServiceSettings(BaseSettings):
             max_utterance_chars=self.max_utterance_chars,
             max_batch_items=self.max_batch_items,
             max_body_bytes=self.max_body_bytes,
+            max_windows=self.max_windows,
         )
 
     @property

@@ -66,6 +66,8 @@ def load_onnx_classifier(settings: ServiceSettings) -> Classifier:
         "max_batch_tokens": settings.max_batch_tokens,
         "max_batch_size": settings.max_batch_size,
         "derive_in_subprocess": True,  # a derived variant's peak memory stays in a child process
+        "max_windows": settings.max_windows,
+        "language_check": settings.language_check,
     }
     if settings.intra_op_threads is not None:
         kwargs["intra_op_threads"] = settings.intra_op_threads
@@ -295,4 +297,5 @@ class ServiceState:
             "score": prediction.score,
             "threshold": prediction.threshold,
             "categories": dict(prediction.categories),
+            **prediction.reading(),
         }

@@ -8,14 +8,18 @@ batch, tokenisation and inference figures through the ``BatchObserver`` methods.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.exposition import generate_latest
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from dialogue_safety.core.schema import Reading
+
 PREFIX = "safety"
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+WINDOW_BUCKETS = (1, 2, 4, 8, 16, 32)
 TOKEN_BUCKETS = (16, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 
 
@@ -55,7 +59,7 @@ class ServiceMetrics:
         )
         self.batch_tokens = Histogram(
             f"{PREFIX}_batch_tokens",
-            "padded tokens per inference batch (items x longest)",
+            "padded tokens per inference batch (rows x longest; each window of a long utterance is a row)",
             buckets=TOKEN_BUCKETS,
             registry=r,
         )
@@ -72,6 +76,26 @@ class ServiceMetrics:
             registry=r,
         )
         self.predictions = Counter(f"{PREFIX}_predictions", "predictions by label", ["label"], registry=r)
+        self.item_windows = Histogram(
+            f"{PREFIX}_item_windows",
+            "windows a classified utterance was read in (1: it fits the model's input; more: a long message)",
+            buckets=WINDOW_BUCKETS,
+            registry=r,
+        )
+        self.truncated = Counter(
+            f"{PREFIX}_truncated_items",
+            "classified items of which part was not read, by what: utterance (the window cap) or history (turns "
+            "the token budget dropped)",
+            ["part"],
+            registry=r,
+        )
+        self.unsupported_language = Counter(
+            f"{PREFIX}_unsupported_language_items",
+            "classified items whose utterance is confidently in a language the model does not read (it is "
+            "English-only), by language (ISO 639-1); the verdict is still returned",
+            ["language"],
+            registry=r,
+        )
         self.dropped = Counter(
             f"{PREFIX}_dropped_items",
             "items dropped before inference because their caller went away",
@@ -94,6 +118,17 @@ class ServiceMetrics:
     def count_labels(self, labels: list[str]) -> None:
         for label in labels:
             self.predictions.labels(label=label).inc()
+
+    def count_reads(self, reads: Iterable[Reading]) -> None:
+        """What the model read of the classified items: windows, truncation, unsupported languages."""
+        for read in reads:
+            self.item_windows.observe(read.windows)
+            if read.utterance_chars_unread:
+                self.truncated.labels(part="utterance").inc()
+            if read.history_turns_dropped:
+                self.truncated.labels(part="history").inc()
+            if read.language is not None and not read.language_supported:
+                self.unsupported_language.labels(language=read.language).inc()
 
     # -- what the batcher reports (dialogue_safety.service.batcher.BatchObserver) -----------------------------
     def observe_queue_depth(self, depth: int) -> None:

@@ -16,6 +16,7 @@ import torch
 
 from dialogue_safety.core.batch_budget import MAX_BATCH_TOKENS, token_budget_batches
 from dialogue_safety.core.encoding import EncodedExample, pad_batch
+from dialogue_safety.core.limits import MAX_WINDOWS
 from dialogue_safety.core.schema import Example, Prediction
 from dialogue_safety.core.scoring import (
     context_columns,
@@ -56,7 +57,7 @@ def _row_logits(
     device = next(model.parameters()).device
     n_heads = num_labels(model)
     out = np.zeros((len(encoded), n_heads), dtype=np.float32)
-    lengths = [len(e) for e in encoded]
+    lengths = [len(e) for e in encoded]  # rows: each window of a long utterance is one
     for idx in token_budget_batches(lengths, max_batch_tokens, max_batch_size=256):
         batch = pad_batch([encoded[i] for i in idx], pad_id)
         tensors = {k: torch.from_numpy(v).to(device) for k, v in batch.items()}
@@ -69,9 +70,15 @@ def _row_logits(
 class TorchClassifier:
     """Predictions from a training checkpoint, same interface as the ONNX runtime."""
 
-    def __init__(self, checkpoint_dir: str | Path, max_batch_tokens: int = MAX_BATCH_TOKENS) -> None:
+    def __init__(
+        self,
+        checkpoint_dir: str | Path,
+        max_batch_tokens: int = MAX_BATCH_TOKENS,
+        max_windows: int | None = MAX_WINDOWS,
+    ) -> None:
         self.model, self.encoder, self.card = load_checkpoint(checkpoint_dir)
         self.max_batch_tokens = max_batch_tokens
+        self.max_windows = max_windows  # windows over a long utterance, as the ONNX runtime reads it
         self.model_id = self.card.model_id
         self.name = f"{self.model_id} (torch checkpoint)"
 
@@ -80,9 +87,11 @@ class TorchClassifier:
         return self.card.threshold
 
     def logits(self, examples: Sequence[Example]) -> np.ndarray:
-        if not examples:
+        return self._logits(self.encoder.encode_batch(examples, self.max_windows) if examples else [])
+
+    def _logits(self, encoded: Sequence[EncodedExample]) -> np.ndarray:
+        if not encoded:
             return np.zeros((0, len(self.card.heads)), dtype=np.float32)
-        encoded = self.encoder.encode_batch(examples)
         with torch.inference_mode():
             return predict_logits(
                 self.model, encoded, self.max_batch_tokens, self.encoder.pad_id, context_columns(self.card)
@@ -93,4 +102,5 @@ class TorchClassifier:
         return main_scores(head_probabilities(logits, self.card), self.card) if len(logits) else np.zeros(0)
 
     def predict(self, examples: Sequence[Example], threshold: float | None = None) -> list[Prediction]:
-        return predictions_from_logits(self.logits(examples), self.card, threshold)
+        encoded = self.encoder.encode_batch(examples, self.max_windows) if examples else []
+        return predictions_from_logits(self._logits(encoded), self.card, threshold, [e.read for e in encoded])
