@@ -24,10 +24,14 @@ def test_smoke_run_writes_json_and_markdown(
     for e in engines.values():
         assert e["single"]["p50_ms"] > 0 and e["sorted64"]["examples_per_s"] > 0
         assert e["token_budget"]["max_batch_size"] == 256
+        long = {r["chars"]: r for r in e["long_messages"]}  # the long-message rows, every window read
+        assert set(long) == {500, 1000} and long[1000]["windows"] > long[500]["windows"] >= 1
+        assert long[500]["x_first"] == 1.0 and all(r["ms_per_window"] > 0 for r in long.values())
     assert {(c["batch"], c["seq_len"]) for c in report["sweep"]} >= {(1, 16), (4, 16)}
     assert report["dialogues"]["n"] > 0 and report["targets"] == {"note": "smoke run: no targets apply"}
     assert report["machine"]["flop_per_cycle_avx2_fma"] == 32
     printed = capsys.readouterr().out
+    assert "| engine | characters | windows |" in printed
     assert "| engine |" in printed and json.loads(printed[: printed.index("\n\n###")])["benchmark"] == "runtime"
 
 

@@ -9,7 +9,10 @@ and fp16 on CUDA when onnxruntime-gpu and a GPU are present. For each engine:
   length-sorted batches of 64, and token-budget batches (≤ the service's max_batch_tokens padded
   tokens, ≤ 256 examples);
   examples/s, real tokens/s, padding overhead, useful GFLOP/s and fraction of peak;
-* **sweep**: batch size × sequence length on synthetic token ids (model only).
+* **sweep**: batch size × sequence length on synthetic token ids (model only);
+* **long messages**: p50 latency of ``predict([message])`` for one message without history of
+  500, 1,000, 4,000 and 16,000 characters of the dialogues' own text (every window read: no cap),
+  its windows, the cost per window and the ratio to the 500-character message.
 
 FLOPs and peak are explained in :mod:`dialogue_safety.benchmarks.flops`. Dialogues: the DiaSafety + ConvAbuse
 test splits via ``dialogue_safety.sources.registry``; synthetic dialogues (noted in the output) when
@@ -69,6 +72,8 @@ class RuntimePlan:
 
 FULL = RuntimePlan(500, 3, 4000, (1, 8, 32, 64), (16, 32, 64, 128), 1.0, 20)
 SMOKE = RuntimePlan(4, 1, 16, (1, 4), (16,), 0.0, 1)
+LONG_MESSAGE_CHARS: tuple[int, ...] = (500, 1000, 4000, 16000)  # the first is the reference
+TARGET_LONG_RATIO = 10.0  # a 4,000-character message costs at most this many 500-character ones
 
 
 # -- engines -----------------------------------------------------------------------------------
@@ -101,7 +106,12 @@ class OnnxEngine(Engine):
 
         providers = ["CUDAExecutionProvider", "CPUExecutionProvider"] if variant == "fp16" else ["CPUExecutionProvider"]
         self.clf = OnnxClassifier(
-            model_dir, variant=variant, providers=providers, intra_op_threads=threads, allow_spinning=spin
+            model_dir,
+            variant=variant,
+            providers=providers,
+            intra_op_threads=threads,
+            allow_spinning=spin,
+            max_windows=None,  # long messages: every window read
         )
         self.name = f"onnxruntime {variant}" + (" one pass" if one_pass else "")
         if one_pass:
@@ -147,7 +157,7 @@ class TorchEngine(Engine):
                 logits[idx] = self.run_padded(pad_batch([encoded[i] for i in idx], self.encoder.pad_id))
             return logits
 
-        encoded = self.encoder.encode_batch(examples)
+        encoded = self.encoder.encode_batch(examples, max_windows=None)  # every window, as the runtime reads them
         return predictions_from_logits(decomposed_logits(encoded, rows, context_columns(self.card)), self.card)
 
     def run_padded(self, feeds: dict[str, np.ndarray]) -> Any:
@@ -183,6 +193,58 @@ def measure_single(engine: Engine, examples: Sequence[Example], plan: RuntimePla
         "mean_ms": round(1e3 * float(np.mean(total)), 3),
         "model_only_p50_ms": round(1e3 * _percentile(model_only, 50), 3),
     }
+
+
+def long_messages(examples: Sequence[Example], chars: Sequence[int], per_length: int) -> dict[int, list[Example]]:
+    """``per_length`` messages without history of each length in ``chars``: the dialogues' own text
+    (utterances and turns, in order), cut at a word, each message from a different place."""
+    words = " ".join(t for ex in examples for t in (*(turn.text for turn in ex.history), ex.utterance)).split()
+    if not words:
+        words = ["word"]
+    out: dict[int, list[Example]] = {}
+    for n in chars:
+        messages = []
+        for k in range(per_length):
+            start, text = (k * 997) % len(words), ""
+            i = start
+            while len(text) < n:
+                text += (" " if text else "") + words[i % len(words)]
+                i += 1
+            messages.append(Example(utterance=text[:n].rsplit(" ", 1)[0] if " " in text[:n] else text[:n]))
+        out[n] = messages
+    return out
+
+
+def measure_long(engine: Engine, messages: dict[int, list[Example]], warmup: int) -> list[dict[str, Any]]:
+    """p50 latency of one long message, its windows and the cost per window (every window read)."""
+    rows: list[dict[str, Any]] = []
+    for n, batch in messages.items():
+        encoded = engine.encoder.encode_batch(batch, max_windows=None)
+        for ex in batch[:warmup]:
+            engine.predict([ex])
+        times = []
+        for ex in batch:
+            start = time.perf_counter()
+            engine.predict([ex])
+            times.append(time.perf_counter() - start)
+        windows = float(np.mean([len(e.rows) for e in encoded]))
+        model_rows = float(np.mean([len(e.rows) + (len(e.alone.rows) if e.alone else 0) for e in encoded]))
+        p50 = 1e3 * _percentile(times, 50)
+        rows.append(
+            {
+                "chars": n,
+                "n": len(batch),
+                "windows": round(windows, 1),
+                "rows": round(model_rows, 1),
+                "tokens": round(float(np.mean([e.tokens for e in encoded])), 1),
+                "p50_ms": round(p50, 3),
+                "ms_per_window": round(p50 / windows, 3),
+            }
+        )
+    ref = rows[0]["p50_ms"] if rows else None
+    for r in rows:
+        r["x_first"] = round(r["p50_ms"] / ref, 2) if ref else None
+    return rows
 
 
 def batching_stats(lengths: Sequence[int], max_batch_tokens: int, max_batch_size: int) -> dict[str, Any]:
@@ -379,6 +441,8 @@ def run(
             (f"{served}-one-pass", lambda: OnnxEngine(subject.model_dir, served, threads, spin, one_pass=True))
         )
 
+    long_chars = LONG_MESSAGE_CHARS[:2] if args.smoke else LONG_MESSAGE_CHARS
+    messages = long_messages(examples, long_chars, max(2, plan.singles // 20))
     encoder = DialogueEncoder.from_file(subject.model_dir / TOKENIZER_FILE, card.encoding_config)
     encoded: list[EncodedExample] = encoder.encode_batch(examples)
     lengths = [len(e) for e in encoded]
@@ -445,6 +509,9 @@ def run(
         entry["token_budget"] = measure_throughput(
             engine, examples, lengths, (args.max_batch_tokens, 256), plan, geometry, peak
         )
+        if not args.no_long:
+            say(f"  {name}: long messages")
+            entry["long_messages"] = measure_long(engine, messages, plan.warmup)
         report["engines"].append(entry)
         if not args.no_sweep:
             say(f"  {name}: sweep")
@@ -476,7 +543,7 @@ def targets(report: dict[str, Any]) -> dict[str, Any]:
         return {"note": f"the CPU default variant ({report['cpu_variant']}) was not benchmarked"}
     p50 = default["single"]["p50_ms"]
     rate = default["sorted64"]["examples_per_s"]
-    return {
+    out: dict[str, Any] = {
         "variant": default["variant"],
         "single_p50_ms": {"value": p50, "limit": TARGET_SINGLE_P50_MS, "met": p50 <= TARGET_SINGLE_P50_MS},
         "sorted64_examples_per_s": {
@@ -486,6 +553,10 @@ def targets(report: dict[str, Any]) -> dict[str, Any]:
         },
         "note": "targets are for 2 cores, MiniLM-L6 and the DiaSafety+ConvAbuse test dialogues",
     }
+    ratio = next((r["x_first"] for r in default.get("long_messages", []) if r["chars"] == 4000), None)
+    if ratio is not None:
+        out["long_4000_vs_500"] = {"value": ratio, "limit": TARGET_LONG_RATIO, "met": ratio <= TARGET_LONG_RATIO}
+    return out
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -538,6 +609,20 @@ def markdown(report: dict[str, Any]) -> str:
                 frac = c["fraction_of_peak"]
                 out.append(f"{c['examples_per_s']}" + ("" if frac is None else f" ({100 * frac:.1f}%)"))
             lines.append(f"| {engine} | {batch} | " + " | ".join(out) + " |")
+    long_rows = [(e["engine"], r) for e in report["engines"] for r in e.get("long_messages", [])]
+    if long_rows:
+        lines += [
+            "",
+            "Long messages (one message, no history, every window read): p50 latency and cost per window",
+            "",
+            "| engine | characters | windows | model rows | tokens | p50 ms | ms per window | × 500 characters |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for engine, r in long_rows:
+            lines.append(
+                f"| {engine} | {r['chars']} | {r['windows']} | {r['rows']} | {r['tokens']} | {r['p50_ms']} "
+                f"| {r['ms_per_window']} | {r['x_first']} |"
+            )
     tg = report.get("targets", {})
     if "single_p50_ms" in tg:
         single, rate = tg["single_p50_ms"], tg["sorted64_examples_per_s"]
@@ -547,6 +632,12 @@ def markdown(report: dict[str, Any]) -> str:
             f"(≤ {single['limit']}: {'met' if single['met'] else 'NOT met'}); "
             f"sorted-64 {rate['value']} ex/s (≥ {rate['limit']}: {'met' if rate['met'] else 'NOT met'})",
         ]
+        if "long_4000_vs_500" in tg:
+            long = tg["long_4000_vs_500"]
+            lines[-1] += (
+                f"; a 4,000-character message {long['value']}× a 500-character one "
+                f"(≤ {long['limit']}: {'met' if long['met'] else 'NOT met'})"
+            )
     lines += [f"- note: {n}" for n in report["notes"]]
     return "\n".join(lines)
 
@@ -578,6 +669,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         "(what that pass costs)",
     )
     p.add_argument("--no-sweep", action="store_true", help="skip the batch × length sweep")
+    p.add_argument("--no-long", action="store_true", help="skip the long messages (500 to 16,000 characters)")
     p.add_argument("--smoke", action="store_true", help="every step for a moment on a tiny model (tests)")
     p.add_argument("--json", type=Path, default=None, help="also write the JSON report here")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
