@@ -150,7 +150,7 @@ def test_columns_are_configurable_and_carried(tmp_path: Path, tiny_model_dir: Pa
     run_local(job(tmp_path, inp, "out.csv", tiny_model_dir, columns=columns), progress=False)
     with open(tmp_path / "out.csv", newline="") as f:
         header = next(csv.reader(f))
-    assert header == ["msg_id", "lang", "label", "score", "threshold", "categories", "error"]
+    assert header == ["msg_id", "lang", "label", "score", "threshold", "categories", "windows", "truncated", "error"]
     records = read_records(tmp_path / "out.csv")
     assert [(r["msg_id"], r["lang"]) for r in records] == [("a7", "en"), ("b8", "de")]
     assert records[1]["error"]["code"] == "empty_utterance"
@@ -313,3 +313,21 @@ def test_http_client_is_not_needed_to_score(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
     assert httpx  # the API comparison above uses a real HTTP client
+
+
+def test_a_long_row_is_read_in_windows_and_one_past_the_cap_is_an_error(tmp_path: Path, tiny_model_dir: Path) -> None:  # noqa: F811
+    long = " ".join(["you are a very stupid idiot and i hate you because you are"] * 30)
+    inp = tmp_path / "in.jsonl"
+    rows = [{"id": 1, "text": "hello"}, {"id": 2, "text": long}, {"id": 3, "text": long, "history": ["hi"] * 40}]
+    inp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    limits = Limits(max_request_history_turns=64)
+    run_local(job(tmp_path, inp, "out.jsonl", tiny_model_dir), limits=limits, progress=False)
+    out = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert out[0]["windows"] == 1 and out[0]["truncated"] is None
+    assert out[1]["windows"] > 1 and out[1]["truncated"] is None and out[1]["error"] is None
+    assert out[2]["truncated"]["history_turns_dropped"] > 0 and out[2]["truncated"]["utterance_chars_unread"] == 0
+    capped = Limits(max_windows=2)
+    run_local(job(tmp_path, inp, "capped.jsonl", tiny_model_dir), limits=capped, progress=False)
+    out = [json.loads(line) for line in (tmp_path / "capped.jsonl").read_text().splitlines()]
+    assert out[0]["error"] is None and out[1]["label"] is None
+    assert out[1]["error"]["code"] == "too_many_windows" and "SAFETY_MAX_WINDOWS" in out[1]["error"]["message"]

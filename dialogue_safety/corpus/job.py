@@ -103,11 +103,12 @@ class Summary:
         return {**asdict(self), "rows_per_s": round(self.rows_per_s, 2)}
 
 
-def load_classifier(job: ScoreJob, intra_op_threads: int | None = None) -> Any:
+def load_classifier(job: ScoreJob, intra_op_threads: int | None = None, limits: Limits | None = None) -> Any:
     from dialogue_safety.core.model_dir import default_model_dir
     from dialogue_safety.core.runtime import OnnxClassifier
 
-    kwargs: dict[str, Any] = {"variant": job.variant}
+    # windows over a long utterance: at most the limit a row must keep (a row that needs more is an error)
+    kwargs: dict[str, Any] = {"variant": job.variant, "max_windows": (limits or Limits()).max_windows}
     if intra_op_threads:
         kwargs["intra_op_threads"] = intra_op_threads
     return OnnxClassifier(job.model_dir or default_model_dir(), **kwargs)
@@ -165,8 +166,8 @@ def run_local(
     from tqdm.auto import tqdm
 
     started = time.perf_counter()
-    classifier = classifier if classifier is not None else load_classifier(job)
     limits = limits or Limits()
+    classifier = classifier if classifier is not None else load_classifier(job, limits=limits)
     done_parts = _completed_parts(job, classifier.model_id, restart)
     parts_dir, suffix = job.parts_dir, job.output.suffix
     summary = Summary(output=str(job.output))
@@ -189,6 +190,7 @@ def run_local(
                 explain=job.explain,
                 explain_history=job.explain_history,
                 explain_method=job.explain_method,
+                limits=limits,
             )
             errors = count_errors(records)
             write_part(records, _part(parts_dir, index, suffix), job.fields)

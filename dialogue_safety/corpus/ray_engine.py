@@ -115,7 +115,9 @@ class RowScorer:
         from dialogue_safety.core.runtime import OnnxClassifier
 
         self.model_dir = unpack_model(ray.get(model_ref[0]))
-        self.classifier = OnnxClassifier(self.model_dir, variant=variant, intra_op_threads=threads)
+        self.classifier = OnnxClassifier(
+            self.model_dir, variant=variant, intra_op_threads=threads, max_windows=limits.max_windows
+        )
         self.columns, self.limits, self.jsonl = columns, limits, jsonl
         self.threshold, self.explain, self.explain_history = threshold, explain, explain_history
         self.explain_method = explain_method
@@ -150,6 +152,7 @@ class RowScorer:
             explain=self.explain,
             explain_history=self.explain_history,
             explain_method=self.explain_method,
+            limits=self.limits,
         )
         flat = [flatten(r) for r in records]  # Arrow needs one type per column: nested values as JSON
         return {k: [r[k] for r in flat] for k in self.fields}

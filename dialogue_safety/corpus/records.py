@@ -27,9 +27,9 @@ from dialogue_safety.core.limits import Limits
 from dialogue_safety.core.schema import Example, Prediction, Turn
 
 UTTERANCE_FIELDS = ("utterance", "text")  # tried in this order when no field is named
-RESULT_FIELDS = ("label", "score", "threshold", "categories", "error")
+RESULT_FIELDS = ("label", "score", "threshold", "categories", "windows", "truncated", "error")
 EXPLANATION_FIELD = "explanation"
-NESTED_FIELDS = frozenset({"categories", "error", EXPLANATION_FIELD})
+NESTED_FIELDS = frozenset({"categories", "truncated", "error", EXPLANATION_FIELD})
 
 
 @dataclass(frozen=True)
@@ -165,13 +165,15 @@ def output_record(
         out[name] = None if _is_missing(value) else _plain(value)
     if prediction is None:
         error = row.error.as_dict() if row.error else {"code": "not_scored", "message": "not scored", "field": None}
-        out.update(label=None, score=None, threshold=None, categories=None, error=error)
+        out.update(label=None, score=None, threshold=None, categories=None, windows=None, truncated=None, error=error)
     else:
         out.update(
             label=prediction.label.value,
             score=prediction.score,
             threshold=prediction.threshold,
             categories=dict(prediction.categories),
+            windows=prediction.read.windows,  # what was read: as the API answers it
+            truncated=prediction.reading().get("truncated"),
             error=None,
         )
     if explain:
@@ -200,11 +202,14 @@ def score_rows(
     explain: bool = False,
     explain_history: bool = False,
     explain_method: Method = "shapley",
+    limits: Limits | None = None,
 ) -> list[dict[str, Any]]:
     """Output records for ``rows`` (in order): one ``predict`` call for all scorable rows.
 
     The engines (local and Ray) share this; with ``explain`` the occlusions of all rows run in
-    the same call (:func:`dialogue_safety.core.explain.explain`).
+    the same call (:func:`dialogue_safety.core.explain.explain`). A row whose utterance needs more
+    windows than ``limits.max_windows`` gets the API's ``too_many_windows`` error (the classifier
+    reads at most that many: build it with ``max_windows=limits.max_windows``).
     """
     good = [i for i, r in enumerate(rows) if r.example is not None]
     examples = [r.example for r in rows if r.example is not None]
@@ -224,6 +229,14 @@ def score_rows(
                 predictions[i], explanations[i] = p, e
         else:
             predictions = dict(zip(good, classifier.predict(examples, threshold), strict=True))
+    rows = list(rows)
+    for i, prediction in list(predictions.items()):
+        try:
+            (limits or Limits()).check_read(prediction.read)
+        except InvalidInput as exc:
+            rows[i] = Row(rows[i].where, rows[i].raw, None, RowError(exc.code, exc.message, exc.field))
+            del predictions[i]
+            explanations.pop(i, None)
     return [
         output_record(r, columns, predictions.get(i), explanations.get(i), explain=explain) for i, r in enumerate(rows)
     ]
