@@ -308,9 +308,11 @@ class OnnxClassifier:
         encoded = self.encoder.encode_batch(examples, self.max_windows)
         if not self.language_check:
             return encoded
-        out = []
+        out: list[EncodedExample] = []
+        seen: dict[str, language.Language] = {}  # an explanation's occlusions share their sample of the text
         for example, e in zip(examples, encoded, strict=True):
-            found = language.detect(example.utterance)
+            sample = example.utterance[: language.SAMPLE_CHARS]
+            found = seen.get(sample) or seen.setdefault(sample, language.detect(sample))
             out.append(replace(e, read=replace(e.read, language=found.code, language_supported=found.supported)))
         return out
 

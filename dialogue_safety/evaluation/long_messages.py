@@ -123,14 +123,25 @@ def evaluate_long_messages(
     for role, scorer in scorers.items():
         t = scorer.threshold
         alone = is_offensive(score(scorer, [ex.as_example() for ex in offensive], "long: alone"), t)
-        row: dict[str, Any] = {"threshold": t, "recall_alone": float(alone.mean())}
-        drops = []
+        quiet_long = score(scorer, [Example(utterance=SEPARATOR.join(p)) for p in quiet_parts], "long: quiet texts")
+        silent = ~is_offensive(quiet_long, t)  # the filler alone is not flagged: a catch is the utterance's
+        row: dict[str, Any] = {
+            "threshold": t,
+            "recall_alone": float(alone.mean()),
+            "n_filler_safe": int(silent.sum()),
+            "recall_alone_filler_safe": float(alone[silent].mean()) if silent.any() else None,
+        }
+        drops, drops_silent = [], []
         for position in POSITIONS:
             scores = score(scorer, [Example(utterance=x) for x in texts[position]], f"long: {position}")
-            row[f"recall_{position}"] = float(is_offensive(scores, t).mean())
+            caught = is_offensive(scores, t)
+            row[f"recall_{position}"] = float(caught.mean())
             drops.append(row["recall_alone"] - row[f"recall_{position}"])
+            if silent.any():
+                row[f"recall_{position}_filler_safe"] = float(caught[silent].mean())
+                drops_silent.append(row["recall_alone_filler_safe"] - row[f"recall_{position}_filler_safe"])
         row["worst_drop_points"] = 100.0 * max(drops)
-        quiet_long = score(scorer, [Example(utterance=SEPARATOR.join(p)) for p in quiet_parts], "long: quiet texts")
+        row["worst_drop_points_filler_safe"] = 100.0 * max(drops_silent) if drops_silent else None
         gold_long = score(scorer, [Example(utterance=SEPARATOR.join(p)) for p in gold_parts], "long: gold texts")
         part_flags = is_offensive(score(scorer, [Example(utterance=x) for x in flat_gold], "long: gold parts"), t)
         any_part = [bool(part_flags[s : s + len(p)].any()) for s, p in zip(starts, gold_parts, strict=True)]
@@ -164,11 +175,28 @@ def markdown(result: Mapping[str, Any]) -> str:
         "gold texts flagged | gold parts flagged alone | gold texts with a part flagged alone |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for role, r in result.get("scorers", {}).items():
+    rows = result.get("scorers", {})
+    for role, r in rows.items():
         lines.append(
             f"| {role} | {r['recall_alone']:.1%} | {r['recall_start']:.1%} | {r['recall_middle']:.1%} | "
             f"{r['recall_end']:.1%} | {r['recall_random']:.1%} | {r['worst_drop_points']:.1f} | "
             f"{r['quiet_long_flagged']:.1%} | {r['gold_long_flagged']:.1%} | {r['gold_parts_flagged']:.1%} | "
             f"{r['gold_any_part_flagged']:.1%} |"
+        )
+    lines += [
+        "",
+        "The same, only over the utterances whose quiet filler text is not flagged on its own (a catch there is the "
+        "utterance's, not a false alarm of the filler):",
+        "",
+        "| scorer | utterances | recall alone | start | middle | end | random | worst drop (pts) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for role, r in rows.items():
+        if r.get("recall_alone_filler_safe") is None:
+            continue
+        lines.append(
+            f"| {role} | {r['n_filler_safe']} | {r['recall_alone_filler_safe']:.1%} | "
+            + " | ".join(f"{r[f'recall_{p}_filler_safe']:.1%}" for p in POSITIONS)
+            + f" | {r['worst_drop_points_filler_safe']:.1f} |"
         )
     return "\n".join(lines)

@@ -1,0 +1,47 @@
+"""The language check (dialogue_safety/core/language.py): English is supported, a confident other
+language is said, an uncertain short text is undetermined and counts as supported."""
+
+from __future__ import annotations
+
+import pytest
+
+from dialogue_safety.core import language
+
+
+@pytest.mark.parametrize(
+    ("text", "code", "supported"),
+    [
+        ("you are a clown and everyone laughs at you", "en", True),
+        ("va te faire foutre espèce de con, tu ne comprends rien", "fr", False),
+        ("Du bist ein Idiot und alle hassen dich", "de", False),
+        ("sei proprio un idiota, nessuno ti sopporta più", "it", False),
+        ("lol", language.UNDETERMINED, True),
+        ("@USER ok", language.UNDETERMINED, True),
+    ],
+)
+def test_detect(text: str, code: str, supported: bool) -> None:
+    found = language.detect(text)
+    assert (found.code, found.supported) == (code, supported), found
+    assert 0.0 <= found.confidence <= 1.0
+
+
+def test_only_the_first_characters_are_read() -> None:
+    english = "this is an ordinary English sentence about the weather. " * 20
+    assert len(english) > language.SAMPLE_CHARS
+    assert language.detect(english + "ceci est une phrase en français " * 40).code == "en"
+
+
+def test_the_runtime_says_the_language_when_asked() -> None:
+    from pathlib import Path
+
+    from dialogue_safety.core.runtime import OnnxClassifier
+    from dialogue_safety.core.schema import Example
+
+    model = Path(__file__).resolve().parents[1] / "models" / "default"
+    examples = [Example(utterance="espèce de con, tu ne comprends rien"), Example(utterance="you are a clown, really")]
+    checked = OnnxClassifier(model, variant="fp32", language_check=True).predict(examples)
+    assert [(p.read.language, p.read.language_supported) for p in checked] == [("fr", False), ("en", True)]
+    assert checked[0].reading()["language"] == "fr" and checked[0].reading()["language_supported"] is False
+    unchecked = OnnxClassifier(model, variant="fp32").predict(examples)
+    assert all(p.read.language is None and "language" not in p.reading() for p in unchecked)
+    assert [p.score for p in unchecked] == pytest.approx([p.score for p in checked])  # the verdict is unchanged
