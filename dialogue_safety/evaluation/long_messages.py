@@ -1,19 +1,20 @@
 """Long messages: is an offensive utterance still caught inside a long harmless text?
 
 Built from test splits only. Each offensive test utterance (OLID and ConvAbuse by default, a seeded
-sample, without history) is embedded in harmless text made of *other* harmless test utterances of
-the same sources (seeded order), filled up to ``total_chars`` characters in all (4,000 by default,
-the API's limit per utterance), at the start, in the middle (at the part boundary nearest the
-middle), at the end and at a random part boundary. Reported:
+sample per source) is embedded in harmless text made of *other* harmless test utterances of the
+same sources (whole utterances, seeded order), filled up to ``total_chars`` characters in all
+(4,000 by default, the API's limit per utterance), at the start, in the middle (at the part
+boundary nearest the middle), at the end and at a random part boundary. Reported per scorer:
 
 * **recall** of the utterances alone and at each position (at the scorer's own threshold), and the
-  headline: the **worst drop** in points of an embedded position below alone;
-* the **flagged rate of the long harmless texts** (one per offensive utterance, before the
-  utterance is put in) beside the flagged rate of their **parts scored alone** (each part, and the
-  share of texts with at least one part flagged alone): reading a long text in windows and taking
-  the maximum flags a text when one of its windows looks offensive, so the long texts' rate is
-  about the rate of "any part flagged", not of one part;
-* the characters and windows of the long texts (when the scorer reports windows).
+  headline: the **worst drop** in points of an embedded position below alone. The filler of these
+  *quiet* texts is made only of the harmless utterances the first scorer scores SAFE alone, so a
+  catch is the utterance's; the share of quiet texts flagged *without* the utterance is reported
+  too, and the recall again over the utterances whose quiet text is not flagged on its own;
+* the flagged rate of *gold* long harmless texts (any harmless test utterance) beside the flagged
+  rate of their **parts scored alone** (each part, and the share of texts with at least one part
+  flagged alone): reading a long text in windows and taking the maximum flags a text when one of
+  its windows looks offensive.
 
 Run it with ``dialogue-safety evaluate MODEL --suite long_messages`` (docs/evaluation.md).
 """
