@@ -45,3 +45,17 @@ def test_the_runtime_says_the_language_when_asked() -> None:
     unchecked = OnnxClassifier(model, variant="fp32").predict(examples)
     assert all(p.read.language is None and "language" not in p.reading() for p in unchecked)
     assert [p.score for p in unchecked] == pytest.approx([p.score for p in checked])  # the verdict is unchanged
+
+
+def test_the_language_benchmark_runs(data_dir: object, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from dialogue_safety.cli.bench import main as bench_main
+
+    assert bench_main(["language", "--data-dir", str(data_dir), "--foreign", "40"]) == 0
+    printed = capsys.readouterr().out
+    report = json.loads(printed[: printed.index("\n\n###")])
+    assert report["n"]["foreign"] == 40 and report["n"]["english"] > 1000
+    in_force = next(r for r in report["not_english_by_confidence"] if r["in_force"])
+    assert in_force["min_confidence"] == language.MIN_CONFIDENCE
+    assert in_force["english_not_english"] < 0.05 < 0.5 < in_force["foreign_not_english"]

@@ -1,4 +1,4 @@
-"""``dialogue-safety bench <runtime|http|abuse|explain|score> ...``: the speed benchmarks, each owned by its module."""
+"""``dialogue-safety bench <runtime|http|abuse|explain|score|language> ...``: each benchmark owned by its module."""
 
 from __future__ import annotations
 
@@ -27,6 +27,10 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         "dialogue_safety.benchmarks.score",
         "corpus scoring: local engine and Ray vs the runtime, peak RSS by file size",
     ),
+    "language": (
+        "dialogue_safety.benchmarks.language",
+        "the language check: cost and accuracy on short English, French and Italian texts",
+    ),
 }
 #: both benchmarks run an exported model: the evaluate extra (torch rows need the train extra too)
 EXTRAS: dict[str, str] = {
@@ -35,6 +39,7 @@ EXTRAS: dict[str, str] = {
     "abuse": "evaluate",
     "explain": "evaluate",
     "score": "scale",
+    "language": "serve",
 }
 
 
