@@ -447,7 +447,9 @@ def test_one_batch_that_outlasts_the_wait_bound_does_not_lock_the_service_out() 
 # -- 3. one large valid request does not stall the server (real tokenizer) ------------------------
 def test_largest_allowed_requests_are_served_while_health_answers(tiny_model_dir: Path) -> None:  # noqa: F811
     big = {"history": ["🤬" * 4000] * 32, "utterance": "🤬" * 4000}
-    with live_server(model_dir=tiny_model_dir, max_queue_wait_ms=60_000) as live:
+    # 4,000 emoji are read as their names: ~200 windows, far past the default cap (32, too_many_windows);
+    # the cap raised so that the largest texts the character limits allow are read whole, every window
+    with live_server(model_dir=tiny_model_dir, max_queue_wait_ms=60_000, max_windows=1000) as live:
 
         async def scenario() -> tuple[list[int], list[int]]:
             async with httpx.AsyncClient(base_url=live.url, timeout=GUARD_S * 3) as c:

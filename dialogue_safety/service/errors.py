@@ -148,6 +148,7 @@ ERROR_TABLE: tuple[ErrorRow, ...] = (
             "utterance_too_long",
             "too_many_history_turns",
             "turn_too_long",
+            "too_many_windows",
             "too_many_items",
             "empty_batch",
             "model_refused",
