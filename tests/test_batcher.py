@@ -4,6 +4,7 @@ failures and shutdown. No model, no HTTP, no timing assertions."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -698,3 +699,28 @@ def test_padded_tokens_count_the_second_pass_of_a_decomposed_model() -> None:
     # one call: 3 x 10 dialogue tokens, then 2 x 7 for the utterances alone
     assert _padded(encoded, [[0, 1, 2]]) == 30 + 14
     assert _padded(encoded, [[0], [1, 2]]) == (10 + 4) + (2 * 8 + 7)
+
+
+class WindowedModel(FakeModel):
+    """``"ident:n:w"``: an item of ``w`` windows of ``n`` tokens (a long utterance)."""
+
+    def encode(self, examples: Sequence[Example]) -> list[EncodedExample]:
+        out = []
+        for ex in examples:
+            ident, n, windows = (int(x) for x in ex.utterance.split(":"))
+            (row,) = super().encode([Example(utterance=f"{ident}:{n}")])
+            out.append(dataclasses.replace(row, more=(row,) * (windows - 1)))
+        return out
+
+
+def test_the_token_budget_counts_every_window_of_a_long_utterance() -> None:
+    async def body(b: MicroBatcher, m: FakeModel, o: RecordingObserver) -> list[Prediction]:
+        return await b.submit([Example(utterance="1:10:3"), Example(utterance="2:10:1"), Example(utterance="3:10:1")])
+
+    # 3 windows of 10 + 1 row of 10 = 40 padded tokens fit a budget of 40; the third item goes on
+    _, model, obs = run(body, WindowedModel(), max_batch_tokens=40)
+    assert model.batches == [[1, 2], [3]]
+    assert obs.batches == [(2, 40), (1, 10)]
+    # counted as items (what the budget was before windows), all three would have fitted in one call
+    _, model, obs = run(body, WindowedModel(), max_batch_tokens=30)
+    assert model.batches == [[1], [2, 3]] and obs.batches == [(1, 30), (2, 20)]
