@@ -206,3 +206,13 @@ def test_an_insult_anywhere_in_a_long_harmless_message_is_caught_as_it_is_alone(
     for where in ("start", "middle", "end"):
         assert got[where].label is got["alone"].label is Label.OFFENSIVE, {w: p.score for w, p in got.items()}
         assert got[where].read.windows > 1 and not got[where].read.truncated
+
+
+def test_the_explanation_of_a_long_message_points_at_the_insult_in_its_last_window(shipped: OnnxClassifier) -> None:
+    from dialogue_safety.core import explain
+
+    message = f"{_long_harmless(1200)} {INSULT}"
+    ((prediction, explanation),) = explain.explain(shipped, [Example(utterance=message)])
+    assert prediction.read.windows > 1 and prediction.label is Label.OFFENSIVE
+    top = sorted(explanation["utterance"], key=lambda w: -(w["contribution"] or 0.0))[:3]
+    assert {"idiot", "pathetic", "hates"} & {w["word"] for w in top}, top
