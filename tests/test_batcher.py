@@ -15,10 +15,25 @@ import pytest
 from dialogue_safety.core.encoding import EncodedExample
 from dialogue_safety.core.errors import NotReady
 from dialogue_safety.core.schema import Example, Label, Prediction
-from dialogue_safety.service.batcher import MAX_SLOWNESS, SLOWNESS_WINDOW_S, Announcement, MicroBatcher
+from dialogue_safety.service.batcher import Announcement, MicroBatcher
 from dialogue_safety.service.errors import InferenceFailed, Overloaded
+from dialogue_safety.service.latency import MAX_SLOWNESS, SLOWNESS_WINDOW_S, LatencyEstimator
+from dialogue_safety.service.settings import ServiceSettings
 
 GUARD_S = 10.0  # only against hangs; never asserted on
+SETTINGS = {"max_batch_size", "max_batch_tokens", "max_wait_s", "queue_size", "retry_after_s"}
+
+
+def batcher(encode: Any, predict: Any, **kwargs: Any) -> MicroBatcher:
+    """A MicroBatcher with the service's defaults (ServiceSettings), but for the settings in ``kwargs``."""
+    fields = {k: kwargs.pop(k) for k in list(kwargs) if k in SETTINGS}
+    wait_s = fields.pop("max_wait_s", None)
+    if "queue_size" in fields:  # a batch request must fit the queue
+        fields["max_batch_items"] = min(256, fields["queue_size"])
+    settings = ServiceSettings(**fields)
+    if wait_s is not None:  # beyond the setting's range too (GUARD_S * 10: 'never' in these tests)
+        settings = settings.model_copy(update={"max_wait_ms": wait_s * 1000})
+    return MicroBatcher(encode, predict, settings, **kwargs)
 
 
 def item(ident: int, n_tokens: int = 4) -> Example:
@@ -111,12 +126,12 @@ def run(coro_fn: Scenario, model: FakeModel | None = None, **kwargs: Any) -> tup
     observer = RecordingObserver()
 
     async def main() -> Any:
-        batcher = MicroBatcher(model.encode, model.predict, observer=observer, **kwargs)
-        await batcher.start()
+        b = batcher(model.encode, model.predict, observer=observer, **kwargs)
+        await b.start()
         try:
-            return await asyncio.wait_for(coro_fn(batcher, model, observer), GUARD_S)
+            return await asyncio.wait_for(coro_fn(b, model, observer), GUARD_S)
         finally:
-            await batcher.stop()
+            await b.stop()
 
     return asyncio.run(main()), model, observer
 
@@ -295,7 +310,7 @@ def test_stop_fails_pending_requests_and_refuses_new_ones() -> None:
     model.gate.clear()
 
     async def main() -> None:
-        b = MicroBatcher(model.encode, model.predict, inline_encode_items=8)
+        b = batcher(model.encode, model.predict, inline_encode_items=8)
         with pytest.raises(NotReady):
             await b.submit([item(0)])  # not started
         await b.start()
@@ -326,14 +341,14 @@ def test_large_submissions_are_encoded_off_the_loop_with_the_same_results() -> N
 def test_invalid_configuration_is_refused() -> None:
     model = FakeModel()
     with pytest.raises(ValueError):
-        MicroBatcher(model.encode, model.predict, max_batch_size=0)
+        batcher(model.encode, model.predict, max_batch_size=0)
 
 
 def test_stop_while_a_batch_waits_for_company_fails_its_items() -> None:
     model = FakeModel()
 
     async def main() -> None:
-        b = MicroBatcher(model.encode, model.predict, max_batch_size=8, max_wait_s=GUARD_S * 10, inline_encode_items=8)
+        b = batcher(model.encode, model.predict, max_batch_size=8, max_wait_s=GUARD_S * 10, inline_encode_items=8)
         await b.start()
         await b.submit([item(1), item(2)])  # concurrent traffic: the next batch waits for company
         waiting = asyncio.create_task(b.submit([item(3)]))
@@ -354,7 +369,7 @@ def test_drain_finishes_queued_and_running_work_then_refuses_new_work() -> None:
     model.gate.clear()
 
     async def main() -> None:
-        b = MicroBatcher(model.encode, model.predict, max_batch_size=2)
+        b = batcher(model.encode, model.predict, max_batch_size=2)
         await b.start()
         running = asyncio.create_task(b.submit([item(1)]))
         await wait_entered(model)
@@ -385,7 +400,7 @@ def test_drain_lets_a_submission_still_being_encoded_finish_on_this_batcher() ->
         return encode(examples)
 
     async def main() -> None:
-        b = MicroBatcher(slow_encode, model.predict)  # the default: encoded in the helper thread
+        b = batcher(slow_encode, model.predict)  # the default: encoded in the helper thread
         await b.start()
         in_flight = asyncio.create_task(b.submit([item(1)]))
         await asyncio.to_thread(encoding.wait, GUARD_S)
@@ -412,7 +427,7 @@ def test_stop_fails_submissions_still_waiting_to_be_encoded() -> None:
         return encode(examples)
 
     async def main() -> list[object]:
-        b = MicroBatcher(slow_encode, model.predict)
+        b = batcher(slow_encode, model.predict)
         await b.start()
         in_thread = asyncio.create_task(b.submit([item(1)]))
         await asyncio.to_thread(encoding.wait, GUARD_S)
@@ -431,7 +446,7 @@ def test_drain_gives_up_after_its_timeout_and_fails_what_is_left() -> None:
     model.gate.clear()
 
     async def main() -> None:
-        b = MicroBatcher(model.encode, model.predict)
+        b = batcher(model.encode, model.predict)
         await b.start()
         running = asyncio.create_task(b.submit([item(1)]))
         await wait_entered(model)
@@ -456,7 +471,7 @@ def test_by_default_every_submission_is_encoded_off_the_event_loop() -> None:
         return encode(examples)
 
     async def main() -> list[float]:
-        b = MicroBatcher(recording_encode, model.predict)
+        b = batcher(recording_encode, model.predict)
         await b.start()
         try:
             return [p.score for p in await b.submit([item(1)])]
@@ -479,7 +494,7 @@ def test_admission_refuses_what_would_wait_longer_than_max_queue_wait() -> None:
         await wait_entered(m)
         queued = asyncio.create_task(b.submit([item(3)]))  # admitted: the measured batches were fast
         await until(lambda: b.depth == 1)
-        b._seconds_per_token = 1.0  # as if each token took a second: the queue is 'slow'
+        b.estimator.seconds_per_token = 1.0  # as if each token took a second: the queue is 'slow'
         assert b.expected_wait_s is not None and b.expected_wait_s >= 4  # item 3's tokens, at least
         refusal = b.refusal(1)  # returned, for the server to answer before reading a body
         assert isinstance(refusal, Overloaded) and "SAFETY_MAX_QUEUE_WAIT_MS" in refusal.message
@@ -501,7 +516,7 @@ def test_the_running_batch_counts_in_the_expected_wait() -> None:
         running = asyncio.create_task(b.submit([item(2)]))
         await wait_entered(m)
         assert b.depth == 0
-        b._seconds_per_token = 1.0  # the batch now running would take seconds: nothing queued, still too long
+        b.estimator.seconds_per_token = 1.0  # the batch now running would take seconds: nothing queued, still too long
         assert b.expected_wait_s is not None and b.expected_wait_s > 0.5
         with pytest.raises(Overloaded):
             await b.submit([item(3)])
@@ -517,8 +532,8 @@ def test_announced_requests_count_until_queued_and_their_wait_counts_from_the_he
     async def body(b: MicroBatcher, m: FakeModel, o: RecordingObserver) -> None:
         await b.submit([item(1)])
         # 0.2 s an item; no encoding time, no headroom: the arithmetic stays exact on a busy machine
-        b._seconds_per_token, b._item_tokens, b._encode_seconds_per_item = 0.05, 4.0, 0.0
-        b._last_batch_s = 0.0
+        b.estimator.seconds_per_token, b.estimator.item_tokens, b.estimator.encode_seconds_per_item = 0.05, 4.0, 0.0
+        b.estimator.last_batch_s = 0.0
         announced = [b.announce() for _ in range(3)]  # 0, 0.2 and 0.4 s of work ahead of them
         assert all(isinstance(a, Announcement) for a in announced)
         assert b.expected_wait_s == pytest.approx(0.6)  # counted before their bodies are read
@@ -529,7 +544,7 @@ def test_announced_requests_count_until_queued_and_their_wait_counts_from_the_he
         first.settle()  # idempotent
         assert b.expected_wait_s == pytest.approx(0.4)
         await asyncio.sleep(0.55)  # the others' bodies are slow to come
-        b._seconds_per_token = 0.0
+        b.estimator.seconds_per_token = 0.0
         second = announced[1]
         assert isinstance(second, Announcement)
         (future,) = await b.enqueue([item(3)], second)  # queued: no longer counted as announced...
@@ -559,30 +574,58 @@ def test_items_that_waited_longer_than_max_queue_wait_are_refused_not_served_lat
     assert obs.shed == 1 and model.batches == [[1]]
 
 
+# -- the latency estimator alone: plain arithmetic, no event loop ------------------------------------
 def test_the_wait_limit_leaves_room_for_this_batch_its_recent_slowness_and_the_loop() -> None:
-    async def body(b: MicroBatcher, m: FakeModel, o: RecordingObserver) -> None:
-        assert b.wait_limit_s(0.1) == 1.0  # nothing measured yet: max_queue_wait_s
-        b._batch_s = 0.1  # one batch: the promise is an answer within 1.0 + 0.1 s
-        assert b.latency_bound_s == pytest.approx(1.1)
-        assert b.wait_limit_s(0.1) == 1.0  # never more than max_queue_wait_s
-        now = time.perf_counter()
-        b._slowness.extend([(now, 1.2), (now, 2.5), (now, 0.8)])  # the worst recent batch took 2.5x its prediction
-        b._loop_lag.append(0.05)
-        assert b.wait_limit_s(0.1) == pytest.approx(1.1 - 0.25 - 0.05)
-        assert b.wait_limit_s(10.0) == 0.5  # at least half: fresh items always run
-
-    run(body, max_queue_wait_s=1.0)
+    est = LatencyEstimator(max_batch_size=8, max_queue_wait_s=1.0)
+    assert est.wait_limit_s(0.1) == 1.0  # nothing measured yet: max_queue_wait_s
+    assert est.latency_bound_s is None
+    est.batch_s = 0.1  # one batch: the promise is an answer within 1.0 + 0.1 s
+    assert est.latency_bound_s == pytest.approx(1.1)
+    assert est.wait_limit_s(0.1) == 1.0  # never more than max_queue_wait_s
+    now = time.perf_counter()
+    est.slowness.extend([(now, 1.2), (now, 2.5), (now, 0.8)])  # the worst recent batch took 2.5x its prediction
+    est.loop_lag.append(0.05)
+    assert est.wait_limit_s(0.1) == pytest.approx(1.1 - 0.25 - 0.05)
+    assert est.wait_limit_s(10.0) == 0.5  # at least half: fresh items always run
 
 
 def test_a_stall_is_forgotten_and_the_slowness_factor_is_capped() -> None:
-    async def body(b: MicroBatcher, m: FakeModel, o: RecordingObserver) -> None:
-        now = time.perf_counter()
-        b._slowness.append((now - SLOWNESS_WINDOW_S - 1, 45.0))  # one stalled batch, a while ago
-        assert b._slowness_factor() == 1.0  # light traffic since: no half-full batch replaced it
-        b._slowness.append((now, 45.0))
-        assert b._slowness_factor() == MAX_SLOWNESS
+    est = LatencyEstimator(max_batch_size=8, max_queue_wait_s=1.0)
+    now = time.perf_counter()
+    est.slowness.append((now - SLOWNESS_WINDOW_S - 1, 45.0))  # one stalled batch, a while ago
+    assert est.slowness_factor() == 1.0  # light traffic since: no half-full batch replaced it
+    est.slowness.append((now, 45.0))
+    assert est.slowness_factor() == MAX_SLOWNESS
 
-    run(body, max_queue_wait_s=1.0)
+
+def test_the_estimator_learns_one_batch_from_half_full_batches_only_and_weighs_speed_by_fullness() -> None:
+    est = LatencyEstimator(max_batch_size=8, max_queue_wait_s=1.0)
+    assert est.expected_wait_s(100) is None  # nothing measured: no estimate, nothing refused
+    assert not est.learn_batch(items=1, padded=10, elapsed=0.1, predicted=None)  # a lone item: not "one batch"
+    assert est.seconds_per_token == pytest.approx(0.01) and est.batch_s is None
+    assert est.learn_batch(items=8, padded=100, elapsed=0.2, predicted=0.1)  # full: 0.002 s/token, weight 0.2
+    assert est.seconds_per_token == pytest.approx(0.8 * 0.01 + 0.2 * 0.002)
+    assert est.batch_s == pytest.approx(0.2) and est.latency_bound_s == pytest.approx(1.2)
+    assert est.slowness_factor() == pytest.approx(2.0)  # it took twice its prediction
+    spt = est.seconds_per_token
+    est.item_tokens, est.encode_seconds_per_item = 10.0, 0.001
+    assert est.expected_wait_s(queued_tokens=50, to_encode=2) == pytest.approx(2 * 0.001 + (50 + 20) * spt)
+    est.started(padded=100)  # a batch running now counts with what is left of it
+    assert est.expected_wait_s(queued_tokens=50) > 50 * spt
+    est.ended()
+    assert est.expected_wait_s(queued_tokens=50) == pytest.approx(50 * spt)
+
+
+def test_the_estimator_refuses_when_the_queued_work_and_one_batch_would_pass_the_limit() -> None:
+    est = LatencyEstimator(max_batch_size=8, max_queue_wait_s=1.0)
+    est.learn_batch(items=8, padded=100, elapsed=0.2, predicted=None)  # one batch: 0.2 s
+    assert est.refusal(0.7, retry_after_s=1) is None  # 0.7 + 0.2 of headroom <= 1.0
+    refused = est.refusal(0.9, retry_after_s=3)
+    assert isinstance(refused, Overloaded) and refused.headers == {"Retry-After": "3"}
+    assert "SAFETY_MAX_QUEUE_WAIT_MS (1000 ms)" in refused.message
+    # a submission of three batches: each item's own batches ahead of it are not held against it
+    assert est.own_waits([(8, 100), (8, 100), (2, 20)]) == [0.0] * 8 + [0.2] * 8 + [0.4] * 2
+    assert est.own_waits([(5, 60)]) == [0.0] * 5
 
 
 def test_an_item_that_could_not_be_answered_within_the_bound_is_refused_before_its_batch() -> None:
@@ -595,8 +638,8 @@ def test_an_item_that_could_not_be_answered_within_the_bound_is_refused_before_i
         old = asyncio.create_task(b.submit([item(2)]))
         await until(lambda: b.depth == 1)
         # measured: one batch 0.1 s, batches lately up to 3x slower than predicted; this batch: ~0.1 s
-        b._batch_s, b._seconds_per_token = 0.1, 0.1 / 8
-        b._slowness.append((time.perf_counter(), 3.0))
+        b.estimator.batch_s, b.estimator.seconds_per_token = 0.1, 0.1 / 8
+        b.estimator.slowness.append((time.perf_counter(), 3.0))
         await asyncio.sleep(0.9)  # waited 0.9 s: under max_queue_wait_s (1 s), but 0.9 + 3 x 0.1 > 1.1 s
         fresh = asyncio.create_task(b.submit([item(3)]))
         await until(lambda: b.depth == 2)
@@ -635,8 +678,8 @@ def test_one_batch_longer_than_the_wait_bound_does_not_refuse_the_requests_after
     async def body(b: MicroBatcher, m: FakeModel, o: RecordingObserver) -> None:
         await b.submit([item(1)])
         # a maximal batch request ran 2 s against a 0.5 s bound; the batcher is idle again
-        b._batch_s = b._last_batch_s = 2.0
-        b._seconds_per_token = 0.001
+        b.estimator.batch_s = b.estimator.last_batch_s = 2.0
+        b.estimator.seconds_per_token = 0.001
         assert b.refusal(1) is None  # nothing ahead: admitted (it used to be refused for ever)
         assert [p.score for p in await b.submit([item(2)])] == [0.002]
 
@@ -672,7 +715,7 @@ def test_concurrent_submissions_are_encoded_together_and_a_failing_one_is_isolat
         return encode(examples)
 
     async def main() -> list[object]:
-        b = MicroBatcher(counting_encode, model.predict)
+        b = batcher(counting_encode, model.predict)
         await b.start()
         try:
             subs = [b.submit([item(i)]) for i in range(1, 9)]

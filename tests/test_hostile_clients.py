@@ -354,7 +354,7 @@ def overloaded() -> Iterator[tuple[LiveServer, FakeClassifier]]:
             blocker.start()
             assert fake.entered.wait(GUARD_S)
             batcher = live.app.state.safety.batcher
-            batcher._seconds_per_token = 10.0  # the held batch: seconds of work left
+            batcher.estimator.seconds_per_token = 10.0  # the held batch: seconds of work left
             assert batcher.refusal(1) is not None
             try:
                 yield live, fake

@@ -490,7 +490,9 @@ def _build_router(state: ServiceState) -> APIRouter:
             "max_batch_size": state.settings.max_batch_size,
             "max_batch_tokens": state.settings.max_batch_tokens,
             "max_queue_wait_ms": state.settings.max_queue_wait_ms,
-            "latency_bound_ms": _ms_or_none(state.batcher.latency_bound_s if state.batcher is not None else None),
+            "latency_bound_ms": _ms_or_none(
+                state.batcher.estimator.latency_bound_s if state.batcher is not None else None
+            ),
         }
         return card
 

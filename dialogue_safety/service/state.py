@@ -155,13 +155,9 @@ class ServiceState:
         batcher = MicroBatcher(
             classifier.encode,
             classifier.predict_encoded,
-            max_batch_size=s.max_batch_size,
-            max_batch_tokens=s.max_batch_tokens,
-            max_wait_s=s.max_wait_s,
-            queue_size=s.queue_size,
-            observer=self.metrics,
-            retry_after_s=s.retry_after_s,
+            s,
             max_queue_wait_s=s.max_queue_wait_s,
+            observer=self.metrics,
         )
         await batcher.start()
         previous = self.batcher
