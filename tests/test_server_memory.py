@@ -1,4 +1,4 @@
-"""Freed request buffers go back to the system (dialogue_safety.service.server.fix_trim_threshold), checked in a
+"""Freed request buffers go back to the system (dialogue_safety.service.memory.fix_trim_threshold), checked in a
 fresh interpreter. glibc raises its mmap threshold when a large mmapped block is freed (an 8 MB
 request body), so the 1 MB buffers of a later burst come from the heap, where whether they go back
 after being freed depends on what else sits above them (the address layout: it varied between 3 of
@@ -17,7 +17,7 @@ import pytest
 
 PROBE = """
 import ctypes, gc, sys
-from dialogue_safety.service.server import fix_trim_threshold
+from dialogue_safety.service.memory import fix_trim_threshold
 class MallInfo2(ctypes.Structure):
     _fields_ = [(n, ctypes.c_size_t) for n in (
         "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
@@ -57,14 +57,14 @@ def test_a_burst_of_buffers_is_given_back_after_the_fix() -> None:
 def test_freed_memory_goes_back_after_activity_only(monkeypatch: pytest.MonkeyPatch) -> None:
     import asyncio
 
-    from dialogue_safety.service import server
+    from dialogue_safety.service import memory, server
 
     trims: list[int] = []
-    monkeypatch.setattr(server, "_malloc_trim", lambda: lambda pad: trims.append(pad) or 1)
+    monkeypatch.setattr(memory, "_malloc_trim", lambda: lambda pad: trims.append(pad) or 1)
     guard = server.ConnectionGuard(max_connections=10, header_timeout_s=1.0)
 
     async def scenario() -> list[int]:
-        task = server.give_back_freed_memory(guard, every_s=0.1)
+        task = memory.give_back_freed_memory(guard, every_s=0.1)
         assert task is not None and guard.trimmer is task
         counts = []
         await asyncio.sleep(0.35)

@@ -536,7 +536,7 @@ def create_app(
 ) -> FastAPI:
     """Build the app; ``settings`` default to the ``SAFETY_*`` environment. ``on_fatal`` is called
     (on the event loop) when the model cannot be loaded: the CLI stops the server then; ``on_ready``
-    once the first model serves: the CLI settles the heap then (:func:`dialogue_safety.service.server.settle_heap`)."""
+    once the first model serves: the CLI settles the heap then (:func:`dialogue_safety.service.memory.settle_heap`)."""
     settings = settings if settings is not None else ServiceSettings()
     state = ServiceState(settings, classifier_factory or load_onnx_classifier, on_fatal, on_ready)
     swapper = ModelSwapper(state)

@@ -74,6 +74,13 @@ def is_protected(path: str, public_docs: bool) -> bool:
     return _under(path, DOCS_PATHS)
 
 
+def key_matches(headers: Iterable[tuple[bytes, bytes]], api_key: bytes) -> bool:
+    """Whether the request's headers carry ``api_key`` (:func:`supplied_key_in`), compared in constant
+    time: the one key comparison (this middleware, and the server's admission from a request head)."""
+    key = supplied_key_in(headers)
+    return key is not None and hmac.compare_digest(key, api_key)
+
+
 def supplied_key(scope: Scope) -> bytes | None:
     """The key from ``X-API-Key`` or ``Authorization: Bearer``, if any."""
     return supplied_key_in(scope["headers"])
@@ -112,10 +119,8 @@ class ApiKeyMiddleware:
         path = scope["path"]
         if self.api_key is None:
             return Unauthorized(ADMIN_OFF_MESSAGE) if is_admin(path) else None
-        if is_protected(path, self.public_docs):
-            key = supplied_key(scope)
-            if key is None or not hmac.compare_digest(key, self.api_key):
-                return Unauthorized()
+        if is_protected(path, self.public_docs) and not key_matches(scope["headers"], self.api_key):
+            return Unauthorized()
         return None
 
 

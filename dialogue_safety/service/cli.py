@@ -81,7 +81,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety serve")
         print(f"{prog}: {problem}; {hint}", file=sys.stderr)
         return 2
 
-    from dialogue_safety.service.server import fix_trim_threshold, give_back_freed_memory, settle_heap, uvicorn_config
+    from dialogue_safety.service.memory import fix_trim_threshold, give_back_freed_memory, settle_heap
+    from dialogue_safety.service.server import uvicorn_config
 
     fix_trim_threshold()  # before the model and the first request bodies are allocated
     import uvicorn

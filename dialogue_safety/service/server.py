@@ -1,7 +1,10 @@
 """How uvicorn runs the app: connection limits, header and keep-alive timeouts, the access log.
 
-uvicorn (0.3x) neither caps open connections nor times out a connection that never finishes its
-request head, so idle or slow clients could hold every file descriptor. :func:`uvicorn_config`
+uvicorn (0.54; pinned to that minor version in pyproject.toml, because the early answer below goes
+through its private request-cycle API: tests/test_uvicorn_contract.py fails loudly when it changes)
+neither caps open connections nor times out a connection that never finishes its request head, so
+idle or slow clients could hold every file descriptor. In production a reverse proxy in front can do
+this work instead (docs/api.md, "Behind a reverse proxy"). :func:`uvicorn_config`
 builds the one configuration the CLI and the tests use, with a protocol class that
 
 * at ``max_connections`` open connections (capped below the process's open-files limit,
@@ -16,21 +19,16 @@ builds the one configuration the CLI and the tests use, with a protocol class th
   middleware or body parsing, so that refusing most requests under overload stays far cheaper
   than answering them (the body that follows is skipped; the connection stays open);
 
-and an access-log filter that drops query strings. :func:`settle_heap` keeps what is loaded at
-start out of the garbage collector's way (the CLI calls it once the model serves);
-:func:`fix_trim_threshold` and :func:`give_back_freed_memory` give memory freed after a burst back. Request bodies
-are guarded by :class:`dialogue_safety.service.limits.BodyGuardMiddleware` (size, time, in-flight bytes).
+and an access-log filter that drops query strings. Memory (garbage collector and allocator) tuning
+lives in :mod:`dialogue_safety.service.memory`; request bodies are guarded by
+:class:`dialogue_safety.service.limits.BodyGuardMiddleware` (size, time, in-flight bytes).
 """
 
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import gc
 import logging
-import os
 import resource
-import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -49,10 +47,6 @@ EarlyAdmission = Callable[[bytes, bytes, Sequence[tuple[bytes, bytes]], dict[str
 log = logging.getLogger("dialogue_safety.service.server")
 FD_RESERVE = 128  # descriptors kept for the model, logs, and the process itself
 WARN_EVERY_S = 10.0
-GC_FULL_EVERY = 1000  # younger collections between two full ones (CPython's default: 10)
-M_TRIM_THRESHOLD = -1  # glibc's mallopt parameter number
-TRIM_THRESHOLD_BYTES = 128 * 1024  # glibc's own default, made fixed
-TRIM_EVERY_S = 1.0  # how often freed memory goes back to the system, after connection activity
 
 
 def raise_open_files_limit() -> int:
@@ -65,80 +59,6 @@ def raise_open_files_limit() -> int:
         except (ValueError, OSError):
             pass
     return soft if soft != resource.RLIM_INFINITY else 1 << 20
-
-
-def settle_heap() -> None:
-    """Keep the long-lived heap out of the garbage collector's scans, once the model serves.
-
-    The app, the model and the tokenizer hold about a million Python objects that live as long as
-    the process. Under load, requests in flight survive the young collections, so the oldest
-    generation keeps growing and CPython runs a full collection about every second; each one
-    scanned the whole heap (~100 ms on our 2-core machines) with the event loop stopped: every
-    answer due then, 429s included, waited. So: collect once, freeze what is left (still freed by
-    reference counting, never scanned again), and run full collections 100 times less often (what
-    they find under load is a few hundred objects of reference cycles). Under overload the requests
-    waiting their turn are the rest of the heap (~1,000 requests with their connections at a 1 s
-    queue bound): with full collections only 10 times rarer than CPython's default, their pauses put
-    the 429s' p99 at 60-110 ms in 5 of 6 runs of `bench abuse --attacks "overload 4x"`; 100 times
-    rarer, 12-14 ms in 3 of 3; never, 15 ms."""
-    gc.collect()
-    gc.freeze()
-    young, middle, oldest = gc.get_threshold()
-    gc.set_threshold(young, middle, max(oldest, GC_FULL_EVERY))
-
-
-def fix_trim_threshold() -> bool:
-    """Let glibc give freed memory back to the system after a burst (Linux with glibc; True if set).
-
-    glibc raises its mmap and trim thresholds each time a large mmapped block is freed (a 2 MB
-    request body is one), so the buffers of a later burst (a thousand slow or partial bodies) come
-    from the heap and stay mapped after they are freed: RSS stayed ~70 MiB above its baseline after
-    `bench abuse`'s slow-body attack. Fixing the trim threshold at glibc's default turns that
-    adjustment off (as ``MALLOC_TRIM_THRESHOLD_`` would; a value set there is left alone).
-    Call before the first large allocation."""
-    mallopt = _glibc("mallopt")
-    if mallopt is None or "MALLOC_TRIM_THRESHOLD_" in os.environ:
-        return False
-    return bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES))
-
-
-def _glibc(name: str) -> Callable[..., int] | None:
-    """A glibc allocator function (None elsewhere: not Linux, or musl)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        function: Callable[..., int] = getattr(ctypes.CDLL("libc.so.6"), name)
-    except (OSError, AttributeError):
-        return None
-    return function
-
-
-def _malloc_trim() -> Callable[[int], int] | None:
-    """glibc's ``malloc_trim`` (None elsewhere)."""
-    return _glibc("malloc_trim")
-
-
-def give_back_freed_memory(guard: ConnectionGuard, every_s: float = TRIM_EVERY_S) -> asyncio.Task[None] | None:
-    """Every ``every_s``, if connections came, went or sent requests since the last time, give the
-    memory freed since back to the system (glibc's ``malloc_trim``; None where there is none, and
-    no task). The fixed trim threshold (:func:`fix_trim_threshold`) returns the top of the heap;
-    this also returns free pages inside it. A trim takes ~2 ms on the event loop when a burst was
-    freed (0.03 ms when there is nothing to return), so once a second costs the loop ~0.2 % at most.
-    The task is kept on ``guard`` (``guard.trimmer``)."""
-    trim = _malloc_trim()
-    if trim is None:
-        return None
-
-    async def watch() -> None:
-        trimmed = guard.activity
-        while True:
-            await asyncio.sleep(every_s)
-            if guard.activity != trimmed:
-                trimmed = guard.activity
-                trim(0)
-
-    guard.trimmer = asyncio.get_running_loop().create_task(watch(), name="safety-give-back-freed-memory")
-    return guard.trimmer
 
 
 def connection_cap(settings: ServiceSettings) -> int:
@@ -170,7 +90,7 @@ class ConnectionGuard:
         self.evicted = 0
         self.timed_out = 0
         self.waiting: dict[Any, None] = {}  # connections waiting for a request head, oldest first
-        self.activity = 0  # connections opened or closed and request heads received (give_back_freed_memory)
+        self.activity = 0  # connections opened or closed and request heads received (memory.give_back_freed_memory)
         self.trimmer: asyncio.Task[None] | None = None
         self._last_warning = 0.0
 

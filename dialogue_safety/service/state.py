@@ -10,7 +10,6 @@ the threshold in force, and refuses early what an overloaded batcher would refus
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -24,7 +23,7 @@ from dialogue_safety.core.errors import NotReady
 from dialogue_safety.core.model_card import ModelCard
 from dialogue_safety.core.schema import Example, Label, Prediction
 from dialogue_safety.core.scoring import is_offensive, threshold_in_force
-from dialogue_safety.service.auth import api_key_of, supplied_key_in
+from dialogue_safety.service.auth import api_key_of, key_matches
 from dialogue_safety.service.batcher import Announcement, MicroBatcher
 from dialogue_safety.service.errors import Overloaded
 from dialogue_safety.service.settings import ServiceSettings
@@ -32,7 +31,6 @@ from dialogue_safety.service.telemetry import ServiceMetrics
 
 log = logging.getLogger("dialogue_safety.service.state")
 CLASSIFY_PATHS = frozenset({"/v1/classify", "/v1/classify/batch"})  # what an overloaded service refuses early
-CLASSIFY_TARGETS = frozenset(p.encode() for p in CLASSIFY_PATHS)
 ANNOUNCEMENT = "safety.announcement"  # scope key: the batcher's Announcement of a request admitted from its head
 
 
@@ -102,7 +100,7 @@ class ServiceState:
         self.settings = settings
         self.on_fatal = on_fatal  # called when the model cannot load: the CLI stops the server (exit status 3)
         self.on_ready = (
-            on_ready  # called once the first model serves: the CLI freezes the heap (dialogue_safety.service.server)
+            on_ready  # called once the first model serves: the CLI freezes the heap (dialogue_safety.service.memory)
         )
         self.factory = factory
         self.limits = settings.limits
@@ -202,13 +200,20 @@ class ServiceState:
             raise NotReady(retry_after_s=self.settings.retry_after_s)
         return self.served
 
-    def early_refusal(self, method: str, path: str) -> Overloaded | None:
-        """The 429 a classification request gets before its body is read: when the batcher would
-        refuse even one item now (its queued work would take longer than ``max_queue_wait_ms``, or
-        the queue is full). None: go on (requests that pass are checked again when queued)."""
-        if method != "POST" or path not in CLASSIFY_PATHS or not self.ready or self.batcher is None:
+    def refusing_batcher(self, method: str, path: str) -> MicroBatcher | None:
+        """The early-refusal rule, the one place it is written: a classification request (``POST`` to
+        ``CLASSIFY_PATHS``) to a ready service may be refused before its body is read, by the batcher
+        returned here, when even one more item would be refused now (its queued work would take longer
+        than the queue-wait bound, or the queue is full). None: the request goes on (requests that
+        pass are checked again when queued)."""
+        if method != "POST" or path not in CLASSIFY_PATHS or not self.ready:
             return None
-        return self.batcher.refusal(1)
+        return self.batcher
+
+    def early_refusal(self, method: str, path: str) -> Overloaded | None:
+        """The 429 a request gets before its body is read (:meth:`refusing_batcher`), or None."""
+        batcher = self.refusing_batcher(method, path)
+        return None if batcher is None else batcher.refusal(1)
 
     def admit_from_head(
         self, method: bytes, target: bytes, headers: Sequence[tuple[bytes, bytes]], scope: dict[str, Any]
@@ -218,20 +223,16 @@ class ServiceState:
         batcher (counted in its wait estimate until it is queued; ``scope`` carries the
         announcement to the handler). Authenticated requests only (a wrong key still gets its 401
         from the app); the refusal is counted in the request metrics here."""
-        path = target.partition(b"?")[0]
-        if path not in CLASSIFY_TARGETS or method != b"POST" or not self.ready or self.batcher is None:
+        route = target.partition(b"?")[0].decode("latin-1")
+        batcher = self.refusing_batcher(method.decode("latin-1"), route)
+        if batcher is None or (self.api_key is not None and not key_matches(headers, self.api_key)):
             return None
-        if self.api_key is not None:
-            key = supplied_key_in(headers)
-            if key is None or not hmac.compare_digest(key, self.api_key):
-                return None
         start = time.perf_counter()
-        verdict = self.batcher.announce()
+        verdict = batcher.announce()
         if isinstance(verdict, Announcement):
             scope[ANNOUNCEMENT] = verdict
             return None
         if verdict is not None:
-            route = path.decode("ascii")
             self.metrics.requests.labels(route=route, status="429").inc()
             self.metrics.request_latency.labels(route=route).observe(time.perf_counter() - start)
         return verdict
