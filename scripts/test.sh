@@ -19,6 +19,7 @@ if ! have_pg || ! command -v chromium >/dev/null; then
 fi
 # lint, types and the Dockerfile first (each pinned in the dev extra), then the tests
 "$venv/bin/ruff" check .
+"$venv/bin/ruff" format --check .
 "$venv/bin/mypy" dialogue_safety
 "$venv/bin/hadolint" Dockerfile
 exec "$venv/bin/python" -m pytest -q "$@"

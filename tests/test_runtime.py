@@ -7,7 +7,9 @@ import random
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -87,7 +89,23 @@ def test_attributes(clf: OnnxClassifier, model_dir: Path) -> None:
     assert clf.variant == "fp32" and clf.provider == "CPUExecutionProvider"
     assert clf.path == model_dir / "model.fp32.onnx"
     assert clf.encoder.config == clf.card.encoding_config
-    assert clf.warmup() >= 0
+
+
+def test_warmup_runs_each_shape_and_reports_the_time_it_took(
+    clf: OnnxClassifier, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[int] = []
+    predict = clf.predict
+
+    def counting(examples: Any, threshold: float | None = None) -> Any:
+        calls.append(len(examples))
+        return predict(examples, threshold)
+
+    monkeypatch.setattr(clf, "predict", counting)
+    start = time.perf_counter()
+    took = clf.warmup(rounds=2)
+    assert 0 < took <= time.perf_counter() - start
+    assert calls == [1, 1, 16, 1, 1, 16]  # a short dialogue, a long one and a mixed batch, each round
 
 
 def test_scores_follow_the_card(clf: OnnxClassifier) -> None:

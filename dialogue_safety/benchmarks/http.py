@@ -260,7 +260,7 @@ async def run_overload(server: Server, bodies: list[bytes], plan: HttpPlan, capa
     }
 
 
-def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety bench http") -> int:
+def build_parser(prog: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0] if __doc__ else None)
     p.add_argument("--model", type=Path, default=None, help=f"ONNX model directory (default {default_model_dir()})")
     p.add_argument("--variant", default=None, help="ONNX variant for the runtime and the service")
@@ -302,7 +302,11 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety bench h
     )
     p.add_argument("--smoke", action="store_true", help="every phase for a moment (tests; no targets)")
     p.add_argument("--json", type=Path, default=None, help="also write the JSON report here")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety bench http") -> int:
+    args = build_parser(prog).parse_args(argv)
     plan = make_plan(args)
     model_dir = (args.model or default_model_dir()).resolve()
     problem = model_dir_problem(model_dir)

@@ -49,7 +49,6 @@ from dialogue_safety.breakit.game import Mode, TaskProgress, Verdict, fooled, is
 from dialogue_safety.core.schema import Label
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
-DEFAULT_DB_FILE = "breakit.sqlite3"
 SQLITE_BUSY_TIMEOUT_MS = 10_000
 
 

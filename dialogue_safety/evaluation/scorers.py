@@ -16,7 +16,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 from tqdm.auto import tqdm
 
-from dialogue_safety.core.model_dir import ARTIFACT_FILE, kind
+from dialogue_safety.core.model_dir import kind
 from dialogue_safety.core.schema import Example, Turn
 
 
@@ -31,9 +31,6 @@ class Scorer(Protocol):
     def threshold(self) -> float: ...
 
     def predict_proba(self, examples: Sequence[Example]) -> np.ndarray: ...
-
-
-ONNX_FILE = ARTIFACT_FILE  # kept for callers of this module
 
 
 class ClassifierScorer:
