@@ -540,3 +540,44 @@ def test_the_request_history_limit_is_not_the_encoding_setting(
     with pytest.raises(InvalidInput, match="SAFETY_MAX_REQUEST_HISTORY_TURNS") as refused:
         Limits(max_request_history_turns=1).check_item("x", ["a", "b"])
     assert refused.value.code == "too_many_history_turns"
+
+
+class SlowFakeClassifier(FakeClassifier):
+    """A machine where a full batch of 64 takes ~0.5 s (8 ms an item), as on the slower CPUs."""
+
+    def predict_encoded(self, encoded: Any, threshold: float | None = None) -> Any:
+        time.sleep(0.008 * len(encoded))
+        return super().predict_encoded(encoded, threshold)
+
+
+def test_unset_the_queue_wait_bound_follows_the_machine_and_polite_clients_at_capacity_are_not_refused() -> None:
+    fake = SlowFakeClassifier()
+    # max_queue_wait_ms=None: the service's default (the test helper's generous bound is not used)
+    with live_server(classifier=fake, max_queue_wait_ms=None) as live, live.client() as c:
+        serving = c.get("/v1/model").json()["serving"]
+        measured = len(fake.batches)  # the warm-up's timed full batches
+
+        def polite_client(statuses: list[int]) -> None:  # 32-item batches, one after the other
+            with httpx.Client(base_url=live.url, timeout=30) as own:
+                for _ in range(3):
+                    statuses.append(own.post(BATCH, json={"items": [f"text {i}" for i in range(32)]}).status_code)
+
+        statuses: list[int] = []
+        clients = [threading.Thread(target=polite_client, args=(statuses,)) for _ in range(4)]
+        for t in clients:
+            t.start()
+        for t in clients:
+            t.join(60)
+    assert measured > 0
+    assert serving["max_queue_wait_source"] == "measured"
+    assert 400 <= serving["full_batch_ms"] < 2000  # 64 x 8 ms, and scheduling
+    assert serving["max_queue_wait_ms"] == pytest.approx(3 * serving["full_batch_ms"], abs=0.2)
+    assert statuses == [200] * 12  # 4 clients x 3 requests of 32 items: none refused
+
+
+def test_a_queue_wait_bound_that_is_set_is_kept_and_nothing_is_timed() -> None:
+    fake = FakeClassifier()
+    with live_server(classifier=fake, max_queue_wait_ms=700) as live, live.client() as c:
+        serving = c.get("/v1/model").json()["serving"]
+    assert serving["max_queue_wait_ms"] == 700 and serving["max_queue_wait_source"] == "setting"
+    assert serving["full_batch_ms"] is None and fake.batches == []

@@ -767,3 +767,31 @@ def test_the_token_budget_counts_every_window_of_a_long_utterance() -> None:
     # counted as items (what the budget was before windows), all three would have fitted in one call
     _, model, obs = run(body, WindowedModel(), max_batch_tokens=30)
     assert model.batches == [[1], [2, 3]] and obs.batches == [(1, 30), (2, 20)]
+
+
+def test_the_default_queue_wait_is_three_full_batches_at_least_one_second() -> None:
+    from dialogue_safety.service.latency import default_queue_wait_s
+
+    assert default_queue_wait_s(None) == 1.0  # not measured: the old fixed default
+    assert default_queue_wait_s(0.1) == 1.0  # a fast machine: unchanged
+    assert default_queue_wait_s(0.5) == pytest.approx(1.5)  # one batch of 64 = 0.5 s: three of them
+
+
+def test_a_full_batch_is_timed_in_the_calls_the_batcher_makes() -> None:
+    from dialogue_safety.service.latency import measure_full_batch_s, typical_example
+
+    calls: list[int] = []
+    model = FakeModel()
+
+    def encode(examples: Sequence[Example]) -> list[EncodedExample]:
+        assert all(e == typical_example() for e in examples)
+        return model.encode([item(i, 40) for i in range(len(examples))])
+
+    def predict(encoded: list[EncodedExample]) -> list[Prediction]:
+        calls.append(len(encoded))
+        time.sleep(0.01)
+        return model.predict(encoded)
+
+    took = measure_full_batch_s(encode, predict, max_batch_size=16, max_batch_tokens=160, rounds=2)
+    assert calls == [4, 4, 4, 4] * 2  # 16 items of 40 tokens in calls of 160 padded tokens, twice
+    assert 0.04 <= took < 1.0  # the faster round: four calls of 10 ms

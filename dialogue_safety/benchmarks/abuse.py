@@ -64,7 +64,6 @@ from dialogue_safety.benchmarks.local_server import (
     service_env,
 )
 from dialogue_safety.core.model_dir import default_model_dir
-from dialogue_safety.service.settings import ServiceSettings
 
 # what a client sees when the server closes its connection (a cap, a timeout) mid-request
 CLOSED = (OSError, TimeoutError, asyncio.IncompleteReadError, IndexError, ValueError)
@@ -373,9 +372,11 @@ def _stats_ms(values: Sequence[float]) -> dict[str, float | None]:
 
 
 async def attack_open_loop(
-    url: str, factor: float, duration_s: float, max_wait_ms: float, server_pid: int
+    url: str, factor: float, duration_s: float, max_wait_ms: float | None, server_pid: int
 ) -> tuple[str, dict[str, Any]]:
     """``factor`` x the capacity measured just before, as an open loop (see :class:`load_generator.OpenLoop`)."""
+    if max_wait_ms is None:  # SAFETY_MAX_QUEUE_WAIT_MS unset: the bound the server derived at warm-up
+        max_wait_ms = await _queue_wait_ms(url)
     port = int(url.rsplit(":", 1)[1])
     capacity = await measure_capacity(port, 64, 1.0, min(5.0, duration_s))
     rate = max(1.0, factor * capacity)
@@ -482,13 +483,18 @@ async def attack_bad_inputs(url: str) -> tuple[str, dict[str, Any]]:
     return did, {"statuses": results}
 
 
-async def _metrics(url: str) -> str:
+async def _metrics(url: str, path: str = "/metrics") -> str:
     client = RawHttpClient(url, 10.0)
     reader, writer = await client._connect()
-    writer.write(f"GET /metrics HTTP/1.1\r\nHost: {HOST}\r\nConnection: close\r\n\r\n".encode())
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: {HOST}\r\nConnection: close\r\n\r\n".encode())
     data = await reader.read()
     await client.close()
     return data.split(b"\r\n\r\n", 1)[1].decode(errors="replace")
+
+
+async def _queue_wait_ms(url: str) -> float:
+    """The queue-wait bound the server applies (GET /v1/model: the setting, or measured at warm-up)."""
+    return float(json.loads(await _metrics(url, "/v1/model"))["serving"]["max_queue_wait_ms"])
 
 
 # -- the run ---------------------------------------------------------------------------------------
@@ -656,9 +662,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety bench a
         args.idle, args.slow_bodies, args.largest, args.overload, args.hangups = 60, 20, 2, 32, 5
         args.duration_s, args.hold_s, args.idle_probe_s, args.settle_s = 1.5, 3.0, 1.0, 0.5
     settings = server_settings(args.server_setting)
-    args.max_queue_wait_ms = float(
-        settings.get("max_queue_wait_ms", ServiceSettings.model_fields["max_queue_wait_ms"].default)
-    )
+    wait = settings.get("max_queue_wait_ms")  # None: the server derives it at warm-up (asked for in the attack)
+    args.max_queue_wait_ms = None if wait is None else float(wait)
     if args.smoke:
         settings = {"header_timeout_s": "1", "body_timeout_s": "1", "max_connections": "40", **settings}
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

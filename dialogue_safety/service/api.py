@@ -477,10 +477,11 @@ def _build_router(state: ServiceState) -> APIRouter:
 
     @v1.get("/model", summary="The model card of the model being served")
     async def model_card() -> dict[str, Any]:
-        state.require_ready()
+        served = state.require_served()
         classifier = state.classifier
         assert classifier is not None
         card = classifier.card.model_dump(mode="json")
+        batcher = served.batcher
         card["serving"] = {
             "model": state.model_id,
             "package_version": _package_version(),
@@ -489,10 +490,11 @@ def _build_router(state: ServiceState) -> APIRouter:
             "threshold": state.default_threshold,
             "max_batch_size": state.settings.max_batch_size,
             "max_batch_tokens": state.settings.max_batch_tokens,
-            "max_queue_wait_ms": state.settings.max_queue_wait_ms,
-            "latency_bound_ms": _ms_or_none(
-                state.batcher.estimator.latency_bound_s if state.batcher is not None else None
-            ),
+            "max_queue_wait_ms": _ms_or_none(batcher.max_queue_wait_s),
+            # where the bound comes from: the setting, or (unset) full batches as measured at warm-up
+            "max_queue_wait_source": "setting" if state.settings.max_queue_wait_ms is not None else "measured",
+            "full_batch_ms": _ms_or_none(served.full_batch_s),
+            "latency_bound_ms": _ms_or_none(batcher.estimator.latency_bound_s),
         }
         return card
 

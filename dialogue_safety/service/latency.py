@@ -18,20 +18,29 @@ not assumed. Items that waited less than half of ``max_queue_wait_s`` are always
 before promise: if the machine turns very slow, fresh items are still served), and a submission
 of more items than one batch is not held to the bound for the time its own first batches take.
 
+Unless the operator sets it, ``max_queue_wait_s`` itself follows the machine:
+:func:`default_queue_wait_s` (at least ``QUEUE_WAIT_BATCHES`` full batches as measured at warm-up by
+:func:`measure_full_batch_s`, and at least ``MIN_QUEUE_WAIT_S``), so that polite clients at capacity
+are not refused on a slow machine (the docs' rule: keep the bound at three full batches or more).
 """
 
 from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
+from dialogue_safety.core.batch_budget import token_budget_batches
+from dialogue_safety.core.encoding import EncodedExample
+from dialogue_safety.core.schema import Example, Prediction, Turn
 from dialogue_safety.service.errors import Overloaded
 
 RECENT_BATCHES = 32  # batches whose slowness and loop lag bound the next prediction (~5 s under load)
 SLOWNESS_WINDOW_S = 10.0  # a batch's slowness counts this long (then light traffic forgets one stall)
 MAX_SLOWNESS = 3.0  # the slowness factor at most (a stall must not make every estimate absurd)
 TYPICAL_ITEM_TOKENS = 64.0  # tokens per item assumed before any was encoded
+MIN_QUEUE_WAIT_S = 1.0  # the queue-wait bound at least, when derived from the machine
+QUEUE_WAIT_BATCHES = 3  # ... and at least this many full batches as measured at warm-up
 
 
 class LatencyEstimator:
@@ -185,3 +194,44 @@ class LatencyEstimator:
             waits += [ahead] * items
             ahead += padded * spt * slowness
         return waits
+
+
+def default_queue_wait_s(full_batch_s: float | None) -> float:
+    """``max_queue_wait_s`` when the operator sets none: at least ``QUEUE_WAIT_BATCHES`` full batches
+    (``full_batch_s``, measured at warm-up) and at least ``MIN_QUEUE_WAIT_S``."""
+    if full_batch_s is None:
+        return MIN_QUEUE_WAIT_S
+    return max(MIN_QUEUE_WAIT_S, QUEUE_WAIT_BATCHES * full_batch_s)
+
+
+def typical_example() -> Example:
+    """A dialogue of about ``TYPICAL_ITEM_TOKENS`` tokens (two short turns and a reply)."""
+    return Example(
+        utterance="honestly I think that is a terrible idea and you should not do it again, nobody liked it",
+        history=(
+            Turn("I was thinking of painting the whole house bright orange this weekend, what do you say?"),
+            Turn("that sounds like a lot of work; have you asked your family about the colour first?"),
+        ),
+    )
+
+
+def measure_full_batch_s(
+    encode: Callable[[Sequence[Example]], list[EncodedExample]],
+    predict: Callable[[list[EncodedExample]], list[Prediction]],
+    max_batch_size: int,
+    max_batch_tokens: int,
+    rounds: int = 2,
+) -> float:
+    """Seconds one full batch of typical dialogues takes (``max_batch_size`` items, run in the calls of
+    ``max_batch_tokens`` the batcher makes), the fastest of ``rounds``. Call in a thread, after
+    warm-up: at start it blocks for a few batches."""
+    encoded = encode([typical_example()] * max_batch_size)
+    widths, rows = [e.width for e in encoded], [len(e.rows) for e in encoded]  # as the batcher cuts them
+    calls = [list(c) for c in token_budget_batches(widths, max_batch_tokens, max_batch_size, rows)]
+    best = float("inf")
+    for _ in range(max(1, rounds)):
+        start = time.perf_counter()
+        for call in calls:
+            predict([encoded[i] for i in call])
+        best = min(best, time.perf_counter() - start)
+    return best

@@ -69,14 +69,15 @@ class ServiceSettings(BaseSettings):
     queue_size: int = Field(
         default=1024, ge=1, description="items waiting for inference at most (a hard cap; beyond: 429)"
     )
-    max_queue_wait_ms: float = Field(
-        default=1000.0,
+    max_queue_wait_ms: float | None = Field(
+        default=None,
         gt=0.0,
         description="how long an accepted item may wait for inference: an accepted request is answered within this "
         "plus one batch (plus its own first batches when it has more items than one batch); a request whose "
         "wait, estimated from the measured throughput, would be longer gets 429 at once; an item that could no "
         "longer be answered in time when its batch forms is refused, not served late (the queue bound = "
-        "throughput x this wait)",
+        "throughput x this wait). Unset: three full batches as measured at warm-up, at least 1000 ms (the value "
+        "in force is in GET /v1/model)",
     )
 
     # connections and bodies (see docs/api.md, "Production settings")
@@ -208,5 +209,7 @@ class ServiceSettings(BaseSettings):
         return self.max_wait_ms / 1000.0
 
     @property
-    def max_queue_wait_s(self) -> float:
-        return self.max_queue_wait_ms / 1000.0
+    def max_queue_wait_s(self) -> float | None:
+        """The queue-wait bound set by the operator (None: derived from the machine at warm-up,
+        :func:`dialogue_safety.service.latency.default_queue_wait_s`)."""
+        return None if self.max_queue_wait_ms is None else self.max_queue_wait_ms / 1000.0

@@ -26,6 +26,12 @@ from dialogue_safety.core.scoring import is_offensive, threshold_in_force
 from dialogue_safety.service.auth import api_key_of, key_matches
 from dialogue_safety.service.batcher import Announcement, MicroBatcher
 from dialogue_safety.service.errors import Overloaded
+from dialogue_safety.service.latency import (
+    MIN_QUEUE_WAIT_S,
+    QUEUE_WAIT_BATCHES,
+    default_queue_wait_s,
+    measure_full_batch_s,
+)
 from dialogue_safety.service.settings import ServiceSettings
 from dialogue_safety.service.telemetry import ServiceMetrics
 
@@ -85,6 +91,7 @@ class ServedModel:
     model_id: str
     card_threshold: float
     batcher: MicroBatcher
+    full_batch_s: float | None = None  # one full batch as measured at warm-up (None: not measured)
 
 
 class ServiceState:
@@ -150,11 +157,13 @@ class ServiceState:
         hot swap drains it: requests already admitted there finish on the old model)."""
         s = settings
         card = classifier.card
+        full_batch_s = None if s.max_queue_wait_s is not None else await self.measure_full_batch(classifier, s)
+        max_queue_wait_s = s.max_queue_wait_s if s.max_queue_wait_s is not None else default_queue_wait_s(full_batch_s)
         batcher = MicroBatcher(
             classifier.encode,
             classifier.predict_encoded,
             s,
-            max_queue_wait_s=s.max_queue_wait_s,
+            max_queue_wait_s=max_queue_wait_s,
             observer=self.metrics,
         )
         await batcher.start()
@@ -162,7 +171,7 @@ class ServiceState:
         # no await from here on: requests see either the old model or the new one, never a mix
         self.settings = settings
         self.classifier = classifier
-        self.served = ServedModel(classifier.model_id, card.threshold, batcher)
+        self.served = ServedModel(classifier.model_id, card.threshold, batcher, full_batch_s)
         self.load_error = None
         self.ready = True
         self.metrics.set_model(
@@ -171,13 +180,33 @@ class ServiceState:
         self.metrics.ready.set(1)
         self.metrics.observe_latency_bound(0.0)  # the new batcher's promise, once its first full batch ran
         log.info(
-            "ready: %s (variant %s, provider %s) from %s",
+            "ready: %s (variant %s, provider %s) from %s; queue-wait bound %.0f ms (%s)",
             self.model_id,
             classifier.variant,
             classifier.provider,
             s.model_dir,
+            max_queue_wait_s * 1000,
+            "SAFETY_MAX_QUEUE_WAIT_MS"
+            if full_batch_s is None
+            else f"{QUEUE_WAIT_BATCHES} full batches of {s.max_batch_size} at {full_batch_s * 1000:.0f} ms each, "
+            f"at least {MIN_QUEUE_WAIT_S * 1000:.0f} ms",
         )
         return previous
+
+    async def measure_full_batch(self, classifier: Classifier, settings: ServiceSettings) -> float | None:
+        """One full batch of typical dialogues on ``classifier``, timed after its warm-up (in a thread);
+        None when it cannot be measured (logged; the queue-wait bound then falls back to its minimum)."""
+        try:
+            return await asyncio.to_thread(
+                measure_full_batch_s,
+                classifier.encode,
+                classifier.predict_encoded,
+                settings.max_batch_size,
+                settings.max_batch_tokens,
+            )
+        except Exception as exc:
+            log.warning("could not time a full batch at warm-up (%s: %s)", type(exc).__name__, exc)
+            return None
 
     async def stop(self) -> None:
         self.ready = False
