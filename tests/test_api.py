@@ -202,7 +202,7 @@ BAD_INPUTS: list[tuple[str, str, Any, int, str, str | None]] = [
         "invalid_threshold",
         "threshold",
     ),
-    ("unknown field", CLASSIFY, {"utterance": "x", "treshold": 0.2}, 422, "invalid_request", "treshold"),
+    ("unknown field", CLASSIFY, {"utterance": "x", "treshold": 0.2}, 422, "unknown_field", "treshold"),
     ("too many items", BATCH, {"items": ["a", "b", "c", "d"]}, 422, "too_many_items", "items"),
     ("no items", BATCH, {"items": []}, 422, "empty_batch", "items"),
     ("items missing", BATCH, {}, 422, "invalid_request", "items"),
@@ -233,13 +233,20 @@ BAD_INPUTS: list[tuple[str, str, Any, int, str, str | None]] = [
     (
         "item bad threshold",
         BATCH,
-        {"items": [{"utterance": "a", "threshold": 7}]},
+        {"items": [{"utterance": "a", "threshold": 7}], "item_errors": "fail"},
         422,
         "invalid_threshold",
         "items[0].threshold",
     ),
     ("batch bad threshold", BATCH, {"items": ["a"], "threshold": 2}, 422, "invalid_threshold", "threshold"),
-    ("item missing utterance", BATCH, {"items": [{"history": ["a"]}]}, 422, "invalid_request", "items[0].utterance"),
+    (
+        "item missing utterance",
+        BATCH,
+        {"items": [{"history": ["a"]}], "item_errors": "fail"},
+        422,
+        "invalid_request",
+        "items[0].utterance",
+    ),
     ("body too large", CLASSIFY, {"utterance": "x", "history": ["y"] * 400}, 413, "payload_too_large", None),
 ]
 

@@ -78,6 +78,48 @@ def test_item_errors_fail_keeps_the_all_or_nothing_behaviour(client: httpx.Clien
     assert bad_mode.status_code == 422 and bad_mode.json()["error"]["field"] == "item_errors"
 
 
+def test_an_item_of_the_wrong_type_gets_an_error_in_its_slot_like_an_empty_one(client: httpx.Client) -> None:
+    items: list[Any] = ["you idiot", 42, None, ["a"], {"utterence": "hi"}, {"utterance": 5}, ""]
+    r = client.post("/v1/classify/batch", json={"items": items})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["errors"] == 6 and body["results"][0]["label"] == "OFFENSIVE"
+    number, null, array, typo, not_text, empty = (slot["error"] for slot in body["results"][1:])
+    assert number == {
+        "code": "invalid_item",
+        "message": "items[1] must be a string or an object with an utterance; got a number",
+        "field": "items[1]",
+    }
+    assert null["field"] == "items[2]" and null["message"].endswith("got null")
+    assert array["field"] == "items[3]" and array["message"].endswith("got an array")
+    assert typo == {
+        "code": "unknown_field",
+        "message": "unknown field 'items[4].utterence'; did you mean 'utterance'?",
+        "field": "items[4].utterence",
+    }
+    assert not_text["field"] == "items[5].utterance" and not_text["code"] == "invalid_request"
+    assert empty["code"] == "empty_utterance"  # the same slot shape as an item that breaks a limit
+    # item_errors=fail: the first such item refuses the whole request, as for an empty one
+    failed = client.post("/v1/classify/batch", json={"items": ["fine", 42], "item_errors": "fail"})
+    assert failed.status_code == 422 and failed.json()["error"]["field"] == "items[1]"
+
+
+def test_an_unknown_field_is_named_first_with_the_closest_known_one(client: httpx.Client) -> None:
+    r = client.post("/v1/classify", json={"utterence": "hello"})
+    assert r.status_code == 422
+    assert r.json()["error"] == {
+        "code": "unknown_field",
+        "message": "unknown field 'utterence'; did you mean 'utterance'?",
+        "field": "utterence",
+    }
+    nested = client.post("/v1/classify", json={"utterance": "hi", "history": [{"txt": "a", "text": "b"}]})
+    assert nested.json()["error"]["message"] == "unknown field 'history[0].txt'; did you mean 'text'?"
+    far = client.post("/v1/classify", json={"utterance": "hi", "zzz": 1}).json()["error"]
+    assert far["message"] == "unknown field 'zzz'" and far["code"] == "unknown_field"
+    batch = client.post("/v1/classify/batch", json={"itmes": ["a"]}).json()["error"]
+    assert batch["message"] == "unknown field 'itmes'; did you mean 'items'?"
+
+
 def test_whole_request_problems_stay_4xx(client: httpx.Client) -> None:
     assert client.post("/v1/classify/batch", json={"items": ["a"] * 9}).json()["error"]["code"] == "too_many_items"
     assert client.post("/v1/classify/batch", json={"items": []}).status_code == 422
@@ -142,7 +184,8 @@ def test_explain_is_off_by_default_and_validated(client: httpx.Client) -> None:
     r = client.post("/v1/classify", json={"utterance": "hi", "explain": True, "explain_history": 1})
     assert r.status_code == 422 and r.json()["error"]["field"] == "explain_history"
     r = client.post("/v1/classify/batch", json={"items": [{"utterance": "hi", "explain": True}]})
-    assert r.status_code == 422  # explanations are per request, not per batch item
+    # explanations are per request, not per batch item: that item is refused in its slot
+    assert r.status_code == 200 and r.json()["results"][0]["error"]["field"] == "items[0].explain"
 
 
 def test_long_utterances_are_explained_up_to_the_cap() -> None:
@@ -152,3 +195,15 @@ def test_long_utterances_are_explained_up_to_the_cap() -> None:
     # queue_size 6: an exact game of 2 words (the request, no words, 2 coalitions) fits, one of 3 (8) does not
     assert len(words) == 8 and body["explanation"]["unexplained_words"] == 6
     assert [w["contribution"] is None for w in words] == [False] * 2 + [True] * 6
+
+
+def test_the_schema_leaves_batch_items_open_as_the_api_reports_them_in_their_slot(client: httpx.Client) -> None:
+    """The contract fuzzer's negative mode sends what the schema forbids and expects a 4xx: a batch item the
+    schema forbade (a string without a visible character, a number) got 200 with its slot's error."""
+    items = client.get("/openapi.json").json()["components"]["schemas"]["BatchRequest"]["properties"]["items"]
+    assert items["minItems"] == 1 and items["maxItems"] == LIMITS["max_batch_items"]
+    shapes = items["items"]["anyOf"]
+    assert {"$ref": "#/components/schemas/DialogueItem"} in shapes and {"type": "string"} in shapes
+    assert any(set(shape) <= {"description"} for shape in shapes)  # anything else: accepted, reported in its slot
+    r = client.post("/v1/classify/batch", json={"items": ["\u200b", 7, "x" * 31]})
+    assert r.status_code == 200 and r.json()["errors"] == 3

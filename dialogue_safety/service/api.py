@@ -20,7 +20,16 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi_offline import FastAPIOffline
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
+)
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -37,6 +46,7 @@ from dialogue_safety.service.errors import (
     ErrorResponse,
     error_body,
     error_response,
+    from_errors,
     install_error_handlers,
 )
 from dialogue_safety.service.hot_swap import ModelSwapper, admin_router
@@ -125,8 +135,46 @@ class ClassifyRequest(DialogueItem):
     )
 
 
+class InvalidItem:
+    """A batch item that is not a string or a dialogue item object (another type, an unknown or
+    missing field...): it gets an error in its own slot, as an item that breaks a limit does."""
+
+    __slots__ = ("errors",)
+
+    def __init__(self, errors: list[Any]) -> None:
+        self.errors = errors
+
+    def error(self, prefix: str) -> InvalidInput:
+        roots = [e for e in self.errors if tuple(e.get("loc", ()))[1:] == ()]  # the item itself, not a field
+        if roots and len(roots) == len(self.errors):
+            got = _json_type(roots[0].get("input"))
+            message = f"{prefix.rstrip('.')} must be a string or an object with an utterance; got {got}"
+            return InvalidInput(message, code="invalid_item", field=prefix.rstrip("."))
+        inside = [{**e, "loc": tuple(e.get("loc", ()))[1:]} for e in self.errors]  # without the union's tag
+        error = from_errors(inside, REQUEST_FIELDS, prefix)
+        return error if isinstance(error, InvalidInput) else InvalidInput(error.message, field=error.field)
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    return "an array" if isinstance(value, list) else type(value).__name__
+
+
+def _item_or_error(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    try:
+        return handler(value)
+    except ValidationError as exc:
+        return InvalidItem(exc.errors(include_url=False))
+
+
 BatchEntry = Annotated[
-    Annotated[DialogueItem, Tag("object")] | Annotated[str, Tag("string")], Discriminator(_object_or_string)
+    Annotated[Annotated[DialogueItem, Tag("object")] | Annotated[str, Tag("string")], Discriminator(_object_or_string)],
+    WrapValidator(_item_or_error),  # an item that does not validate is reported in its slot (InvalidItem)
 ]
 
 
@@ -155,6 +203,11 @@ class BatchRequest(BaseModel):
         description="report: an item that breaks a limit gets {'error': ...} in its own slot and the others are "
         "classified; fail: the whole request is refused (422) on the first such item",
     )
+
+
+#: the field names of the request models (an unknown field is answered with the closest of them)
+REQUEST_FIELDS = frozenset(ClassifyRequest.model_fields) | frozenset(BatchRequest.model_fields)
+REQUEST_FIELDS |= frozenset(TurnIn.model_fields)
 
 
 class Truncation(BaseModel):
@@ -436,6 +489,8 @@ def _build_router(state: ServiceState) -> APIRouter:
         results: list[dict[str, Any]] = [{} for _ in body.items]
         for i, item in enumerate(body.items):
             try:
+                if isinstance(item, InvalidItem):
+                    raise item.error(f"items[{i}].")
                 examples[i] = _to_example(item, state.limits, f"items[{i}].")
             except InvalidInput as exc:
                 if body.item_errors == "fail":
@@ -578,7 +633,7 @@ def create_app(
     app.state.safety = state
     app.state.swapper = swapper  # the hot swap's route reaches it here (hot_swap.swapper_of)
     app.state.early_admission = state.admit_from_head  # dialogue_safety.service.server's protocol answers these itself
-    install_error_handlers(app)
+    install_error_handlers(app, REQUEST_FIELDS)
     # Innermost first: the body guard (size, time, in-flight bytes), then the early 429 of an
     # overloaded service (before any body byte is read), then the API key (checked before that),
     # then the request metrics (outermost: they see every answer).

@@ -12,9 +12,10 @@ that shape in one place. Error bodies never echo request texts.
 
 from __future__ import annotations
 
+import difflib
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
@@ -249,12 +250,38 @@ def format_loc(loc: Sequence[Any]) -> str | None:
     return out or None
 
 
-def from_validation_error(exc: RequestValidationError) -> ServiceError:
-    """Turn FastAPI's validation error into ours (its first error is reported; inputs never echoed)."""
+def _first(errors: Sequence[Any]) -> Any:
+    """The error to report: an unknown field first (a misspelt name also makes its field missing;
+    the typo is what the client must fix), else the first."""
+    return next((e for e in errors if e.get("type") == "extra_forbidden"), errors[0])
+
+
+def _unknown_field(
+    error: Any, errors: Sequence[Any], field: str | None, known: Collection[str]
+) -> tuple[str, Any | None]:
+    """``unknown field 'utterence'; did you mean 'utterance'?`` (the suggestion from the fields missing
+    beside it, then the known field names), and the missing-field error the typo explains (if any)."""
+    loc = tuple(error.get("loc", ()))
+    name = str(loc[-1]) if loc else ""
+    missing = {str(e["loc"][-1]): e for e in errors if e.get("type") == "missing" and tuple(e["loc"][:-1]) == loc[:-1]}
+    close = difflib.get_close_matches(name, sorted(missing) + sorted(set(known) - set(missing)), n=1, cutoff=0.6)
+    message = f"unknown field '{field or name}'" + (f"; did you mean '{close[0]}'?" if close else "")
+    return message, missing.get(close[0]) if close else None
+
+
+def from_validation_error(exc: RequestValidationError, known_fields: Collection[str] = ()) -> ServiceError:
+    """Turn FastAPI's validation error into ours (one error is reported, an unknown field first; inputs
+    never echoed). ``known_fields``: the request models' field names, to suggest for an unknown one."""
     errors = exc.errors()
     if not errors:
         return InvalidInput("the request does not match the schema")
-    first = errors[0]
+    return from_errors(errors, known_fields)
+
+
+def from_errors(errors: Sequence[Any], known_fields: Collection[str] = (), prefix: str = "") -> ServiceError:
+    """:func:`from_validation_error` for pydantic's list of errors (``prefix``: where the validated
+    value sits in the request, e.g. ``items[3].`` for a batch item validated on its own)."""
+    first = _first(errors)
     kind = str(first.get("type", ""))
     loc = tuple(first.get("loc", ()))
     if kind == "json_invalid":
@@ -265,18 +292,25 @@ def from_validation_error(exc: RequestValidationError) -> ServiceError:
     if loc == ("body",) and kind == "missing":
         return InvalidInput("the request body is empty; send a JSON object (see /docs)")
     field = format_loc(loc)
+    if prefix:
+        field = prefix.rstrip(".") + ("" if not field else field if field.startswith("[") else "." + field)
     if kind == "string_unicode":  # pydantic's word for a lone surrogate in a constrained string
         return InvalidInput(NOT_TEXT_MESSAGE, code="invalid_text", field=field)
     message = str(first.get("msg", "invalid value"))
     code = "invalid_request"
-    if field and field.split(".")[-1] == "threshold":
+    explained = None
+    if kind == "extra_forbidden":
+        code = "unknown_field"
+        message, explained = _unknown_field(first, errors, field, known_fields)
+    elif field and field.split(".")[-1] == "threshold":
         code = "invalid_threshold"
         message = "threshold must be a number in [0, 1]"
     elif kind == "missing":
         message = f"{field} is required"
     elif field:
         message = f"{field}: {message}"
-    extra = f" (and {len(errors) - 1} more error(s))" if len(errors) > 1 else ""
+    more = len(errors) - 1 - (explained is not None)  # a missing field the typo explains is not one more
+    extra = f" (and {more} more error(s))" if more > 0 else ""
     return InvalidInput(message + extra, code=code, field=field)
 
 
@@ -285,9 +319,12 @@ async def _service_error(request: Request, exc: Exception) -> Response:
     return error_response(exc)
 
 
-async def _validation_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, RequestValidationError)
-    return error_response(from_validation_error(exc))
+def _validation_error(known_fields: Collection[str]) -> Callable[[Request, Exception], Awaitable[Response]]:
+    async def handle(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, RequestValidationError)
+        return error_response(from_validation_error(exc, known_fields))
+
+    return handle
 
 
 # FastAPI's answer when the body bytes cannot be decoded at all (not UTF-8, nesting too deep...).
@@ -325,8 +362,10 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
     return error_response(InternalError("internal error; see the server logs"))
 
 
-def install_error_handlers(app: FastAPI) -> None:
+def install_error_handlers(app: FastAPI, known_fields: Collection[str] = ()) -> None:
+    """The one error table on ``app``; ``known_fields``: the field names of its request models (an
+    unknown field is answered with the closest of them)."""
     app.add_exception_handler(ServiceError, _service_error)
-    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(RequestValidationError, _validation_error(frozenset(known_fields)))
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(Exception, _unexpected)

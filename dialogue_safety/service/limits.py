@@ -177,8 +177,14 @@ def apply_to_openapi(schema: dict[str, Any], limits: Limits) -> dict[str, Any]:
         turn["text"]["maxLength"] = limits.max_turn_chars
     batch = components.get("BatchRequest", {}).get("properties", {})
     if "items" in batch:
+        # Each item is checked on its own: one that is not a dialogue item or a string, or breaks a limit
+        # (empty, invisible, too long...), gets {"error": ...} in its slot (item_errors=report, the default),
+        # so the schema leaves the items open (anything else: 200 with that slot's error).
         batch["items"].update(minItems=1, maxItems=limits.max_batch_items)
-        for branch in batch["items"].get("items", {}).get("oneOf", []):
-            if branch.get("type") == "string":
-                branch.update(minLength=1, maxLength=limits.max_utterance_chars, pattern=VISIBLE_PATTERN)
+        shapes = batch["items"].get("items", {}).get("oneOf", [])
+        batch["items"]["items"] = {
+            "anyOf": [*shapes, {"description": "any other value: refused in its own slot of results"}],
+            "description": "a dialogue item (object) or a comment (string); an item that is neither, or that "
+            "breaks a limit, gets {'error': ...} in its own slot",
+        }
     return schema
