@@ -272,16 +272,32 @@ def test_bad_input_gets_its_status_and_a_json_error(
 
 
 def test_streamed_body_over_the_limit_gets_413(limited: LiveServer) -> None:
-    def chunks() -> Iterator[bytes]:  # no Content-Length: chunked transfer encoding
+    def chunks() -> Iterator[bytes]:  # no Content-Length: chunked transfer encoding, 10 MB
         yield b'{"utterance": "x", "history": ['
-        for _ in range(200):
-            yield b'"aaaaaaaaaa",'
+        for _ in range(10):
+            yield b'"' + b"a" * (1024 * 1024) + b'",'
         yield b'"a"]}'
 
     with limited.client() as c:
         r = c.post(CLASSIFY, content=chunks(), headers={"content-type": "application/json"})
     assert r.status_code == 413
-    assert r.json()["error"]["code"] == "payload_too_large"
+    error = r.json()["error"]
+    assert error["code"] == "payload_too_large"
+    # the limit, and that the body exceeded it: not the bytes read before the refusal, passed off as its size
+    assert error["message"] == (
+        "the request body exceeded the limit while streaming; at most 1000 bytes are accepted "
+        "(SAFETY_MAX_BODY_BYTES): send fewer or shorter items per request"
+    )
+
+
+def test_a_declared_body_over_the_limit_is_refused_with_its_size_and_the_limit(limited: LiveServer) -> None:
+    body = json.dumps({"utterance": "x", "history": ["y"] * 400}).encode()
+    with limited.client() as c:
+        r = c.post(CLASSIFY, content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 413
+    assert r.json()["error"]["message"].startswith(
+        f"the request body has {len(body)} bytes (Content-Length); at most 1000 bytes are accepted"
+    )
 
 
 def test_wrong_content_type_gets_415(limited: LiveServer) -> None:

@@ -73,7 +73,7 @@ class BodyGuardMiddleware:
             return
         declared = _content_length(scope)
         if declared is not None and declared > self.max_body_bytes:
-            await error_response(_too_large(declared, self.max_body_bytes), close=True)(scope, receive, send)
+            await error_response(_too_large(self.max_body_bytes, declared), close=True)(scope, receive, send)
             return
         reserved = declared if declared is not None and declared > SMALL_BODY_BYTES else 0
         if not self._reserve(reserved):
@@ -104,7 +104,7 @@ class BodyGuardMiddleware:
                 return message
             received += len(message.get("body", b""))
             if received > self.max_body_bytes:
-                raise RefusedWhileReading(_too_large(received, self.max_body_bytes), close=True)
+                raise RefusedWhileReading(_too_large(self.max_body_bytes), close=True)
             if received > reserved and received > SMALL_BODY_BYTES:
                 if not self._reserve(received - reserved):
                     raise RefusedWhileReading(self._busy(), close=True)
@@ -153,9 +153,12 @@ def _content_length(scope: Scope) -> int | None:
     return None
 
 
-def _too_large(size: int, limit: int) -> PayloadTooLarge:
+def _too_large(limit: int, declared: int | None = None) -> PayloadTooLarge:
+    """The 413: the limit, and that the body exceeded it (its size only when declared: a streamed body is
+    refused as soon as it passes the limit, so the bytes read by then are not its size)."""
+    size = f"has {declared} bytes (Content-Length)" if declared is not None else "exceeded the limit while streaming"
     return PayloadTooLarge(
-        f"the request body has {size} bytes; at most {limit} are accepted (SAFETY_MAX_BODY_BYTES): "
+        f"the request body {size}; at most {limit} bytes are accepted (SAFETY_MAX_BODY_BYTES): "
         "send fewer or shorter items per request"
     )
 
