@@ -289,6 +289,37 @@ def test_the_command_applies_the_services_item_limits(
     assert [r["error"] and r["error"]["code"] for r in read_records(out)] == [None, "utterance_too_long"]
 
 
+def test_a_refused_score_leaves_nothing_behind(
+    tmp_path: Path,
+    tiny_model_dir: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Parquet asked for without pyarrow: refused before anything is written (it left an empty .parts/)."""
+    import sys
+
+    inp = write_jsonl(tmp_path / "in.jsonl", ROWS)
+    out = tmp_path / "out.parquet"
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # import pyarrow raises ImportError
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
+    argv = [str(inp), str(out), "--model", str(tiny_model_dir), "--variant", "fp32", "--no-progress"]
+    assert score_main(argv) == 2
+    assert "Parquet needs pyarrow" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl"]  # no out.parquet.parts/, no output
+    # and a job refused after its parts directory was made, before its first part: removed too
+    job = ScoreJob(inp, tmp_path / "out.jsonl", model_dir=tiny_model_dir, variant="fp32")
+
+    class Refusing:
+        model_id = "refusing@1"
+
+        def predict(self, examples: Sequence[Example], threshold: float | None = None) -> list[Prediction]:
+            raise RuntimeError("refused")
+
+    with pytest.raises(RuntimeError, match="refused"):
+        run_local(job, classifier=Refusing(), progress=False)
+    assert not job.parts_dir.exists()
+
+
 def test_rows_are_read_lazily(tmp_path: Path) -> None:
     """Reading stops where the consumer stops: the reader never holds the file (bounded memory)."""
     from dialogue_safety.corpus.formats import iter_chunks

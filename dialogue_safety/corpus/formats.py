@@ -47,6 +47,15 @@ def format_of(path: str | Path) -> str:
     return FORMATS[suffix]
 
 
+def require_readable_format(path: str | Path) -> str:
+    """:func:`format_of`, and the library that format needs is installed (a job refused here leaves
+    nothing behind: checked before any output is written)."""
+    fmt = format_of(path)
+    if fmt == "parquet":
+        _pyarrow()
+    return fmt
+
+
 def _pyarrow() -> Any:
     try:
         import pyarrow

@@ -23,7 +23,14 @@ from typing import Any
 
 from dialogue_safety.core.explain import METHODS, Method
 from dialogue_safety.core.limits import Limits
-from dialogue_safety.corpus.formats import CorpusFileError, count_rows, format_of, iter_chunks, merge_parts, write_part
+from dialogue_safety.corpus.formats import (
+    CorpusFileError,
+    count_rows,
+    iter_chunks,
+    merge_parts,
+    require_readable_format,
+    write_part,
+)
 from dialogue_safety.corpus.records import Columns, count_errors, score_rows
 
 MANIFEST = "manifest.json"
@@ -51,8 +58,8 @@ class ScoreJob:
             raise ValueError(f"chunk_size must be >= 1, got {self.chunk_size}")
         if self.explain_method not in METHODS:
             raise ValueError(f"explain_method must be one of {METHODS}, got {self.explain_method!r}")
-        format_of(self.input)
-        format_of(self.output)
+        require_readable_format(self.input)  # refused before anything is written (no empty .parts/ left)
+        require_readable_format(self.output)
         if not Path(self.input).is_file():
             raise CorpusFileError(f"{self.input}: no such file")
         if Path(self.input).resolve() == Path(self.output).resolve():
@@ -168,6 +175,7 @@ def run_local(
     started = time.perf_counter()
     limits = limits or Limits()
     classifier = classifier if classifier is not None else load_classifier(job, limits=limits)
+    created = not job.parts_dir.exists()
     done_parts = _completed_parts(job, classifier.model_id, restart)
     parts_dir, suffix = job.parts_dir, job.output.suffix
     summary = Summary(output=str(job.output))
@@ -202,6 +210,10 @@ def run_local(
             index += 1
             if on_chunk is not None:
                 on_chunk(index)
+    except BaseException:
+        if created and index == 0:  # refused before its first part: nothing to resume, nothing left behind
+            shutil.rmtree(parts_dir, ignore_errors=True)
+        raise
     finally:
         bar.close()
     merge_parts([_part(parts_dir, i, suffix) for i in range(index)], job.output, job.fields)
