@@ -57,3 +57,18 @@ def test_the_model_travels_as_bytes(tiny_model_dir: Path) -> None:
     b = OnnxClassifier(tiny_model_dir, variant="fp32").predict(example)[0].score
     assert a == b
     assert json.loads((unpacked / "model_card.json").read_text())["name"] == "tiny-random"
+
+
+def test_a_successful_ray_run_prints_none_of_rays_harmless_alarms(
+    tmp_path: Path, tiny_model_dir: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """An ``E ... core_worker.cc`` line about actor arguments and a token-auth notice came with every run."""
+    from dialogue_safety.cli.score import main as score_main
+
+    inp = write_input(tmp_path / "in.jsonl", ROWS)
+    argv = [str(inp), str(tmp_path / "out.jsonl"), "--model", str(tiny_model_dir), "--variant", "fp32"]
+    assert score_main([*argv, "--engine", "ray", "--num-cpus", "2", "--no-progress"]) == 0
+    out, err = capfd.readouterr()
+    assert json.loads(out)["rows"] == len(ROWS)
+    assert "core_worker" not in err and "Token authentication" not in err, err
+    assert "Progress bars disabled" not in err

@@ -91,6 +91,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety score")
         )
         if args.engine == "ray":
             from dialogue_safety.corpus.ray_engine import RayOptions, run_ray
+            from dialogue_safety.corpus.stderr_filter import RAY_HARMLESS, dropping
 
             options = RayOptions(
                 address=args.address,
@@ -99,7 +100,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety score")
                 threads_per_actor=args.threads_per_actor,
                 batch_size=args.batch_size,
             )
-            summary = run_ray(job, options, limits=limits, progress=not args.no_progress)
+            with dropping(RAY_HARMLESS):  # Ray's alarming but harmless lines (an "E ... core_worker" line...)
+                summary = run_ray(job, options, limits=limits, progress=not args.no_progress)
         else:
             summary = run_local(job, limits=limits, restart=args.restart, progress=not args.no_progress)
     except (CorpusFileError, ModelLoadError, ValueError) as exc:
