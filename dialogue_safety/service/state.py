@@ -116,6 +116,7 @@ class ServiceState:
         self.served: ServedModel | None = None  # None before the load: no placeholder id or threshold
         self.ready = False
         self.load_error: str | None = None
+        self.loading: str | None = None  # what the first load is doing now (the detail of /ready's 503)
         self.api_key = api_key_of(settings)
 
     @property
@@ -132,8 +133,10 @@ class ServiceState:
 
     async def load(self) -> None:
         """Load and warm up the model off the event loop, then start the batcher."""
+        self.loading = f"loading the model from {self.settings.model_dir}"
         try:
-            classifier = await self.load_classifier(self.settings)
+            with _LoadingNotes(self):  # e.g. deriving a variant on the first start (tens of seconds)
+                classifier = await self.load_classifier(self.settings)
         except Exception as exc:
             # The operator gets the details in the log; clients only learn that it failed.
             self.load_error = f"{type(exc).__name__}: {exc}"
@@ -149,6 +152,8 @@ class ServiceState:
     async def load_classifier(self, settings: ServiceSettings) -> Classifier:
         """Build and warm up a classifier for ``settings`` in a thread (raises what loading raises)."""
         classifier = await asyncio.to_thread(self.factory, settings)
+        if not self.ready:
+            self.loading = "warming up"
         await asyncio.to_thread(classifier.warmup)
         return classifier
 
@@ -157,6 +162,8 @@ class ServiceState:
         hot swap drains it: requests already admitted there finish on the old model)."""
         s = settings
         card = classifier.card
+        if not self.ready and s.max_queue_wait_s is None:
+            self.loading = f"timing a full batch of {s.max_batch_size} (SAFETY_MAX_QUEUE_WAIT_MS unset)"
         full_batch_s = None if s.max_queue_wait_s is not None else await self.measure_full_batch(classifier, s)
         max_queue_wait_s = s.max_queue_wait_s if s.max_queue_wait_s is not None else default_queue_wait_s(full_batch_s)
         batcher = MicroBatcher(
@@ -173,6 +180,7 @@ class ServiceState:
         self.classifier = classifier
         self.served = ServedModel(classifier.model_id, card.threshold, batcher, full_batch_s)
         self.load_error = None
+        self.loading = None
         self.ready = True
         self.metrics.set_model(
             name=card.name, version=card.version, variant=str(classifier.variant), provider=str(classifier.provider)
@@ -226,7 +234,8 @@ class ServiceState:
                 retry_after_s=self.settings.retry_after_s,
             )
         if not self.ready or self.served is None:
-            raise NotReady(retry_after_s=self.settings.retry_after_s)
+            doing = f" ({self.loading})" if self.loading else ""
+            raise NotReady(f"the model is not ready yet{doing}; retry later", retry_after_s=self.settings.retry_after_s)
         return self.served
 
     def refusing_batcher(self, method: str, path: str) -> MicroBatcher | None:
@@ -325,3 +334,31 @@ class ServiceState:
             "categories": dict(prediction.categories),
             **prediction.reading(),
         }
+
+
+class _LoadingNotes(logging.Handler):
+    """While the first model loads, what the loading code logs (``dialogue_safety.core.variants``:
+    "deriving the int8 variant...") becomes the detail of ``/ready``'s 503, and is logged at INFO
+    even when the service logs less (a silent minute at first start looks like a hang)."""
+
+    LOGGER = "dialogue_safety.core.variants"
+
+    def __init__(self, state: ServiceState) -> None:
+        super().__init__(logging.INFO)
+        self.state = state
+        self.logger = logging.getLogger(self.LOGGER)
+        self.level_before = self.logger.level
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.levelno == logging.INFO:
+            self.state.loading = record.getMessage()
+
+    def __enter__(self) -> _LoadingNotes:
+        self.logger.addHandler(self)
+        if not self.logger.isEnabledFor(logging.INFO):
+            self.logger.setLevel(logging.INFO)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.logger.removeHandler(self)
+        self.logger.setLevel(self.level_before)

@@ -230,12 +230,28 @@ def ensure_variant_in_subprocess(model_dir: str | Path, name: str, card: ModelCa
     artifact = directory / ARTIFACT_FILE
     if artifact.is_file() and variant_file(name, card, artifact) == ARTIFACT_FILE:
         return artifact  # nothing to derive
+    if artifact.is_file() and not is_derived(directory, name, card):  # said here: the child's log goes nowhere
+        log.info("deriving the %s variant of %s (first start with this model: tens of seconds)", name, directory)
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
     with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
         path: Path = pool.submit(ensure_variant, directory, name, card).result()
     return path
+
+
+def is_derived(model_dir: str | Path, name: str, card: ModelCard | None = None) -> bool:
+    """True when variant ``name`` needs no deriving: the artifact itself, or a valid derived file in
+    ``model_dir`` or the cache (what :func:`ensure_variant` would use as it is)."""
+    directory = Path(model_dir)
+    card = card if card is not None else ModelCard.load(directory)
+    artifact = directory / ARTIFACT_FILE
+    final = variant_file(name, card, artifact)
+    if final == ARTIFACT_FILE:
+        return True
+    sha = file_sha256(artifact)
+    candidates = [directory / final, variant_cache.cache_root() / sha[:16] / final]
+    return _valid_existing(candidates, sha, _recipe_key(recipe_chain(name, card))) is not None
 
 
 def _ensure_chain(

@@ -1,0 +1,62 @@
+"""The first start of a model that needs a derived variant: a log line says so, and /ready's 503 names
+what the service is doing meanwhile (deriving took tens of seconds in silence)."""
+
+# ruff: noqa: F811  (pytest fixtures imported from service_conftest are parameters here)
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from service_conftest import FakeClassifier, live_server, tiny_model_dir  # noqa: F401  (fixture)
+
+from dialogue_safety.core import variants
+from dialogue_safety.service.settings import ServiceSettings
+
+
+def test_the_first_start_says_it_derives_the_variant(
+    tiny_model_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, model)  # exported with fp32 only: 'optimized' must be derived
+    assert not variants.is_derived(model, "optimized") and variants.is_derived(model, "fp32")
+    caplog.set_level(logging.WARNING)  # a service that logs warnings only still says it...
+    caplog.handler.setLevel(logging.INFO)  # (...and the test sees it)
+    with live_server(model_dir=model, variant="optimized") as live, live.client() as c:
+        assert c.get("/v1/model").json()["serving"]["variant"] == "optimized"
+    said = [r.getMessage() for r in caplog.records if r.name == "dialogue_safety.core.variants"]
+    assert said == [f"deriving the optimized variant of {model} (first start with this model: tens of seconds)"]
+    assert variants.is_derived(model, "optimized")
+    caplog.clear()
+    with live_server(model_dir=model, variant="optimized"):  # the second start: nothing to derive, nothing said
+        pass
+    assert not [r for r in caplog.records if r.name == "dialogue_safety.core.variants"]
+
+
+def test_ready_names_what_the_first_load_is_doing() -> None:
+    deriving = threading.Event()
+    release = threading.Event()
+
+    def slow_factory(settings: ServiceSettings) -> FakeClassifier:
+        logging.getLogger("dialogue_safety.core.variants").info("deriving the int8 variant of /models/x (...)")
+        deriving.set()
+        assert release.wait(10)
+        return FakeClassifier()
+
+    with live_server(factory=slow_factory, wait_ready=False) as live, live.client() as c:
+        assert deriving.wait(10)
+        r = c.get("/ready")
+        assert r.status_code == 503 and r.headers["Retry-After"] == "1"
+        assert r.json()["error"] == {
+            "code": "not_ready",
+            "message": "the model is not ready yet (deriving the int8 variant of /models/x (...)); retry later",
+            "field": None,
+        }
+        release.set()
+        deadline = time.monotonic() + 10
+        while c.get("/ready").status_code != 200:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
