@@ -280,3 +280,42 @@ def test_model_card_markdown_renders_metric_tables() -> None:
     assert "### valid splits (threshold 0.4)" in md
     assert "temperature 1.5; expected calibration error on valid 0.1 → 0.05" in md
     assert "| dynahate | 1,200 | 10 | 10 | MIT |" in md
+
+
+def test_the_card_keeps_each_number_once_and_older_cards_still_read(tmp_path: Path) -> None:
+    from dialogue_safety.core.model_card import ModelCard
+    from dialogue_safety.export import card_markdown
+
+    older = {  # a card written before: threshold and temperatures also inside calibration
+        "name": "m",
+        "heads": ["offensive"],
+        "temperatures": {"offensive": 1.3},
+        "threshold": 0.415,
+        "calibration": {"temperatures": {"offensive": 1.3}, "threshold": 0.415, "threshold_objective": "macro"},
+    }
+    (tmp_path / "model_card.json").write_text(json.dumps(older), encoding="utf-8")
+    card = ModelCard.load(tmp_path)
+    assert (card.threshold, card.temperatures) == (0.415, {"offensive": 1.3})
+    assert card.calibration == {"threshold_objective": "macro"}
+    only_the_copy = ModelCard.model_validate({"calibration": {"threshold": 0.3, "temperatures": {"offensive": 2.0}}})
+    assert (only_the_copy.threshold, only_the_copy.temperatures, only_the_copy.calibration) == (
+        0.3,
+        {"offensive": 2.0},
+        {},
+    )
+    # the card writer rewrites both files in the current form
+    assert card_markdown.main([str(tmp_path)]) == 0
+    saved = json.loads((tmp_path / "model_card.json").read_text(encoding="utf-8"))
+    assert saved["threshold"] == 0.415 and "threshold" not in saved["calibration"]
+    md = (tmp_path / "MODEL_CARD.md").read_text(encoding="utf-8")
+    assert md.count("0.415") == 1 and md.count("1.3") == 1
+
+
+def test_the_shipped_card_holds_each_number_once_and_its_markdown_is_rendered_from_it() -> None:
+    from dialogue_safety.core.model_card import ModelCard
+    from dialogue_safety.export.card_markdown import render_model_card
+
+    shipped = Path(__file__).resolve().parents[1] / "models" / "default"
+    raw = json.loads((shipped / "model_card.json").read_text(encoding="utf-8"))
+    assert not {"threshold", "temperatures"} & set(raw["calibration"])
+    assert (shipped / "MODEL_CARD.md").read_text(encoding="utf-8") == render_model_card(ModelCard.load(shipped))

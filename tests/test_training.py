@@ -37,7 +37,9 @@ def test_tiny_recipe_trains_evaluates_and_calibrates(tiny_run: Path) -> None:
     # BBF single-turn keeps its rounds: per-round rows exist
     assert set(card["metrics"]["test"]["bbf_single_turn/standard"]["rounds"]) == {"3"}
     assert set(card["metrics"]["valid"]["bbf_single_turn/standard"]["rounds"]) == {"1"}
-    assert set(card["calibration"]) >= {"temperatures", "ece_before", "ece_after", "valid_offensive_f1_at_threshold"}
+    assert set(card["calibration"]) >= {"ece_before", "ece_after", "valid_offensive_f1_at_threshold"}
+    assert "temperatures" not in card["calibration"] and "threshold" not in card["calibration"]  # once, at the top
+    assert set(card["temperatures"]) == set(card["heads"]) and 0 < card["threshold"] < 1
     events = [json.loads(line)["event"] for line in (tiny_run / METRICS_FILE).read_text().splitlines()]
     assert events[0] == "start" and "train" in events and events[-1] == "done"
     assert not (tiny_run / LAST_DIR).exists()  # the resumable state is removed once finished

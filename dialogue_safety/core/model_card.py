@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dialogue_safety.core.encoding import EncodingConfig
 from dialogue_safety.core.model_dir import CARD_FILE, TOKENIZER_FILE  # noqa: F401 - re-exported: callers import them here
@@ -51,6 +51,22 @@ class ModelCard(BaseModel):
     intended_use: str = ""
     limitations: list[str] = Field(default_factory=list)
     licences: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _each_number_once(cls, data: Any) -> Any:
+        """Older cards also kept ``threshold`` and ``temperatures`` inside ``calibration``: read, those
+        copies are dropped (the top-level fields are the ones in force; a card with only the copy
+        gets it moved up)."""
+        if isinstance(data, dict) and isinstance(data.get("calibration"), dict):
+            calibration = dict(data["calibration"])
+            data = dict(data)
+            for key in ("threshold", "temperatures"):
+                if key in calibration:
+                    copy = calibration.pop(key)
+                    data.setdefault(key, copy)
+            data["calibration"] = calibration
+        return data
 
     @property
     def encoding_config(self) -> EncodingConfig:

@@ -99,21 +99,23 @@ def _metrics_section(metrics: dict[str, Any], threshold: float) -> list[str]:
     return lines or ["No metrics recorded in the checkpoint card."]
 
 
-def _calibration_section(calibration: dict[str, Any]) -> list[str]:
+def _calibration_section(card: ModelCard) -> list[str]:
+    """How the card's temperatures (printed here, once) and threshold (printed under Model) were chosen;
+    the numbers come from the card's own fields (``calibration`` holds what was measured around them)."""
+    calibration = card.calibration
     if not calibration:
         return []
     lines = ["## Calibration", ""]
     before, after = calibration.get("ece_before") or {}, calibration.get("ece_after") or {}
-    temps = calibration.get("temperatures") or {}
-    for head in temps:
+    for head, temperature in card.temperatures.items():
         lines.append(
-            f"- head `{head}`: temperature {_fmt(temps[head])}; expected calibration error on valid "
+            f"- head `{head}`: temperature {_fmt(temperature)}; expected calibration error on valid "
             f"{_fmt(before.get(head))} → {_fmt(after.get(head))}"
         )
-    if "threshold" in calibration:
+    if "threshold_objective" in calibration:
         lines.append(
-            f"- decision threshold {_fmt(calibration['threshold'])}, chosen on the validation sets "
-            f"({calibration.get('threshold_objective', '?')} OFFENSIVE-F1 over sources)"
+            "- the decision threshold was chosen on the validation sets "
+            f"({calibration['threshold_objective']} OFFENSIVE-F1 over sources)"
         )
     best = calibration.get("per_source_best_threshold") or {}
     if best:
@@ -167,7 +169,9 @@ def render_model_card(card: ModelCard) -> str:
         f"- base model: `{card.base_model or 'unknown'}`",
         f"- heads (one sigmoid logit each, reported as `categories`): {', '.join(card.heads)}; "
         f"the served OFFENSIVE score is {_served(card)}",
-        f"- temperatures: {card.temperatures or 'none (1.0)'}; decision threshold: {card.threshold:.4g}",
+        f"- decision threshold: {card.threshold:.4g}"
+        + ("" if card.temperatures else "; temperatures: none (1.0)")
+        + ("; per-head temperatures: see Calibration" if card.temperatures else ""),
         f"- encoding: history = segment A, utterance = segment B; max_length {enc.max_length}, "
         f"max_utterance_tokens {enc.max_utterance_tokens}, context_mode {enc.context_mode}, "
         f"emoji names {enc.normalise_emoji}, NFKC {enc.normalise_unicode}, speaker markers {enc.speaker_markers}",
@@ -180,7 +184,7 @@ def render_model_card(card: ModelCard) -> str:
         )
     lines += ["", "## Metrics", "", *_metrics_section(card.metrics, card.threshold)]
     lines += _heads_section(card.metrics.get("heads") or {})
-    lines += _calibration_section(card.calibration)
+    lines += _calibration_section(card)
     lines += _training_section(card.training, card.licences)
     lines += [
         "## ONNX export",
@@ -238,7 +242,8 @@ def render_model_card(card: ModelCard) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m dialogue_safety.export.card_markdown MODEL_DIR``: rewrite MODEL_CARD.md from model_card.json."""
+    """``python -m dialogue_safety.export.card_markdown MODEL_DIR``: rewrite MODEL_CARD.md from model_card.json,
+    and model_card.json itself in the current form (an older card's duplicated numbers dropped)."""
     import argparse
     from pathlib import Path
 
@@ -249,8 +254,9 @@ def main(argv: list[str] | None = None) -> int:
     if not card_path.is_file():
         parser.error(f"{card_path} does not exist")
     card = ModelCard.model_validate_json(card_path.read_text(encoding="utf-8"))
+    card.save(args.model_dir)
     (args.model_dir / CARD_MARKDOWN_FILE).write_text(render_model_card(card), encoding="utf-8")
-    print(f"wrote {args.model_dir / 'MODEL_CARD.md'}")
+    print(f"wrote {card_path} and {args.model_dir / CARD_MARKDOWN_FILE}")
     return 0
 
 

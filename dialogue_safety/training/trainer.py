@@ -731,12 +731,10 @@ def evaluate_and_calibrate(
     all_gold = np.concatenate([g for g, _ in valid_sets.values()]) if valid_sets else np.zeros(0)
     all_scores = np.concatenate([s for _, s in valid_sets.values()]) if valid_sets else np.zeros(0)
     per_source_best = {name: float(choose_threshold({name: v}, "pooled")[0]) for name, v in valid_sets.items()}
-    card.calibration = {
-        "temperatures": temps,
+    card.calibration = {  # what was measured around card.temperatures and card.threshold (kept there, once)
         "ece_before": ece_before,
         "ece_after": ece_after,
         "ece_main_score_valid": expected_calibration_error(all_gold, all_scores) if all_gold.size else None,
-        "threshold": threshold,
         "threshold_objective": recipe.threshold_objective,
         "threshold_tasks": sorted(tuned_on),
         "valid_offensive_f1_at_threshold": valid_f1,
