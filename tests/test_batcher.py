@@ -795,3 +795,15 @@ def test_a_full_batch_is_timed_in_the_calls_the_batcher_makes() -> None:
     took = measure_full_batch_s(encode, predict, max_batch_size=16, max_batch_tokens=160, rounds=2)
     assert calls == [4, 4, 4, 4] * 2  # 16 items of 40 tokens in calls of 160 padded tokens, twice
     assert 0.04 <= took < 1.0  # the faster round: four calls of 10 ms
+
+
+def test_one_max_batch_size_default() -> None:
+    """The service's setting, the runtime's and torch inference's default are one constant (were 64, 256, 256)."""
+    import inspect
+
+    from dialogue_safety.core.batch_budget import MAX_BATCH_SIZE
+    from dialogue_safety.core.runtime import OnnxClassifier
+
+    assert ServiceSettings.model_fields["max_batch_size"].default == MAX_BATCH_SIZE
+    assert inspect.signature(OnnxClassifier).parameters["max_batch_size"].default == MAX_BATCH_SIZE
+    assert "max_batch_size" not in inspect.signature(MicroBatcher).parameters  # the batcher repeats no default

@@ -289,6 +289,28 @@ def test_the_command_applies_the_services_item_limits(
     assert [r["error"] and r["error"]["code"] for r in read_records(out)] == [None, "utterance_too_long"]
 
 
+def test_the_command_takes_its_defaults_from_the_serve_settings(
+    tmp_path: Path,
+    tiny_model_dir: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """SAFETY_MODEL_DIR, SAFETY_VARIANT and SAFETY_THRESHOLD apply to files as to `serve` (they were ignored)."""
+    inp = write_jsonl(tmp_path / "in.jsonl", [{"id": 1, "utterance": "have a nice day"}, {"id": 2, "utterance": "ok"}])
+    out = tmp_path / "out.jsonl"
+    monkeypatch.setenv("SAFETY_MODEL_DIR", str(tiny_model_dir))  # no --model: not the bundled model
+    monkeypatch.setenv("SAFETY_VARIANT", "fp32")
+    monkeypatch.setenv("SAFETY_THRESHOLD", "0")
+    assert score_main([str(inp), str(out), "--no-progress", "--restart"]) == 0
+    capsys.readouterr()
+    records = read_records(out)
+    assert [(r["threshold"], r["label"]) for r in records] == [(0.0, "OFFENSIVE")] * 2
+    heads = json.loads((tiny_model_dir / "model_card.json").read_text())["heads"]
+    assert all(list(r["categories"]) == heads for r in records)  # the tiny model's heads: not the bundled model
+    assert score_main([str(inp), str(out), "--no-progress", "--restart", "--threshold", "1"]) == 0  # flags win
+    assert [r["label"] for r in read_records(out)] == ["SAFE", "SAFE"]
+
+
 def test_a_refused_score_leaves_nothing_behind(
     tmp_path: Path,
     tiny_model_dir: Path,

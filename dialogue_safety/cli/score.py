@@ -5,9 +5,11 @@
     dialogue-safety score comments.csv runs/scored.jsonl --engine ray --address auto
 
 Formats come from the extensions (.jsonl/.ndjson, .csv, .parquet). Prints a JSON summary
-(rows, scored, errors, seconds, rows/s) on stdout; the progress bar goes to stderr. A row must keep
-the API's per-item limits (the ``SAFETY_MAX_*`` settings of the service apply to files too): the
-command joins the corpus engines (:mod:`dialogue_safety.corpus`) and the service's settings.
+(rows, scored, errors, seconds, rows/s) on stdout; the progress bar goes to stderr. Every default
+comes from the same settings as ``dialogue-safety serve`` (:class:`ServiceSettings`, the ``SAFETY_*``
+environment): the model directory, variant and threshold (flags win), and the per-item limits a row
+must keep (``SAFETY_MAX_*``). The command joins the corpus engines (:mod:`dialogue_safety.corpus`)
+and the service's settings.
 """
 
 from __future__ import annotations
@@ -25,15 +27,24 @@ from dialogue_safety.corpus.formats import CorpusFileError
 from dialogue_safety.corpus.job import DEFAULT_CHUNK_SIZE, ScoreJob, run_local
 from dialogue_safety.corpus.records import Columns
 from dialogue_safety.service.settings import ServiceSettings
+from dialogue_safety.service.state import load_onnx_classifier
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("input", type=Path, help="JSONL, CSV or Parquet file to score")
     p.add_argument("output", type=Path, help="where to write the scores (format from the extension)")
-    p.add_argument("--model", type=Path, default=None, help="model directory (default: the bundled model)")
-    p.add_argument("--variant", default=None, help="ONNX variant (fp32, optimized, int8, fp16; default: the card's)")
-    p.add_argument("--threshold", type=float, default=None, help="decision threshold (default: the card's)")
+    p.add_argument(
+        "--model", type=Path, default=None, help="model directory (default: $SAFETY_MODEL_DIR, else the bundled model)"
+    )
+    p.add_argument(
+        "--variant",
+        default=None,
+        help="ONNX variant (fp32, optimized, int8, fp16; default: $SAFETY_VARIANT, else the card's)",
+    )
+    p.add_argument(
+        "--threshold", type=float, default=None, help="decision threshold (default: $SAFETY_THRESHOLD, else the card's)"
+    )
     cols = p.add_argument_group("columns")
     cols.add_argument("--text-field", default=None, help="the utterance field (default: 'utterance', else 'text')")
     cols.add_argument("--history-field", default="history", help="history field: a list or a JSON string ('' = none)")
@@ -76,14 +87,15 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety score")
         print(f"{prog}: --explain-history needs --explain", file=sys.stderr)
         return 2
     try:
-        limits = ServiceSettings().limits
+        settings = ServiceSettings()  # the serve command's settings: the same defaults for files
+        limits = settings.limits
         job = ScoreJob(
             input=args.input,
             output=args.output,
-            model_dir=args.model,
+            model_dir=args.model or settings.model_dir,
             columns=columns_from_args(args),
-            threshold=args.threshold,
-            variant=args.variant,
+            threshold=args.threshold if args.threshold is not None else settings.threshold,
+            variant=args.variant or settings.variant,
             chunk_size=args.chunk_size,
             explain=args.explain,
             explain_history=args.explain_history,
@@ -103,7 +115,12 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety score")
             with dropping(RAY_HARMLESS):  # Ray's alarming but harmless lines (an "E ... core_worker" line...)
                 summary = run_ray(job, options, limits=limits, progress=not args.no_progress)
         else:
-            summary = run_local(job, limits=limits, restart=args.restart, progress=not args.no_progress)
+            # the runtime as serve builds it (providers, threads, batch budget...), for this job's model and variant
+            runtime = settings.model_copy(update={"model_dir": job.model_dir, "variant": job.variant})
+            classifier = load_onnx_classifier(runtime)
+            summary = run_local(
+                job, classifier=classifier, limits=limits, restart=args.restart, progress=not args.no_progress
+            )
     except (CorpusFileError, ModelLoadError, ValueError) as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 2

@@ -19,6 +19,9 @@ import numpy as np
 
 #: padded tokens per inference call at most (the service's ``SAFETY_MAX_BATCH_TOKENS``)
 MAX_BATCH_TOKENS = 1024
+#: items per inference batch at most (the service's ``SAFETY_MAX_BATCH_SIZE``; the runtime's and torch
+#: inference's default too): with ``MAX_BATCH_TOKENS`` it only binds for items under 16 tokens
+MAX_BATCH_SIZE = 64
 
 
 def fits(n_items: int, longest: int, max_batch_tokens: int, max_batch_size: int) -> bool:

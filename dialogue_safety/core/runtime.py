@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from dialogue_safety.core import language
-from dialogue_safety.core.batch_budget import MAX_BATCH_TOKENS, fits, token_budget_batches
+from dialogue_safety.core.batch_budget import MAX_BATCH_SIZE, MAX_BATCH_TOKENS, fits, token_budget_batches
 from dialogue_safety.core.encoding import DialogueEncoder, EncodedExample, pad_batch
 from dialogue_safety.core.limits import MAX_WINDOWS
 from dialogue_safety.core.model_card import TOKENIZER_FILE, ModelCard
@@ -158,7 +158,7 @@ class OnnxClassifier:
         providers: Sequence[str] | None = None,
         intra_op_threads: int | None = None,
         max_batch_tokens: int = MAX_BATCH_TOKENS,
-        max_batch_size: int = 256,
+        max_batch_size: int = MAX_BATCH_SIZE,
         *,
         max_windows: int | None = MAX_WINDOWS,
         language_check: bool = False,

@@ -15,7 +15,7 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from dialogue_safety.core.batch_budget import MAX_BATCH_TOKENS
+from dialogue_safety.core.batch_budget import MAX_BATCH_SIZE, MAX_BATCH_TOKENS
 from dialogue_safety.core.limits import MAX_WINDOWS, Limits
 from dialogue_safety.core.model_dir import default_model_dir
 
@@ -56,7 +56,7 @@ class ServiceSettings(BaseSettings):
     )
 
     # micro-batching
-    max_batch_size: int = Field(default=64, ge=1, le=4096, description="items per inference batch at most")
+    max_batch_size: int = Field(default=MAX_BATCH_SIZE, ge=1, le=4096, description="items per inference batch at most")
     max_batch_tokens: int = Field(
         default=MAX_BATCH_TOKENS,
         ge=1,

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from dialogue_safety.core.batch_budget import MAX_BATCH_TOKENS, token_budget_batches
+from dialogue_safety.core.batch_budget import MAX_BATCH_SIZE, MAX_BATCH_TOKENS, token_budget_batches
 from dialogue_safety.core.encoding import EncodedExample, pad_batch
 from dialogue_safety.core.limits import MAX_WINDOWS
 from dialogue_safety.core.schema import Example, Prediction
@@ -58,7 +58,7 @@ def _row_logits(
     n_heads = num_labels(model)
     out = np.zeros((len(encoded), n_heads), dtype=np.float32)
     lengths = [len(e) for e in encoded]  # rows: each window of a long utterance is one
-    for idx in token_budget_batches(lengths, max_batch_tokens, max_batch_size=256):
+    for idx in token_budget_batches(lengths, max_batch_tokens, MAX_BATCH_SIZE):
         batch = pad_batch([encoded[i] for i in idx], pad_id)
         tensors = {k: torch.from_numpy(v).to(device) for k, v in batch.items()}
         out[idx] = model(**tensors).logits.float().cpu().numpy()
