@@ -249,7 +249,13 @@ RAW_CASES: list[tuple[str, bytes, int, str, str | None]] = [
     ("threshold false", b'{"utterance": "a", "threshold": false}', 422, "invalid_threshold", "threshold"),
     ("threshold true", b'{"utterance": "a", "threshold": true}', 422, "invalid_threshold", "threshold"),
     ("threshold string", b'{"utterance": "a", "threshold": "0.5"}', 422, "invalid_threshold", "threshold"),
-    ("item threshold false", b'{"items": [{"utterance": "a", "threshold": false}]}', 422, "invalid_threshold", None),
+    (
+        "item threshold false",
+        b'{"items": [{"utterance": "a", "threshold": false}], "item_errors": "fail"}',
+        422,
+        "invalid_threshold",
+        None,
+    ),
     ("not UTF-8", b'{"utterance": "\xff\xfe"}', 400, "malformed_json", None),
     (
         "deep JSON",

@@ -143,6 +143,8 @@ ERROR_TABLE: tuple[ErrorRow, ...] = (
         "schema violation or a request limit (see dialogue_safety/core/limits.py)",
         (
             "invalid_request",
+            "unknown_field",
+            "invalid_item",
             "invalid_threshold",
             "empty_utterance",
             "invalid_text",
