@@ -182,3 +182,10 @@ def tiny_model_dir(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFacto
     """``tiny_checkpoint`` exported with ``dialogue_safety.export.onnx_export.export_checkpoint``
     (shared by modules)."""
     return export_tiny_model(tiny_checkpoint, tmp_path_factory.getbasetemp())
+
+
+# The break-it score board as rows of cell texts, read in one go inside the page: the board may be
+# re-rendered between a locator's query and its reads (a detached row's innerText has no tabs).
+SCOREBOARD_ROWS_JS = (
+    "Array.from(document.querySelectorAll('#scoreboard tr')).map((tr) => Array.from(tr.cells, (td) => td.textContent))"
+)

@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 import pytest
 from playwright.sync_api import sync_playwright
-from service_conftest import LiveServer, live_server, tiny_model_dir  # noqa: F401  (fixture)
+from service_conftest import SCOREBOARD_ROWS_JS, LiveServer, live_server, tiny_model_dir  # noqa: F401  (fixture)
 
 from dialogue_safety.breakit.game import ATTACKS_PER_TASK
 from dialogue_safety.cli.breakit import main as breakit_cli
@@ -149,7 +149,7 @@ def test_play_validate_export_and_hot_swap_in_a_browser(browser: Any, game: Live
         card.locator("[data-role=status]").filter(has_text="ed").wait_for()
     page.reload()
     page.wait_for_function("document.getElementById('scoreboard').textContent.includes('bob')")
-    rows = {r.split("\t")[0]: r.split("\t") for r in page.locator("#scoreboard tr").all_inner_texts()}
+    rows = {r[0]: r for r in page.evaluate(SCOREBOARD_ROWS_JS)}
     assert rows["alice"][1:4] == ["5", "5", str(ATTACKS_PER_TASK - 1)]  # tries, fooled, validated
     shot(page, "break-it-scoreboard")
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 import pytest
-from service_conftest import FakeClassifier, LiveServer, live_server
+from service_conftest import SCOREBOARD_ROWS_JS, FakeClassifier, LiveServer, live_server
 from test_breakit_browser import browser, chromium_path, shot  # noqa: F401  (fixture)
 
 from dialogue_safety.cli.breakit import main as breakit_cli
@@ -196,7 +196,7 @@ def test_flags_need_a_reason_and_the_board_counts_only_validated_attacks(browser
     shot(frank, "break-it-validate")
     erin.reload()
     erin.wait_for_function("document.getElementById('scoreboard').textContent.includes('frank')")
-    rows = {r.split("\t")[0]: r.split("\t") for r in erin.locator("#scoreboard tr").all_inner_texts()}
+    rows = {r[0]: r for r in erin.evaluate(SCOREBOARD_ROWS_JS)}
     assert rows["erin"][2:4] == ["2", "1"]  # fooled twice; one validated (the flagged one is not)
     with httpx.Client(base_url=game.url) as c:  # the reason was stored
         state = cli("status", "--db", str(game.extra["db"]), "--round", "1")[0]
