@@ -6,7 +6,7 @@
 #   git archive HEAD | docker build -t dialogue-safety -             # the committed tree only, nothing uncommitted
 #   docker run -p 8000:8000 dialogue-safety                          # GPU: add --gpus all
 # Settings come from SAFETY_* variables (docs/api.md). .dockerignore lets in only the serving code,
-# the package metadata and the four committed files of models/default (no derived variants).
+# the package metadata and the committed files of models/default (no derived variants).
 
 ARG PYTHON_IMAGE=python:3.11-slim
 

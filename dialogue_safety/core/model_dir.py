@@ -30,6 +30,9 @@ VARIANT_FILES: dict[str, str] = {
     "int8": "model.int8.onnx",
     "fp16": "model.fp16.onnx",
 }
+#: encoded validation dialogues (token ids only, a few hundred rows) that calibrate the static int8 variant's
+#: activation ranges when it is derived at start (dialogue_safety.core.variants.calibration); committed
+CALIBRATION_FILE = "calibration.npz"
 VARIANT_LOCK_FILE = ".variants.lock"  # taken while a variant is derived (dialogue_safety.core.variants.cache)
 #: what a shipped model directory's .gitignore leaves out: every derived file
 DERIVED_PATTERNS: tuple[str, ...] = ("model.*.onnx", ".*.tmp", VARIANT_LOCK_FILE)

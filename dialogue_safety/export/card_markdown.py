@@ -234,11 +234,47 @@ def render_model_card(card: ModelCard) -> str:
                 )
             verdict = (comparison.get("gate") or {}).get(variant, {}).get("why", "")
             lines.append(f"| {variant} | " + " | ".join(cells) + f" | {verdict} |")
+    lines += _int8_selection_section(export)
     if card.limitations:
         lines += ["", "## Limitations", *[f"- {item}" for item in card.limitations]]
     if card.licences:
         lines += ["", "## Data licences", *[f"- {k}: {v}" for k, v in card.licences.items()]]
     return "\n".join(lines) + "\n"
+
+
+def _int8_selection_section(export: dict[str, Any]) -> list[str]:
+    """The int8 recipes tried on the validation splits (fastest first) and the calibration set."""
+    selection = export.get("int8_selection")
+    if not selection:
+        return []
+    lines = ["", "int8 recipes tried on the validation splits (held out from the calibration set), fastest first:"]
+    calibration = export.get("calibration")
+    if calibration:
+        lines[-1] += (
+            f" static ones calibrated on `{calibration['file']}` ({calibration['rows']} encoded rows from "
+            f"{sum(calibration['dialogues'].values())} validation dialogues, {_size(calibration['bytes'])})."
+        )
+    candidates = selection.get("candidates") or {}
+    if candidates:
+        splits = list(next(iter(candidates.values()))["splits"])
+        lines += [
+            "",
+            "| int8 recipe | " + " | ".join(f"{s} (n={selection['splits'][s]})" for s in splits) + " | gate |",
+            "|---" * (len(splits) + 2) + "|",
+        ]
+        for name, entry in candidates.items():
+            cells = [
+                f"{entry['splits'][s]['delta_f1']:+.2f}, {100 * (1 - entry['splits'][s]['changed_decisions']):.2f}%"
+                for s in splits
+            ]
+            lines.append(f"| {name} | " + " | ".join(cells) + f" | {entry['gate']['why']} |")
+        lines += ["", "(cells: ΔF1, agreement with fp32)"]
+    lines.append(
+        f"- int8 recipe: **{selection['chosen']}**"
+        + ("" if selection.get("passed") else " (none passed on validation: int8 is not the CPU default)")
+    )
+    lines += [f"- {note}" for note in selection.get("notes", [])]
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:

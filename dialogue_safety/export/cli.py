@@ -25,7 +25,7 @@ DEFAULT_EVAL_SOURCES = ("olid", "diasafety", "convabuse", "hatemoji", "dynahate"
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
-    from dialogue_safety.core.variants import INT8_PRESETS
+    from dialogue_safety.core.variants import INT8_CANDIDATES, INT8_PRESETS
     from dialogue_safety.export.settings import DEFAULT_OPSET, DEFAULT_TOLERANCE, DEFAULT_VARIANTS
 
     p = argparse.ArgumentParser(
@@ -57,11 +57,14 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     )
     p.add_argument("--opset", type=int, default=DEFAULT_OPSET, help="ONNX opset (default: %(default)s)")
     p.add_argument(
+        "--int8-presets",
         "--int8-preset",
-        choices=sorted(INT8_PRESETS),
-        default="all",
-        help="what the int8 variant quantises: all MatMuls (fastest) or only the attention projections "
-        "(fewer changed decisions); see docs/runtime.md (default: %(default)s)",
+        dest="int8_presets",
+        default=",".join(INT8_CANDIDATES),
+        help="int8 recipes to try, fastest first, comma-separated, from: "
+        f"{', '.join(sorted(INT8_PRESETS))}; the first that passes the gate on the validation splits of "
+        "--eval-sources becomes the int8 variant (static ones are calibrated on validation dialogues stored in "
+        "the model directory); see docs/runtime.md (default: %(default)s)",
     )
     p.add_argument("--data-dir", type=Path, default=None, help="datasets for the variant comparison")
     p.add_argument(
@@ -111,11 +114,21 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety export"
     from dialogue_safety.export.onnx_export import ExportError, ParityError, export_checkpoint
 
     names = [v.strip() for v in args.variants.split(",") if v.strip()]
+    presets = [v.strip() for v in args.int8_presets.split(",") if v.strip()]
+    unknown = [v for v in presets if v not in INT8_PRESETS]
+    if unknown or not presets:
+        print(
+            f"{prog}: --int8-presets: unknown {unknown}; choose from {', '.join(sorted(INT8_PRESETS))}", file=sys.stderr
+        )
+        return 2
     test_sets: dict[str, list[LabelledExample]] = {}
+    validation_sets: dict[str, list[LabelledExample]] = {}
     if not args.no_eval and any(v in names for v in ("int8", "optimized")):
         sources = [s.strip() for s in args.eval_sources.split(",") if s.strip()]
         try:
             test_sets, notes = load_test_sets(args.data_dir, sources)
+            if "int8" in names:
+                validation_sets, _ = load_test_sets(args.data_dir, sources, split="valid")
         except ValueError as exc:  # a malformed dataset file (DatasetFormatError) or an unknown source
             print(f"{prog}: {exc}", file=sys.stderr)
             return 2
@@ -123,6 +136,9 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety export"
             say(f"{prog}: variant comparison: {note}")
         if test_sets:
             say(f"{prog}: comparing variants on {', '.join(f'{k} ({len(v)})' for k, v in test_sets.items())}")
+        if validation_sets:
+            listed = ", ".join(f"{k} ({len(v)})" for k, v in validation_sets.items())
+            say(f"{prog}: int8 calibration and choice on {listed}")
     try:
         result = export_checkpoint(
             args.checkpoint,
@@ -132,7 +148,9 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety export"
             ship=args.ship,
             opset=args.opset,
             test_sets=test_sets or None,
-            recipes={"int8": {"from": "optimized", **INT8_PRESETS[args.int8_preset]}},
+            recipes={"int8": {"from": "optimized", **INT8_PRESETS[presets[0]], "preset": presets[0]}},
+            validation_sets=validation_sets or None,
+            int8_candidates=presets,
         )
     except ParityError as exc:
         print(f"{prog}: PARITY CHECK FAILED: {exc}", file=sys.stderr)
@@ -151,6 +169,17 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety export"
         say(
             f"  {name:<9} {entry['file']:<22} {entry['bytes'] / 1e6:6.1f} MB  max |Δ| "
             f"{'—' if diff is None else format(diff, '.3g')}{'  (' + entry['note'] + ')' if entry.get('note') else ''}"
+        )
+    selection = card.export.get("int8_selection")
+    if selection:
+        for name, entry in selection.get("candidates", {}).items():
+            say(f"  int8 candidate {name:<32} validation: {entry['gate']['why']}")
+        say(f"  int8 recipe: {selection['chosen']}{'' if selection.get('passed') else ' (none passed)'}")
+    gates = (card.export.get("comparison") or {}).get("gate", {})
+    for name, verdict in gates.items():
+        say(
+            f"  gate on test, {name:<9}: {verdict['why']} (min agreement {100 * verdict['min_agreement']:.2f} %, "
+            f"mean ΔF1 {verdict['mean_delta_f1']:+.2f})"
         )
     say(f"  CPU default: {card.cpu_variant} — {card.export.get('cpu_variant_reason')}")
     return 0

@@ -265,8 +265,15 @@ def export_checkpoint(
     opset: int = DEFAULT_OPSET,
     test_sets: Mapping[str, Sequence[LabelledExample]] | None = None,
     recipes: Mapping[str, Mapping[str, Any]] | None = None,
+    validation_sets: Mapping[str, Sequence[LabelledExample]] | None = None,
+    int8_candidates: Sequence[str] | None = None,
 ) -> ExportResult:
     """Export ``checkpoint`` to the model directory ``out_dir`` (see the module docstring).
+
+    ``validation_sets`` (split name → labelled examples) give the static int8 variant its calibration
+    set (written to the model directory) and judge the ``int8_candidates`` (preset names of
+    :data:`dialogue_safety.core.variants.INT8_PRESETS`, fastest first): the first that passes the gate
+    on the held-out validation dialogues becomes the int8 recipe (:mod:`dialogue_safety.export.quantization`).
 
     ``test_sets`` maps a split name (e.g. ``"diasafety/test"``) to labelled examples; with it,
     every CPU variant is compared with fp32 (decision agreement, ΔF1 with a paired bootstrap interval)
@@ -320,6 +327,8 @@ def export_checkpoint(
             opset=opset,
             test_sets=test_sets,
             recipes=recipes,
+            validation_sets=validation_sets,
+            int8_candidates=int8_candidates,
         )
         _replace_dir(staging, out_dir)
     except BaseException:
@@ -346,9 +355,17 @@ def _export_into(
     opset: int,
     test_sets: Mapping[str, Sequence[LabelledExample]] | None,
     recipes: Mapping[str, Mapping[str, Any]] | None,
+    validation_sets: Mapping[str, Sequence[LabelledExample]] | None = None,
+    int8_candidates: Sequence[str] | None = None,
 ) -> ExportResult:
     from dialogue_safety.export.card_markdown import render_model_card
     from dialogue_safety.export.comparison import choose_cpu_variant, compare_variants
+    from dialogue_safety.export.quantization import (
+        calibration_split,
+        candidate_recipes,
+        select_int8_recipe,
+        write_calibration,
+    )
 
     pad_id = encoder.pad_id
     artifact = staging / variants.ARTIFACT_FILE
@@ -394,6 +411,22 @@ def _export_into(
     }
     card.save(staging)  # variants.ensure_variant reads the recipes from it
 
+    int8_validated = True  # int8 may be the CPU default (the test splits still have to pass it)
+    if validation_sets:
+        calibration, held_out = calibration_split(validation_sets)
+        card.export["calibration"] = write_calibration(staging, encoder, calibration)
+    else:
+        held_out = {}
+    if "int8" in variant_names and int8_candidates:
+        candidates, notes = candidate_recipes(int8_candidates, card.export.get("calibration"))
+        if candidates:
+            selection = select_int8_recipe(staging, card, candidates, held_out)
+            if notes:
+                selection["notes"] = notes
+            card.export["int8_selection"] = selection
+            int8_validated = bool(selection["passed"]) or not held_out
+        card.save(staging)
+
     variant_report: dict[str, dict[str, Any]] = {}
     variant_files: dict[str, Path] = {}
     for name in variant_names:
@@ -414,7 +447,10 @@ def _export_into(
     if test_sets:
         comparison = compare_variants(staging, test_sets, variant_names=cpu_candidates)
         card.export["comparison"] = comparison
-    card.cpu_variant, reason = choose_cpu_variant(comparison, cpu_candidates)
+    eligible = [v for v in cpu_candidates if v != "int8" or int8_validated]
+    card.cpu_variant, reason = choose_cpu_variant(comparison, eligible)
+    if not int8_validated:
+        reason += "; no int8 recipe passed the gate on the validation splits (export.int8_selection)"
     card.export["cpu_variant_reason"] = reason
     if "fp16" not in variant_names:
         card.gpu_variant = "optimized" if "optimized" in variant_names else "fp32"

@@ -36,13 +36,14 @@ from typing import Any
 import onnx
 
 from dialogue_safety.core.model_card import ModelCard
-from dialogue_safety.core.model_dir import ARTIFACT_FILE, VARIANT_FILES, VARIANT_LOCK_FILE
+from dialogue_safety.core.model_dir import ARTIFACT_FILE, CALIBRATION_FILE, VARIANT_FILES, VARIANT_LOCK_FILE
 from dialogue_safety.core.variants import cache as variant_cache
 from dialogue_safety.core.variants.graphs import (
     copy_model,
     fold_fp16_weights,
     optimize,
     quantize,
+    quantize_static_qdq,
     to_float16,
     weights_storage,
 )
@@ -88,6 +89,42 @@ INT8_PRESETS: dict[str, dict[str, Any]] = {
         "exclude_patterns": [FFN_UP, FFN_DOWN],  # the feed-forward blocks stay fp32
     },
 }
+# Calibrated static int8 (QDQ) from the plain fp32 graph (QDQ cannot quantise the optimizer's fused
+# Attention): per-channel int8 weights, uint8 activations with ranges fixed from the model
+# directory's calibration rows (core/variants/calibration.py), MatMul outputs and the residual
+# stream in fp32, the attention score products (QK^T, softmax x V) in fp32. ``from`` is part of
+# the preset: these start from fp32, the dynamic ones from the optimized graph.
+ATTENTION_SCORES = r"attention/self/MatMul(_1)?$"
+_STATIC: dict[str, Any] = {
+    "from": "fp32",
+    "kind": "quantize_static",
+    "calibrate_method": "MinMax",
+    "weight_type": "QInt8",
+    "activation_type": "QUInt8",
+    "per_channel": True,
+    "reduce_range": False,  # 8-bit weights: needs VNNI on x86 (dialogue_safety.core.runtime.int8_supported)
+    "op_types": ["MatMul"],
+    "exclude_patterns": [ATTENTION_SCORES],
+    "fp32_residual": True,
+}
+INT8_PRESETS.update(
+    {
+        "static": dict(_STATIC),
+        "static-percentile": {**_STATIC, "calibrate_method": "Percentile", "percentile": 99.999},
+        "static-entropy": {**_STATIC, "calibrate_method": "Entropy"},
+        # the most sensitive inputs (measured: docs/runtime.md): the GELU outputs that feed the
+        # feed-forward down-projections; kept fp32 (the down-projections then run in fp32)
+        "static-percentile-ffn-down-fp32": {
+            **_STATIC,
+            "calibrate_method": "Percentile",
+            "percentile": 99.999,
+            "exclude_patterns": [ATTENTION_SCORES, FFN_DOWN],
+        },
+    }
+)
+#: the int8 recipes `dialogue-safety export` tries, fastest first; the first that passes the gate on
+#: the validation splits becomes the int8 variant (dialogue_safety.export.quantization)
+INT8_CANDIDATES: tuple[str, ...] = ("static-percentile", "vnni", "static", "all", "static-percentile-ffn-down-fp32")
 
 # How each variant is made from its source. ``from`` names another variant or "artifact".
 # The card's export.recipes (written by `dialogue-safety export`) overrides these, so what the
@@ -153,10 +190,21 @@ def geometry_of(card: ModelCard | None) -> tuple[int, int]:
 
 # -- derivation --------------------------------------------------------------------------------
 def derive(
-    source: onnx.ModelProto, recipe: Mapping[str, Any], *, num_heads: int = 0, hidden_size: int = 0
+    source: onnx.ModelProto,
+    recipe: Mapping[str, Any],
+    *,
+    num_heads: int = 0,
+    hidden_size: int = 0,
+    calibration: str | Path | None = None,
 ) -> onnx.ModelProto:
-    """Apply one recipe to an in-memory graph and return the derived graph (pure, deterministic)."""
+    """Apply one recipe to an in-memory graph and return the derived graph (pure, deterministic).
+
+    ``calibration`` is the model directory's calibration file, which a ``quantize_static`` recipe
+    reads (its sha256 must be the one the recipe was validated with, when the recipe records one).
+    """
     kind = recipe.get("kind")
+    if kind == "quantize_static":
+        return quantize_static_qdq(source, recipe, _calibration_feeds(recipe, calibration))
     if kind == "fold_fp16_weights":
         return fold_fp16_weights(source)
     if kind == "ort_optimizer":
@@ -169,7 +217,21 @@ def derive(
     raise VariantError(f"unknown recipe kind {kind!r} in {dict(recipe)}")
 
 
-# -- metadata stamps ---------------------------------------------------------------------------
+def _calibration_feeds(recipe: Mapping[str, Any], calibration: str | Path | None) -> list[dict[str, Any]]:
+    from dialogue_safety.core.variants.calibration import calibration_feeds
+
+    if calibration is None:
+        raise VariantError(f"the recipe {dict(recipe)} needs the model directory's {CALIBRATION_FILE}")
+    expected = recipe.get("calibration_sha256")
+    if expected and Path(calibration).is_file() and file_sha256(calibration) != expected:
+        raise VariantError(
+            f"{calibration} is not the calibration set the int8 recipe was validated with (sha256 "
+            f"{file_sha256(calibration)[:12]}… != {str(expected)[:12]}…): re-export the model"
+        )
+    try:
+        return calibration_feeds(calibration)
+    except ValueError as exc:
+        raise VariantError(str(exc)) from exc
 
 
 # -- the model directory -----------------------------------------------------------------------
@@ -289,7 +351,9 @@ def _ensure_chain(
             derived = copy_model(graph)  # an fp32 artifact: nothing to fold
         else:
             log.info("deriving the %s variant of %s", name, model_dir)
-            derived = derive(graph, recipe, num_heads=num_heads, hidden_size=hidden_size)
+            derived = derive(
+                graph, recipe, num_heads=num_heads, hidden_size=hidden_size, calibration=model_dir / CALIBRATION_FILE
+            )
         set_meta(
             derived, {"variant": name, "artifact_sha256": artifact_sha, "recipe": key, "onnxruntime": _ort_version()}
         )

@@ -208,3 +208,97 @@ def copy_model(model: onnx.ModelProto) -> onnx.ModelProto:
     out = onnx.ModelProto()
     out.CopyFrom(model)
     return out
+
+
+def quantize_static_qdq(
+    model: onnx.ModelProto, recipe: Mapping[str, Any], feeds: list[dict[str, np.ndarray]]
+) -> onnx.ModelProto:
+    """Calibrated static int8 (QDQ): per-channel int8 weights, per-tensor uint8 activation ranges fixed
+    from ``feeds`` (the model directory's calibration rows) with ``recipe["calibrate_method"]``
+    (MinMax, Entropy or Percentile).
+
+    Only the inputs of the quantised MatMuls are quantised, and their outputs stay fp32
+    (onnxruntime runs DQ → MatMul as an integer MatMul with an fp32 result): with
+    ``fp32_residual`` every other consumer of a quantised tensor (the residual Add, Shape) reads
+    the fp32 tensor again, so the residual stream never carries int8 rounding. ``exclude_patterns``
+    keeps the matching nodes (regular expressions over node names) in fp32: the sensitive ones.
+    """
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+
+    from dialogue_safety.core.variants.calibration import FeedReader
+
+    method = str(recipe.get("calibrate_method", "MinMax"))
+    patterns = [re.compile(p) for p in recipe.get("exclude_patterns") or []]
+    excluded = [n.name for n in model.graph.node if n.name and any(p.search(n.name) for p in patterns)]
+    if patterns and not excluded:
+        log.warning("int8 recipe: exclude_patterns %s match no node", recipe["exclude_patterns"])
+    if method != "MinMax":  # the histogram calibrators need one shape: pad every row to the longest
+        feeds = _pad_feeds(feeds)
+    extra: dict[str, Any] = {
+        "MatMulConstBOnly": True,
+        "OpTypesToExcludeOutputQuantization": list(recipe.get("op_types") or ["MatMul"]),
+        "DefaultTensorType": TensorProto.FLOAT,
+    }
+    if method == "Percentile":
+        extra["CalibPercentile"] = float(recipe.get("percentile", 99.999))
+    input_names = [i.name for i in model.graph.input]
+    with tempfile.TemporaryDirectory(prefix="dialogue-safety-int8-") as tmp, quiet_onnxruntime_tools():
+        src, dst = Path(tmp) / "in.onnx", Path(tmp) / "out.onnx"
+        onnx.save(model, str(src))
+        quantize_static(
+            src,
+            dst,
+            FeedReader(feeds, input_names),
+            quant_format=QuantFormat.QDQ,
+            op_types_to_quantize=list(recipe.get("op_types") or ["MatMul"]),
+            per_channel=bool(recipe.get("per_channel", True)),
+            reduce_range=bool(recipe.get("reduce_range", False)),
+            activation_type=getattr(QuantType, str(recipe.get("activation_type", "QUInt8"))),
+            weight_type=getattr(QuantType, str(recipe.get("weight_type", "QInt8"))),
+            nodes_to_exclude=excluded or None,
+            calibrate_method=getattr(CalibrationMethod, method),
+            calibration_providers=["CPUExecutionProvider"],
+            extra_options=extra,
+        )
+        out = onnx.load(str(dst))
+    if recipe.get("fp32_residual", True):
+        fp32_residual(out, set(recipe.get("op_types") or ["MatMul"]))
+    return out
+
+
+def fp32_residual(model: onnx.ModelProto, quantized_op_types: set[str]) -> int:
+    """Rewire every consumer of a QuantizeLinear → DequantizeLinear pair that is not a quantised op
+    back to the fp32 tensor (in place); QDQ nodes left without consumers are removed. Returns the
+    number of inputs rewired."""
+    producer = {out: node for node in model.graph.node for out in node.output}
+    rewired = 0
+    for node in model.graph.node:
+        if node.op_type in quantized_op_types or node.op_type in ("QuantizeLinear", "DequantizeLinear"):
+            continue
+        for i, name in enumerate(node.input):
+            dq = producer.get(name)
+            q = producer.get(dq.input[0]) if dq is not None and dq.op_type == "DequantizeLinear" else None
+            if q is not None and q.op_type == "QuantizeLinear":
+                node.input[i] = q.input[0]
+                rewired += 1
+    while True:  # drop the Q/DQ nodes nobody reads any more
+        used = {name for node in model.graph.node for name in node.input} | {o.name for o in model.graph.output}
+        keep = [
+            n
+            for n in model.graph.node
+            if n.op_type not in ("QuantizeLinear", "DequantizeLinear") or any(o in used for o in n.output)
+        ]
+        if len(keep) == len(model.graph.node):
+            break
+        del model.graph.node[:]
+        model.graph.node.extend(keep)
+    return rewired
+
+
+def _pad_feeds(feeds: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+    width = max(f["input_ids"].shape[1] for f in feeds)
+    out = []
+    for feed in feeds:
+        extra = width - feed["input_ids"].shape[1]
+        out.append({k: np.pad(v, ((0, 0), (0, extra))) for k, v in feed.items()})  # pad id 0, mask 0, segment 0
+    return out
