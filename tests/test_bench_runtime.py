@@ -21,6 +21,16 @@ def test_smoke_run_writes_json_and_markdown(
     report = json.loads(out.read_text())
     engines = {e["engine"]: e for e in report["engines"]}
     assert {"torch eager", "onnxruntime fp32", "onnxruntime optimized", "onnxruntime int8"} <= set(engines)
+    assert {"naive-fp32", "naive-int8"} <= set(engines)  # torch.onnx.export + quantize_dynamic, same checkpoint
+    assert engines["naive-int8"]["file_mb"] < engines["naive-fp32"]["file_mb"]
+    ratios = report["ratios"]
+    assert set(ratios) == {"vs_naive-fp32", "vs_naive-int8"} and set(ratios["vs_naive-fp32"]) == set(engines)
+    assert ratios["vs_naive-fp32"]["naive-fp32"] == {
+        "sorted64_x": 1.0,
+        "token_budget_x": 1.0,
+        "single_p50_fraction": 1.0,
+    }
+    assert "torch.onnx.export" in report["naive_exporter"]
     for e in engines.values():
         assert e["single"]["p50_ms"] > 0 and e["sorted64"]["examples_per_s"] > 0
         assert e["token_budget"]["max_batch_size"] == 256
@@ -32,6 +42,7 @@ def test_smoke_run_writes_json_and_markdown(
     assert report["machine"]["flop_per_cycle_avx2_fma"] == 32
     printed = capsys.readouterr().out
     assert "| engine | characters | windows |" in printed
+    assert "Ratios against naive-fp32" in printed
     assert "| engine |" in printed and json.loads(printed[: printed.index("\n\n###")])["benchmark"] == "runtime"
 
 

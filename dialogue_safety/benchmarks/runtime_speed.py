@@ -32,6 +32,7 @@ import shutil
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -57,6 +58,10 @@ from dialogue_safety.core.schema import Example
 
 TARGET_SINGLE_P50_MS = 5.0
 TARGET_SORTED64_EXAMPLES_PER_S = 220.0
+# relative targets (issue 21), from one run: the CPU default against the naive exports of the same checkpoint
+TARGET_VS_NAIVE_FP32 = 2.0  # batched throughput, x naive torch.onnx.export + onnxruntime fp32
+TARGET_SINGLE_FRACTION = 0.5  # single-dialogue p50, fraction of the naive fp32's
+TARGET_INT8_VS_NAIVE_INT8 = 1.2  # an int8 default's batched throughput, x naive quantize_dynamic
 
 
 @dataclass(frozen=True)
@@ -131,7 +136,31 @@ class OnnxEngine(Engine):
         return self.clf.session.run(["logits"], {k: v for k, v in feeds.items() if k in self._names})
 
 
-class TorchEngine(Engine):
+class RowsEngine(Engine):
+    """An engine outside the runtime with the runtime's encoding, batching and scoring (a decomposed
+    model's second pass included): only :meth:`run_padded` differs, so the ratios compare the models."""
+
+    max_batch_tokens: int = MAX_BATCH_TOKENS
+    max_batch_size: int = 256
+
+    def set_batching(self, max_batch_tokens: int, max_batch_size: int) -> None:
+        self.max_batch_tokens, self.max_batch_size = max_batch_tokens, max_batch_size
+
+    def predict(self, examples: Sequence[Example]) -> Any:
+        from dialogue_safety.core.scoring import context_columns, decomposed_logits, predictions_from_logits
+
+        def rows(encoded: Sequence[EncodedExample]) -> np.ndarray:
+            logits = np.empty((len(encoded), len(self.card.heads)), dtype=np.float32)
+            for idx in token_budget_batches([len(e) for e in encoded], self.max_batch_tokens, self.max_batch_size):
+                out = self.run_padded(pad_batch([encoded[i] for i in idx], self.encoder.pad_id))
+                logits[idx] = np.asarray(out[0] if isinstance(out, list) else out).reshape(len(idx), -1)
+            return logits
+
+        encoded = self.encoder.encode_batch(examples, max_windows=None)  # every window, as the runtime reads them
+        return predictions_from_logits(decomposed_logits(encoded, rows, context_columns(self.card)), self.card)
+
+
+class TorchEngine(RowsEngine):
     """The checkpoint in torch eager mode, same encoding, batching and scoring as the runtime."""
 
     def __init__(self, checkpoint: Path, threads: int) -> None:
@@ -143,26 +172,60 @@ class TorchEngine(Engine):
         self.torch = torch
         self.model, self.encoder, self.card = load_checkpoint(checkpoint)
         self.name, self.variant, self.provider = "torch eager", "fp32", f"torch {torch.__version__} CPU"
-        self.max_batch_tokens, self.max_batch_size = MAX_BATCH_TOKENS, 256
-
-    def set_batching(self, max_batch_tokens: int, max_batch_size: int) -> None:
-        self.max_batch_tokens, self.max_batch_size = max_batch_tokens, max_batch_size
-
-    def predict(self, examples: Sequence[Example]) -> Any:
-        from dialogue_safety.core.scoring import context_columns, decomposed_logits, predictions_from_logits
-
-        def rows(encoded: Sequence[EncodedExample]) -> np.ndarray:
-            logits = np.empty((len(encoded), len(self.card.heads)), dtype=np.float32)
-            for idx in token_budget_batches([len(e) for e in encoded], self.max_batch_tokens, self.max_batch_size):
-                logits[idx] = self.run_padded(pad_batch([encoded[i] for i in idx], self.encoder.pad_id))
-            return logits
-
-        encoded = self.encoder.encode_batch(examples, max_windows=None)  # every window, as the runtime reads them
-        return predictions_from_logits(decomposed_logits(encoded, rows, context_columns(self.card)), self.card)
 
     def run_padded(self, feeds: dict[str, np.ndarray]) -> Any:
         with self.torch.inference_mode():
             return self.model(**{k: self.torch.from_numpy(v) for k, v in feeds.items()}).logits.numpy()
+
+
+NAIVE_ENGINES = ("naive-fp32", "naive-int8")
+
+
+def export_naive(checkpoint: Path, out_dir: Path) -> dict[str, Any]:
+    """What a user gets in ten minutes from the same checkpoint: ``torch.onnx.export`` with its defaults
+    (dynamic batch and sequence axes), and ``quantize_dynamic`` with its defaults on that graph.
+    Returns ``{"fp32": path, "int8": path, "exporter": ...}``."""
+    import torch
+    from onnxruntime.quantization import quantize_dynamic
+
+    from dialogue_safety.core.variants.graphs import quiet_onnxruntime_tools
+    from dialogue_safety.training.checkpoint import load_checkpoint
+
+    model, encoder, _ = load_checkpoint(checkpoint)
+    model.eval()
+    feeds = pad_batch(encoder.encode_batch([Example.from_texts("hello there", ["hi"])]), encoder.pad_id)
+    names = ["input_ids", "attention_mask", "token_type_ids"]
+    args = tuple(torch.from_numpy(feeds[n]) for n in names)
+    axes = {n: {0: "batch", 1: "sequence"} for n in names} | {"logits": {0: "batch"}}
+    fp32, int8 = out_dir / "naive.onnx", out_dir / "naive.int8.onnx"
+    exporter = "torch.onnx.export (TorchScript, dynamo=False)"
+    with contextlib.redirect_stdout(sys.stderr), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            model, args, str(fp32), input_names=names, output_names=["logits"], dynamic_axes=axes, dynamo=False
+        )
+    with quiet_onnxruntime_tools():
+        quantize_dynamic(fp32, int8)  # defaults: QInt8 weights per tensor, every supported op
+    return {"fp32": fp32, "int8": int8, "exporter": exporter}
+
+
+class NaiveOnnxEngine(RowsEngine):
+    """A naive export (:func:`export_naive`) in a default onnxruntime session (same thread count)."""
+
+    def __init__(self, path: Path, checkpoint: Path, name: str, threads: int) -> None:
+        import onnxruntime as ort
+
+        from dialogue_safety.training.checkpoint import load_checkpoint
+
+        _, self.encoder, self.card = load_checkpoint(checkpoint)
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        self.name, self.variant, self.provider = name, name, "CPUExecutionProvider"
+        self.file_bytes = path.stat().st_size
+
+    def run_padded(self, feeds: dict[str, np.ndarray]) -> Any:
+        return self.session.run(["logits"], feeds)
 
 
 # -- measurements ------------------------------------------------------------------------------
@@ -364,7 +427,7 @@ def _random_checkpoint(geometry: str, out: Path) -> Path:
 def _export(checkpoint: Path, out: Path, variant_names: Sequence[str]) -> Path:
     from dialogue_safety.export.onnx_export import export_checkpoint
 
-    names = [v for v in variant_names if v != "torch"]
+    names = [v for v in variant_names if v not in ("torch", *NAIVE_ENGINES)]
     export_checkpoint(checkpoint, out, variant_names=names or ["fp32"], test_sets=None)
     return out
 
@@ -427,10 +490,22 @@ def run(
     say(f"bench runtime: {subject.description}; {len(examples)} dialogues ({data_note}); {threads} threads")
 
     engines: list[tuple[str, Callable[[], Engine]]] = []
+    naive: dict[str, Any] = {}
+
+    def naive_engine(name: str) -> Engine:
+        assert subject.checkpoint is not None
+        if not naive:
+            say("  naive: torch.onnx.export + quantize_dynamic of the checkpoint")
+            naive.update(export_naive(subject.checkpoint, Path(tempfile.mkdtemp(prefix="bench-naive-"))))
+        return NaiveOnnxEngine(naive[name.split("-")[1]], subject.checkpoint, name, threads)
+
     for name in variant_names:
-        if name == "torch":
+        if name == "torch" or name in NAIVE_ENGINES:
             if subject.checkpoint is not None:
-                engines.append((name, lambda: TorchEngine(subject.checkpoint, threads)))  # type: ignore[arg-type]
+                if name == "torch":
+                    engines.append((name, lambda: TorchEngine(subject.checkpoint, threads)))  # type: ignore[arg-type]
+                else:
+                    engines.append((name, lambda name=name: naive_engine(name)))  # type: ignore[misc]
         elif name == "fp16" and not cuda_available():
             continue
         else:
@@ -487,6 +562,8 @@ def run(
         }
     if "torch" in variant_names and subject.checkpoint is None:
         report["notes"].append("torch eager skipped: no checkpoint (pass --checkpoint DIR)")
+    if set(NAIVE_ENGINES) & set(variant_names) and subject.checkpoint is None:
+        report["notes"].append("naive exports skipped: no checkpoint (pass --checkpoint DIR)")
     if "fp16" in variant_names and not cuda_available():
         report["notes"].append("fp16 skipped: needs onnxruntime-gpu and a CUDA device")
     if data_note.startswith("SYNTHETIC"):
@@ -518,8 +595,34 @@ def run(
             report["sweep"] += sweep(engine, plan, geometry, encoder.tokenizer.get_vocab_size(), peak)
         del engine
     report["machine"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    if naive:
+        report["naive_exporter"] = naive["exporter"]
+        shutil.rmtree(Path(naive["fp32"]).parent, ignore_errors=True)
+    report["ratios"] = ratios(report)
     report["targets"] = targets(report)
     return report
+
+
+def ratios(report: dict[str, Any]) -> dict[str, Any]:
+    """Every engine against the naive fp32 export (and the int8 ones against naive int8), from this run:
+    batched throughput (length-sorted 64 and token budget) as x-times, single-dialogue p50 as a fraction."""
+    by_name = {e["variant"]: e for e in report["engines"]}
+    out: dict[str, Any] = {}
+    for base_name in NAIVE_ENGINES:
+        base = by_name.get(base_name)
+        if base is None:
+            continue
+        table = {}
+        for e in report["engines"]:
+            table[e["engine"]] = {
+                "sorted64_x": round(e["sorted64"]["examples_per_s"] / base["sorted64"]["examples_per_s"], 2),
+                "token_budget_x": round(
+                    e["token_budget"]["examples_per_s"] / base["token_budget"]["examples_per_s"], 2
+                ),
+                "single_p50_fraction": round(e["single"]["p50_ms"] / base["single"]["p50_ms"], 2),
+            }
+        out[f"vs_{base_name}"] = table
+    return out
 
 
 def _versions() -> dict[str, str | None]:
@@ -543,7 +646,27 @@ def targets(report: dict[str, Any]) -> dict[str, Any]:
         return {"note": f"the CPU default variant ({report['cpu_variant']}) was not benchmarked"}
     p50 = default["single"]["p50_ms"]
     rate = default["sorted64"]["examples_per_s"]
+    relative: dict[str, Any] = {}
+    vs_fp32 = (report.get("ratios") or {}).get("vs_naive-fp32", {}).get(default["engine"])
+    if vs_fp32:
+        best = max(vs_fp32["sorted64_x"], vs_fp32["token_budget_x"])
+        relative["batched_vs_naive_fp32"] = {"value": best, "limit": TARGET_VS_NAIVE_FP32, "met": best >= TARGET_VS_NAIVE_FP32}
+        single = vs_fp32["single_p50_fraction"]
+        relative["single_p50_vs_naive_fp32"] = {
+            "value": single,
+            "limit": TARGET_SINGLE_FRACTION,
+            "met": single <= TARGET_SINGLE_FRACTION,
+        }
+    vs_int8 = (report.get("ratios") or {}).get("vs_naive-int8", {}).get(default["engine"])
+    if vs_int8 and default["variant"] == "int8":
+        best = max(vs_int8["sorted64_x"], vs_int8["token_budget_x"])
+        relative["int8_batched_vs_naive_int8"] = {
+            "value": best,
+            "limit": TARGET_INT8_VS_NAIVE_INT8,
+            "met": best >= TARGET_INT8_VS_NAIVE_INT8,
+        }
     out: dict[str, Any] = {
+        **relative,
         "variant": default["variant"],
         "single_p50_ms": {"value": p50, "limit": TARGET_SINGLE_P50_MS, "met": p50 <= TARGET_SINGLE_P50_MS},
         "sorted64_examples_per_s": {
@@ -587,6 +710,18 @@ def markdown(report: dict[str, Any]) -> str:
             f"| {t['examples_per_s']} | {t['tokens_per_s']:.0f} | {best['useful_gflops_per_s'] or '—'} "
             f"| {'—' if frac is None else f'{100 * frac:.1f}%'} |"
         )
+    for key, table in (report.get("ratios") or {}).items():
+        base = key.removeprefix("vs_")
+        lines += [
+            "",
+            f"Ratios against {base} (this run; {report.get('naive_exporter', '')}): batched throughput x, "
+            "single-dialogue p50 as a fraction",
+            "",
+            "| engine | sorted-64 x | budget x | single p50 fraction |",
+            "|---|---|---|---|",
+        ]
+        for engine, r in table.items():
+            lines.append(f"| {engine} | {r['sorted64_x']} | {r['token_budget_x']} | {r['single_p50_fraction']} |")
     if report["sweep"]:
         lens = sorted({c["seq_len"] for c in report["sweep"]})
         lines += [
@@ -624,6 +759,11 @@ def markdown(report: dict[str, Any]) -> str:
                 f"| {r['ms_per_window']} | {r['x_first']} |"
             )
     tg = report.get("targets", {})
+    for key in ("batched_vs_naive_fp32", "single_p50_vs_naive_fp32", "int8_batched_vs_naive_int8"):
+        if key in tg:
+            lines.append(
+                f"Target {key}: {tg[key]['value']} (limit {tg[key]['limit']}: {'met' if tg[key]['met'] else 'NOT met'})"
+            )
     if "single_p50_ms" in tg:
         single, rate = tg["single_p50_ms"], tg["sorted64_examples_per_s"]
         lines += [
@@ -650,7 +790,13 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         "--checkpoint", type=Path, default=None, help="torch checkpoint (exported to a temp dir unless --model)"
     )
     src.add_argument("--geometry", default=None, help="random weights of a geometry: minilm-l6, bert-base, tiny")
-    p.add_argument("--variants", default="torch,fp32,optimized,int8,fp16", help="engines (default: %(default)s)")
+    p.add_argument(
+        "--variants",
+        default="torch,naive-fp32,naive-int8,fp32,optimized,int8,fp16",
+        help="engines (default: %(default)s); torch (eager), naive-fp32/naive-int8: torch.onnx.export and "
+        "onnxruntime's quantize_dynamic with their defaults, of the model's checkpoint (--checkpoint, or the card's "
+        "source checkpoint when it exists)",
+    )
     p.add_argument("--data-dir", default=None, help="data directory with the DiaSafety and ConvAbuse test splits")
     p.add_argument("--examples", type=int, default=None, help="dialogues in the realistic set at most")
     p.add_argument("--singles", type=int, default=None, help="single-dialogue predictions timed per engine")
@@ -692,7 +838,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety bench r
             print(f"{prog}: unknown geometry {args.geometry!r}; choose from {sorted(GEOMETRIES)}", file=sys.stderr)
             return 2
     variant_names = [v.strip() for v in args.variants.split(",") if v.strip()]
-    allowed = {"torch", "fp32", "optimized", "int8", "fp16"}
+    allowed = {"torch", *NAIVE_ENGINES, "fp32", "optimized", "int8", "fp16"}
     if not variant_names or set(variant_names) - allowed:
         print(f"{prog}: --variants must name some of {sorted(allowed)}", file=sys.stderr)
         return 2
