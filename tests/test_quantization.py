@@ -171,3 +171,23 @@ def test_static_int8_refuses_a_missing_or_different_calibration_file(
     other = save_calibration(tmp_path / CALIBRATION_FILE, [EncodedExample((2, 3), (0, 0), (1, 1))], ["x"])
     with pytest.raises(variants.VariantError, match="not the calibration set"):
         variants.derive(fp32, recipe, calibration=other)
+
+
+def test_nbits8_is_blockwise_int8_on_the_optimized_graph(exported: onnx_export.ExportResult) -> None:
+    out = exported.out_dir
+    card = ModelCard.load(out)
+    optimized = onnx.load(str(variants.ensure_variant(out, "optimized", card)))
+    recipe = variants.INT8_PRESETS["nbits8"]
+    graph = variants.derive(optimized, recipe)
+    assert graph.SerializeToString() == variants.derive(optimized, recipe).SerializeToString()
+    ops = [n.op_type for n in graph.graph.node]
+    assert "MatMulNBits" in ops and "MatMul" not in ops
+    nbits = next(n for n in graph.graph.node if n.op_type == "MatMulNBits")
+    attrs = {a.name: a.i for a in nbits.attribute}
+    assert attrs["bits"] == 8 and attrs["block_size"] == 128 and attrs["accuracy_level"] == 4
+    card.export["recipes"]["int8"] = dict(recipe)
+    card.save(out)
+    examples = [Example.from_texts(t, h) for t, h in TEXTS]
+    int8 = OnnxClassifier(out, variant="int8", providers=["CPUExecutionProvider"]).logits(examples)
+    fp32 = OnnxClassifier(out, variant="fp32", providers=["CPUExecutionProvider"]).logits(examples)
+    assert np.max(np.abs(int8 - fp32)) < 0.05

@@ -302,3 +302,30 @@ def _pad_feeds(feeds: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]
         extra = width - feed["input_ids"].shape[1]
         out.append({k: np.pad(v, ((0, 0), (0, extra))) for k, v in feed.items()})  # pad id 0, mask 0, segment 0
     return out
+
+
+def quantize_matmul_nbits(model: onnx.ModelProto, recipe: Mapping[str, Any]) -> onnx.ModelProto:
+    """Blockwise int8 weights (``MatMulNBits``, ``bits`` 8, ``block_size`` along the input dimension,
+    symmetric) with ``accuracy_level`` 4: onnxruntime quantises each row of the activations per block
+    too and multiplies in int8 (VNNI on x86), so an outlier only coarsens its own block of 32..128
+    values instead of the whole tensor, as per-tensor dynamic or static scales do."""
+    from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig, MatMulNBitsQuantizer
+
+    bits, block = int(recipe.get("bits", 8)), int(recipe.get("block_size", 128))
+    accuracy = int(recipe.get("accuracy_level", 4))
+    op_types = tuple(recipe.get("op_types") or ["MatMul"])
+    config = DefaultWeightOnlyQuantConfig(
+        block_size=block, is_symmetric=True, accuracy_level=accuracy, bits=bits, op_types_to_quantize=op_types
+    )
+    with quiet_onnxruntime_tools():
+        quantizer = MatMulNBitsQuantizer(
+            copy_model(model),
+            bits=bits,
+            block_size=block,
+            is_symmetric=True,
+            accuracy_level=accuracy,
+            algo_config=config,
+            op_types_to_quantize=op_types,
+        )
+        quantizer.process()
+    return with_ms_domain(quantizer.model.model)
