@@ -191,3 +191,13 @@ def test_nbits8_is_blockwise_int8_on_the_optimized_graph(exported: onnx_export.E
     int8 = OnnxClassifier(out, variant="int8", providers=["CPUExecutionProvider"]).logits(examples)
     fp32 = OnnxClassifier(out, variant="fp32", providers=["CPUExecutionProvider"]).logits(examples)
     assert np.max(np.abs(int8 - fp32)) < 0.05
+
+
+def test_8_bit_int8_recipes_fall_back_to_optimized_on_x86_without_vnni() -> None:
+    from dialogue_safety.core.runtime import int8_supported
+
+    for preset in ("nbits8", "static", "vnni"):
+        card = ModelCard(name="m", version="0", export={"recipes": {"int8": dict(variants.INT8_PRESETS[preset])}})
+        assert int8_supported(card, "flags\t: fpu sse2 avx2 fma")[0] is False, preset  # AVX2 only: can saturate
+        assert int8_supported(card, "flags\t: fpu avx2 avx512f avx512_vnni")[0] is True, preset
+        assert int8_supported(card, "Features\t: fp asimd asimddp")[0] is True, preset  # ARM: exact int8 kernels

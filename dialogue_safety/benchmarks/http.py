@@ -445,11 +445,13 @@ def targets(report: dict[str, Any], plan: HttpPlan) -> dict[str, Any]:
     c1 = _find(phases, "classify", 1)
     c64 = _find(phases, "classify", 64)
     if runtime and c1 and c1["p50_ms"] is not None:
-        limit = runtime["single_p50_ms"] + 2.0
+        limit = runtime["single_p50_ms"] + 1.0  # issue 21: HTTP c=1 p50 within 1 ms of the runtime's
         out["c1_p50_ms"] = {"value": c1["p50_ms"], "limit": round(limit, 3), "met": c1["p50_ms"] <= limit}
+        if runtime["single_p50_ms"]:
+            out["c1_p50_vs_runtime_single"] = {"value": round(c1["p50_ms"] / runtime["single_p50_ms"], 3)}
     if runtime and c64:
         ratio = c64["items_per_s"] / runtime["batched_items_per_s"] if runtime["batched_items_per_s"] else 0.0
-        out["c64_vs_runtime_batched"] = {"value": round(ratio, 3), "limit": 0.8, "met": ratio >= 0.8}
+        out["c64_vs_runtime_batched"] = {"value": round(ratio, 3), "limit": 0.9, "met": ratio >= 0.9}
     if c64:
         out["c64_errors"] = {"value": c64["errors"], "limit": 0, "met": c64["errors"] == 0}
     naive = report.get("naive")

@@ -309,7 +309,13 @@ def quantize_matmul_nbits(model: onnx.ModelProto, recipe: Mapping[str, Any]) -> 
     symmetric) with ``accuracy_level`` 4: onnxruntime quantises each row of the activations per block
     too and multiplies in int8 (VNNI on x86), so an outlier only coarsens its own block of 32..128
     values instead of the whole tensor, as per-tensor dynamic or static scales do."""
-    from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig, MatMulNBitsQuantizer
+    try:
+        from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig, MatMulNBitsQuantizer
+    except ImportError as exc:  # it imports onnx_ir, which older serve environments lack
+        raise RuntimeError(
+            f"the nbits8 int8 recipe needs onnxruntime's MatMulNBits quantizer ({exc}): "
+            "pip install 'dialogue-safety[serve]' (it brings onnx-ir)"
+        ) from exc
 
     bits, block = int(recipe.get("bits", 8)), int(recipe.get("block_size", 128))
     accuracy = int(recipe.get("accuracy_level", 4))
