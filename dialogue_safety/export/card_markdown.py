@@ -252,7 +252,7 @@ def _int8_selection_section(export: dict[str, Any]) -> list[str]:
     if calibration:
         lines[-1] += (
             f" static ones calibrated on `{calibration['file']}` ({calibration['rows']} encoded rows from "
-            f"{sum(calibration['dialogues'].values())} validation dialogues, {_size(calibration['bytes'])})."
+            f"{sum(calibration['dialogues'].values())} validation dialogues, {calibration['bytes'] / 1e3:.1f} KB)."
         )
     candidates = selection.get("candidates") or {}
     if candidates:
