@@ -650,7 +650,11 @@ def targets(report: dict[str, Any]) -> dict[str, Any]:
     vs_fp32 = (report.get("ratios") or {}).get("vs_naive-fp32", {}).get(default["engine"])
     if vs_fp32:
         best = max(vs_fp32["sorted64_x"], vs_fp32["token_budget_x"])
-        relative["batched_vs_naive_fp32"] = {"value": best, "limit": TARGET_VS_NAIVE_FP32, "met": best >= TARGET_VS_NAIVE_FP32}
+        relative["batched_vs_naive_fp32"] = {
+            "value": best,
+            "limit": TARGET_VS_NAIVE_FP32,
+            "met": best >= TARGET_VS_NAIVE_FP32,
+        }
         single = vs_fp32["single_p50_fraction"]
         relative["single_p50_vs_naive_fp32"] = {
             "value": single,
