@@ -18,8 +18,11 @@ Steps (all in a staging folder next to ``out_dir``; ``out_dir`` is replaced only
    (max abs diff in the message) if any logit differs by more than ``tolerance``;
 4. derive the requested variants with :mod:`dialogue_safety.core.variants` (exactly as the service will) and
    check each against torch: fp32 within ``tolerance``, optimized within
-   ``max(tolerance, OPTIMIZED_TOLERANCE)``; int8's differences are recorded, its quality is
-   judged by :mod:`dialogue_safety.export.comparison` on labelled test sets, which picks ``card.cpu_variant``;
+   ``max(tolerance, OPTIMIZED_TOLERANCE)``; with validation sets, the int8 recipe is chosen first
+   (:mod:`dialogue_safety.export.quantization`: a calibration set written to the model directory, the
+   candidate recipes tried fastest first, the first that passes the gate on validation kept); int8's
+   differences are recorded, its quality is judged by :mod:`dialogue_safety.export.comparison` on
+   labelled test sets, which picks ``card.cpu_variant``;
 5. write ``model.onnx``, ``tokenizer.json``, ``model_card.json`` (the checkpoint's card with
    ``variants``, ``cpu_variant`` and ``export`` filled in) and ``MODEL_CARD.md``.
 """
