@@ -138,7 +138,8 @@ INT8_PRESETS.update(
 )
 #: the int8 recipes `dialogue-safety export` tries, fastest first; the first that passes the gate on
 #: the validation splits becomes the int8 variant (dialogue_safety.export.quantization)
-#: (measured on 0.4.0, 1 thread, batched: static 3.1x fp32, all 2.4x, nbits8 1.6x; docs/runtime.md). The
+#: (0.4.0, 1 thread, model only, sorted batches of 64, interleaved: static 1.8-3.1x fp32, all 2.4-2.6x, nbits8
+#: 1.6x; end to end in one `bench runtime` run nbits8 was 1.04x the naive fp32 export: docs/runtime.md). The
 #: Percentile/Entropy presets are left out: their histogram calibration holds every activation of the
 #: padded calibration rows in memory (~12 GB for MiniLM-L6), too much for a service's first start.
 INT8_CANDIDATES: tuple[str, ...] = ("static", "all", "vnni", "nbits8")
