@@ -14,13 +14,12 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping
-from typing import Any
-
-from limits import RateLimitItem, parse_many
-from limits.storage import MemoryStorage
-from limits.strategies import MovingWindowRateLimiter
+from typing import TYPE_CHECKING, Any
 
 from dialogue_safety.core.errors import InvalidInput, RateLimited
+
+if TYPE_CHECKING:  # `limits` comes with the breakit extra: imported where a round is played, not at import
+    from limits import RateLimitItem
 
 ACTIONS = ("register", "score", "try", "validate")
 SCOPES = ("player", "address")
@@ -43,6 +42,8 @@ def parse_rates(overrides: Mapping[str, Any] | None) -> dict[str, dict[str, str]
         for scope, value in scopes.items():
             if scope not in SCOPES or (action == "register" and scope == "player"):
                 raise InvalidInput(f"rates.{action}: unknown scope {scope!r}; expected one of {SCOPES}", field="rates")
+            from limits import parse_many
+
             try:
                 parse_many(str(value))
             except ValueError:
@@ -71,11 +72,16 @@ class RateLimits:
     """One process's windows for every round, action, scope and key."""
 
     def __init__(self) -> None:
+        from limits.storage import MemoryStorage
+        from limits.strategies import MovingWindowRateLimiter
+
         self.limiter = MovingWindowRateLimiter(MemoryStorage())
         self._parsed: dict[str, list[RateLimitItem]] = {}
 
     def _items(self, text: str) -> list[RateLimitItem]:
         if text not in self._parsed:
+            from limits import parse_many
+
             self._parsed[text] = list(parse_many(text))
         return self._parsed[text]
 
