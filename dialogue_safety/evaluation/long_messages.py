@@ -300,7 +300,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from pathlib import Path
 
     from dialogue_safety.core.runtime import OnnxClassifier
-    from dialogue_safety.evaluation.evaluate import DataCache, registry_loader
+    from dialogue_safety.sources.registry import load_source
 
     parser = argparse.ArgumentParser(
         prog="python -m dialogue_safety.evaluation.long_messages", description=main.__doc__
@@ -315,8 +315,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=None, help="onnxruntime intra-op threads")
     args = parser.parse_args(argv)
     classifier = OnnxClassifier(args.model_dir, variant=args.variant, intra_op_threads=args.threads)
-    data = DataCache(args.data_dir, registry_loader)
-    result = compare_window_rules(classifier, data.split, Split(args.split), args.seed, args.limit, args.chars)
+    loaded: dict[str, list[LabelledExample]] = {}
+
+    def get(name: str, split: Split) -> list[LabelledExample]:
+        rows = loaded.setdefault(name, list(load_source(name, args.data_dir)))
+        return [ex for ex in rows if ex.split == split]
+
+    result = compare_window_rules(classifier, get, Split(args.split), args.seed, args.limit, args.chars)
     print(window_rules_markdown(result))
     return 0
 
