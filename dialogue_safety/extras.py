@@ -79,9 +79,14 @@ def extra_providing(module: str) -> str | None:
     return None
 
 
+#: the scripts/env.sh job whose environment holds an extra, where the names differ
+_ENV_JOB = {"scale": "score", "breakit": "dev"}
+
+
 def install_hint(extra: str) -> str:
     """How to install ``extra``: the setup script in a checkout, or pip."""
-    return f"install it with: scripts/env.sh {extra} (in a checkout), or pip install '{PACKAGE}[{extra}]'"
+    job = _ENV_JOB.get(extra, extra)
+    return f"install it with: scripts/env.sh {job} (in a checkout), or pip install '{PACKAGE}[{extra}]'"
 
 
 def missing_extra_message(prog: str, extra: str, missing: list[str]) -> str:

@@ -224,3 +224,19 @@ def test_the_ablation_explains_its_options_and_checks_them_first(
     assert ablation.main(["--data-dir", str(tmp_path / "nope"), "--out", str(tmp_path / "out")]) == 2
     assert "does not exist" in one_line(capsys.readouterr().err)
     assert not (tmp_path / "out").exists()
+
+
+def test_every_extras_install_hint_names_a_setup_job_that_installs_it() -> None:
+    import re
+    import subprocess
+
+    declared = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+    for extra in declared:
+        match = re.search(r"scripts/env\.sh (\w+)", extras.install_hint(extra))
+        assert match, extras.install_hint(extra)
+        job_extras = subprocess.run(
+            ["bash", str(REPO / "scripts" / "env.sh"), "extras", match.group(1)], capture_output=True, text=True
+        )
+        assert job_extras.returncode == 0, f"{extra}: scripts/env.sh has no job {match.group(1)!r}"
+        job = match.group(1)
+        assert extra in job_extras.stdout.strip().split(","), f"scripts/env.sh {job} does not install {extra}"

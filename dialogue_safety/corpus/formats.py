@@ -61,7 +61,10 @@ def _pyarrow() -> Any:
         import pyarrow
         import pyarrow.parquet  # noqa: F401
     except ImportError as exc:
-        raise CorpusFileError(f"Parquet needs pyarrow ({exc}): pip install 'dialogue-safety[scale]'") from exc
+        raise CorpusFileError(
+            f"Parquet needs pyarrow ({exc}): "
+            "scripts/env.sh score (in a checkout), or pip install 'dialogue-safety[scale]'"
+        ) from exc
     return pyarrow
 
 
