@@ -12,6 +12,7 @@ Run it with ``dialogue-safety serve`` or ``uvicorn --factory dialogue_safety.ser
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -670,6 +671,7 @@ def create_app(
     return app
 
 
+@functools.cache  # read from the installed metadata once, not on every /openapi.json or /v1/model
 def _package_version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
