@@ -223,6 +223,15 @@ def test_choose_cpu_variant_by_the_gate() -> None:
     assert choose_cpu_variant(report(True, True), ["fp32", "optimized"])[0] == "optimized"
     assert choose_cpu_variant(None, names)[0] == "optimized"
     assert choose_cpu_variant(None, ["fp32"])[0] == "fp32"
+    # with timings: the fastest that passes (fp32, the reference, always passes)
+    timed = {**report(True, True), "seconds": {"fp32": 10.0, "optimized": 12.0, "int8": 6.0}}
+    variant, why = choose_cpu_variant(timed, names)
+    assert variant == "int8" and "fastest" in why and "fp32 10.0 s" in why
+    timed["seconds"]["int8"] = 11.0
+    assert choose_cpu_variant(timed, names)[0] == "fp32"  # optimized is slower than plain fp32 here
+    timed = {**report(False, True), "seconds": {"fp32": 10.0, "optimized": 9.0, "int8": 1.0}}
+    variant, why = choose_cpu_variant(timed, names)
+    assert variant == "optimized" and "failed: int8: mean ΔF1 -0.40 < -0.3" in why
 
 
 def test_paired_bootstrap_matches_a_hand_computed_case() -> None:

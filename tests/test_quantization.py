@@ -18,7 +18,13 @@ from dialogue_safety.core.schema import Example, Label, LabelledExample, Split, 
 from dialogue_safety.core.variants.calibration import CalibrationError, load_calibration, save_calibration
 from dialogue_safety.core.variants.stamps import file_sha256
 from dialogue_safety.export import onnx_export
-from dialogue_safety.export.quantization import calibration_split, candidate_recipes
+from dialogue_safety.export.quantization import (
+    CHECK_MIN_AGREEMENT,
+    calibration_split,
+    candidate_recipes,
+    check_band_for,
+    checked_scores,
+)
 
 TEXTS = [
     ("you are an idiot", []),
@@ -109,9 +115,12 @@ def test_export_writes_the_calibration_set_and_the_int8_choice(exported: onnx_ex
     tried = list(selection["candidates"])
     assert tried[0] == "static" and set(selection["splits"]) == {"a/valid", "b/valid"}
     assert selection["splits"]["a/valid"] == 20  # 80 minus the 60 calibration dialogues
-    passed = [name for name in tried if selection["candidates"][name]["gate"]["passed"]]
+    passed = [name for name in tried if selection["candidates"][name]["check"]["band"] is not None]
     assert passed == ([selection["chosen"]] if selection["passed"] else [])  # stops at the first that passes
     assert card.export["recipes"]["int8"]["preset"] == selection["chosen"]
+    if selection["passed"]:  # alone (band 0, no check in the card) or with the narrowest passing check
+        band = selection["candidates"][selection["chosen"]]["check"]["band"]
+        assert (card.export.get("int8_verify") or {}).get("band", 0.0) == band
     assert "int8" in card.export["comparison"]["gate"]  # confirmed on the test splits
 
 
@@ -193,11 +202,145 @@ def test_nbits8_is_blockwise_int8_on_the_optimized_graph(exported: onnx_export.E
     assert np.max(np.abs(int8 - fp32)) < 0.05
 
 
-def test_8_bit_int8_recipes_fall_back_to_optimized_on_x86_without_vnni() -> None:
-    from dialogue_safety.core.runtime import int8_supported
+def test_8_bit_int8_recipes_fall_back_to_an_exact_variant_on_x86_without_vnni() -> None:
+    from dialogue_safety.core.runtime import exact_cpu_fallback, int8_supported
 
-    for preset in ("nbits8", "static", "vnni"):
+    for preset in ("dynamic", "nbits8", "static", "vnni"):
         card = ModelCard(name="m", version="0", export={"recipes": {"int8": dict(variants.INT8_PRESETS[preset])}})
         assert int8_supported(card, "flags\t: fpu sse2 avx2 fma")[0] is False, preset  # AVX2 only: can saturate
         assert int8_supported(card, "flags\t: fpu avx2 avx512f avx512_vnni")[0] is True, preset
         assert int8_supported(card, "Features\t: fp asimd asimddp")[0] is True, preset  # ARM: exact int8 kernels
+    # the fallback is the faster of the two fp32-exact variants in the export's timings
+    card = ModelCard(name="m", version="0", export={"comparison": {"seconds": {"fp32": 5.0, "optimized": 6.0}}})
+    assert exact_cpu_fallback(card) == "fp32"
+    card.export["comparison"]["seconds"]["optimized"] = 4.0
+    assert exact_cpu_fallback(card) == "optimized"
+    assert exact_cpu_fallback(ModelCard(name="m", version="0")) == "optimized"
+
+
+def _with_int8_recipe(model_dir: Path, preset: str, band: float = 0.0) -> ModelCard:
+    card = ModelCard.load(model_dir)
+    recipe = {"from": "optimized", **variants.INT8_PRESETS[preset], "preset": preset}
+    if variants.needs_calibration(recipe):
+        recipe["calibration_sha256"] = card.export["calibration"]["sha256"]
+    card.export["recipes"]["int8"] = recipe
+    card.export.pop("int8_verify", None)
+    if band:
+        card.export["int8_verify"] = {"band": band, "against": "fp32"}
+    card.save(model_dir)
+    return card
+
+
+def test_dynamic_int8_quantises_the_linear_layers_of_the_fp32_graph(exported: onnx_export.ExportResult) -> None:
+    out = exported.out_dir
+    card = _with_int8_recipe(out, "dynamic")
+    assert variants.recipe_chain("int8", card)[-2][0] == "fp32"  # not the optimizer's fused graph
+    graph = onnx.load(str(variants.ensure_variant(out, "int8", card, force=True)))
+    ops = [n.op_type for n in graph.graph.node]
+    assert "MatMulInteger" in ops and "DynamicQuantizeLinear" in ops and "Attention" not in ops
+    float_matmuls = [n.name for n in graph.graph.node if n.op_type == "MatMul"]
+    assert float_matmuls and all(re.search(variants.ATTENTION_SCORES, n) for n in float_matmuls)  # QK^T, PV
+    weights = {i.name: i for i in graph.graph.initializer}
+    scales = [weights[n.input[1]] for n in graph.graph.node if n.op_type == "Mul" and n.input[1] in weights]
+    assert any(len(s.dims) == 1 and s.dims[0] > 1 for s in scales)  # per-channel weight scales
+
+
+def test_outlier_channels_are_computed_apart_in_fp32_and_change_nothing_in_fp32(
+    exported: onnx_export.ExportResult,
+) -> None:
+    from dialogue_safety.core.variants.calibration import calibration_feeds
+    from dialogue_safety.core.variants.graphs import FP32_OUTLIERS, quantize, split_outlier_channels
+
+    out = exported.out_dir
+    card = ModelCard.load(out)
+    fp32 = onnx.load(str(variants.ensure_variant(out, "fp32", card)))
+    feeds = calibration_feeds(out / CALIBRATION_FILE)
+    split, n = split_outlier_channels(fp32, feeds[:20], (variants.FFN_UP, variants.FFN_DOWN), channels=2)
+    assert n == 2 * 2  # the tiny model's two layers, up and down each
+    import onnxruntime as ort
+
+    a = ort.InferenceSession(fp32.SerializeToString(), providers=["CPUExecutionProvider"])
+    b = ort.InferenceSession(split.SerializeToString(), providers=["CPUExecutionProvider"])
+    names = {i.name for i in a.get_inputs()}
+    for feed in feeds[20:30]:
+        feed = {k: v for k, v in feed.items() if k in names}
+        np.testing.assert_allclose(a.run(None, feed)[0], b.run(None, feed)[0], atol=1e-5)
+    quantized = quantize(split, variants.INT8_PRESETS["dynamic-split"])
+    kept = [n for n in quantized.graph.node if FP32_OUTLIERS in n.name and n.op_type == "MatMul"]
+    assert len(kept) == 4  # the outlier products stay fp32 MatMuls
+    assert not any(FP32_OUTLIERS in n.name for n in quantized.graph.node if n.op_type == "MatMulInteger")
+
+
+def test_int8_check_answers_fp32_near_the_threshold_and_int8_elsewhere(exported: onnx_export.ExportResult) -> None:
+    out = exported.out_dir
+    card = _with_int8_recipe(out, "dynamic")
+    examples = [Example.from_texts(f"{t} {i}", h) for i in range(6) for t, h in TEXTS]
+    cpu = ["CPUExecutionProvider"]
+    fp32 = OnnxClassifier(out, variant="fp32", providers=cpu).predict_proba(examples)
+    alone = OnnxClassifier(out, variant="int8", providers=cpu).predict_proba(examples)  # no check in the card
+    t = card.threshold
+    band = float(np.median(np.abs(alone - t)))  # about half the dialogues are near
+    _with_int8_recipe(out, "dynamic", band=band)
+    served = OnnxClassifier(out, variant="int8", providers=cpu)
+    checked = served.predict_proba(examples)
+    near = np.abs(alone - t) < band
+    assert 0 < near.sum() < len(examples) and not np.allclose(alone[near], fp32[near], atol=1e-6)
+    assert served.check_band == band and served.checked_items == int(near.sum())
+    np.testing.assert_allclose(checked[near], fp32[near], atol=1e-6)
+    np.testing.assert_allclose(checked[~near], alone[~near], atol=1e-6)
+    unchecked = OnnxClassifier(out, variant="int8", providers=cpu, int8_check=False).predict_proba(examples)
+    np.testing.assert_allclose(unchecked, alone, atol=1e-6)
+    # a band wider than any score error keeps every decision; another threshold in force is covered too
+    _with_int8_recipe(out, "dynamic", band=1.0)
+    np.testing.assert_allclose(
+        OnnxClassifier(out, variant="int8", providers=cpu).predict_proba(examples), fp32, atol=1e-6
+    )
+    other = OnnxClassifier(out, variant="int8", providers=cpu, thresholds=(0.9,))
+    assert other.check_thresholds == tuple(sorted({t, 0.9}))
+    assert OnnxClassifier(out, variant="fp32", providers=cpu).check_band == 0.0  # only int8 is checked
+    _with_int8_recipe(out, "dynamic")
+
+
+def test_checked_scores_take_fp32_only_within_the_band() -> None:
+    int8 = np.array([0.10, 0.48, 0.53, 0.90])
+    fp32 = np.array([0.11, 0.52, 0.49, 0.91])
+    np.testing.assert_allclose(checked_scores(int8, fp32, [0.5], 0.03), [0.10, 0.52, 0.53, 0.90])
+    np.testing.assert_allclose(checked_scores(int8, fp32, [0.5], 0.04), [0.10, 0.52, 0.49, 0.90])
+    np.testing.assert_allclose(checked_scores(int8, fp32, [0.5, 0.9], 0.025), [0.10, 0.52, 0.53, 0.91])
+
+
+def test_check_band_is_the_narrowest_that_passes_the_gate() -> None:
+    rng = np.random.default_rng(0)
+    n = 400
+    gold = {"a": (np.arange(n) % 2 == 0).astype(int)}
+    fp32 = np.where(gold["a"] == 1, rng.uniform(0.7, 0.99, n), rng.uniform(0.01, 0.3, n))
+    flips = np.arange(0, 40, 2)[:8]  # 8 positives (2 % of the split) that int8 moves just under 0.5
+    fp32[flips] = 0.52
+    int8 = fp32.copy()
+    int8[flips] = 0.475  # 0.025 from the threshold: caught by a band of 0.03, not by 0.02
+    chosen = check_band_for(gold, {"a": fp32}, {"a": int8}, 0.5)
+    assert chosen["band"] == 0.03
+    assert chosen["checked_fraction"] == 8 / n and chosen["gate"]["min_agreement"] == 1.0
+    assert chosen["tried"]["0"]["min_agreement"] == 1 - 8 / n  # int8 alone: 98 %, fails
+    assert chosen["tried"]["0.02"]["checked_fraction"] == 0.0
+    # a band passing the gate (99 %) but short of CHECK_MIN_AGREEMENT is not enough
+    int8[flips[:3]] = 0.44  # 3 of 400 beyond 0.05: 99.25 % at every band up to 0.06
+    chosen = check_band_for(gold, {"a": fp32}, {"a": int8}, 0.5, bands=(0.0, 0.03, 0.06, 0.1))
+    assert 1 - 3 / n < CHECK_MIN_AGREEMENT and chosen["band"] == 0.1
+    assert check_band_for(gold, {"a": fp32}, {"a": int8}, 0.5, bands=(0.0, 0.03))["band"] is None
+
+
+def test_dynamic_int8_scores_move_with_the_batch_and_static_ones_do_not(
+    exported: onnx_export.ExportResult, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dialogue_safety.export import quantization
+
+    monkeypatch.setattr(quantization, "BATCH_TOLERANCE", 1e-6)  # the tiny model's activations are tame
+    out = exported.out_dir
+    held_out = {"a/valid": _split("a", 60, Split.VALID), "b/valid": _split("b", 30, Split.VALID)}
+    _with_int8_recipe(out, "static")
+    static = quantization.batch_dependence(out, held_out)
+    assert static["dialogues"] == 70 and static["steady"] and static["max_abs_score_diff"] < 1e-6
+    _with_int8_recipe(out, "dynamic")
+    dynamic = quantization.batch_dependence(out, held_out)  # one scale per batch tensor: neighbours share it
+    assert dynamic["max_abs_score_diff"] > 1e-5 and not dynamic["steady"]

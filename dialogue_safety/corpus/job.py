@@ -116,6 +116,8 @@ def load_classifier(job: ScoreJob, intra_op_threads: int | None = None, limits: 
 
     # windows over a long utterance: at most the limit a row must keep (a row that needs more is an error)
     kwargs: dict[str, Any] = {"variant": job.variant, "max_windows": (limits or Limits()).max_windows}
+    if job.threshold is not None:  # the int8 check covers the threshold the job decides at
+        kwargs["thresholds"] = (job.threshold,)
     if intra_op_threads:
         kwargs["intra_op_threads"] = intra_op_threads
     return OnnxClassifier(job.model_dir or default_model_dir(), **kwargs)

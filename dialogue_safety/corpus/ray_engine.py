@@ -116,7 +116,11 @@ class RowScorer:
 
         self.model_dir = unpack_model(ray.get(model_ref[0]))
         self.classifier = OnnxClassifier(
-            self.model_dir, variant=variant, intra_op_threads=threads, max_windows=limits.max_windows
+            self.model_dir,
+            variant=variant,
+            intra_op_threads=threads,
+            max_windows=limits.max_windows,
+            thresholds=() if threshold is None else (threshold,),
         )
         self.columns, self.limits, self.jsonl = columns, limits, jsonl
         self.threshold, self.explain, self.explain_history = threshold, explain, explain_history

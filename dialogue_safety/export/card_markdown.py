@@ -267,12 +267,35 @@ def _int8_selection_section(export: dict[str, Any]) -> list[str]:
                 f"{entry['splits'][s]['delta_f1']:+.2f}, {100 * (1 - entry['splits'][s]['changed_decisions']):.2f}%"
                 for s in splits
             ]
-            lines.append(f"| {name} | " + " | ".join(cells) + f" | {entry['gate']['why']} |")
-        lines += ["", "(cells: ΔF1, agreement with fp32)"]
+            verdict = entry["gate"]["why"]
+            check = entry.get("check") or {}
+            if check.get("band"):
+                verdict += (
+                    f"; with the fp32 check within {check['band']:g} of the threshold "
+                    f"({100 * check['checked_fraction']:.1f} % of the dialogues): agreement ≥ "
+                    f"{100 * check['gate']['min_agreement']:.2f} %"
+                )
+            batch = entry.get("batch_dependence") or {}
+            if batch and not batch.get("steady", True):
+                verdict += (
+                    f"; **refused**: a dialogue's score moves by up to {batch['max_abs_score_diff']:.2g} with the "
+                    f"batch it is computed in ({batch['changed_decisions']} of {batch['dialogues']} labels changed)"
+                )
+            elif name == selection.get("chosen") and selection.get("passed"):
+                verdict += "; **chosen**"
+            lines.append(f"| {name} | " + " | ".join(cells) + f" | {verdict} |")
+        lines += ["", "(cells: int8 alone, ΔF1 and agreement with fp32)"]
     lines.append(
         f"- int8 recipe: **{selection['chosen']}**"
         + ("" if selection.get("passed") else " (none passed on validation: int8 is not the CPU default)")
     )
+    verify = export.get("int8_verify")
+    if verify:
+        lines.append(
+            f"- int8 check: a dialogue whose int8 score lies within {verify['band']:g} of the threshold is scored "
+            f"again with {verify.get('against', 'fp32')}, whose score is the answer "
+            f"({100 * verify.get('validation_checked_fraction', 0):.1f} % of the validation dialogues)"
+        )
     lines += [f"- {note}" for note in selection.get("notes", [])]
     return lines
 

@@ -63,8 +63,9 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         default=",".join(INT8_CANDIDATES),
         help="int8 recipes to try, fastest first, comma-separated, from: "
         f"{', '.join(sorted(INT8_PRESETS))}; the first that passes the gate on the validation splits of "
-        "--eval-sources becomes the int8 variant (static ones are calibrated on validation dialogues stored in "
-        "the model directory); see docs/runtime.md (default: %(default)s)",
+        "--eval-sources, alone or with the fp32 check of the dialogues it scores near the threshold, becomes the "
+        "int8 variant (static ones are calibrated on validation dialogues stored in the model directory); see "
+        "docs/runtime.md (default: %(default)s)",
     )
     p.add_argument("--data-dir", type=Path, default=None, help="datasets for the variant comparison")
     p.add_argument(
@@ -173,7 +174,21 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety export"
     selection = card.export.get("int8_selection")
     if selection:
         for name, entry in selection.get("candidates", {}).items():
-            say(f"  int8 candidate {name:<32} validation: {entry['gate']['why']}")
+            check = entry.get("check") or {}
+            with_check = (
+                f"; with the fp32 check within {check['band']:g} of the threshold "
+                f"({100 * check['checked_fraction']:.1f} % checked): agreement >= "
+                f"{100 * check['gate']['min_agreement']:.2f} %"
+                if check.get("band")
+                else ""
+            )
+            batch = entry.get("batch_dependence") or {}
+            if batch and not batch.get("steady", True):
+                with_check += (
+                    f"; refused: its scores move up to {batch['max_abs_score_diff']:.2g} with the batch they are "
+                    "computed in"
+                )
+            say(f"  int8 candidate {name:<16} validation: {entry['gate']['why']}{with_check}")
         say(f"  int8 recipe: {selection['chosen']}{'' if selection.get('passed') else ' (none passed)'}")
     gates = (card.export.get("comparison") or {}).get("gate", {})
     for name, verdict in gates.items():

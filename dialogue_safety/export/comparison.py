@@ -64,6 +64,54 @@ def paired_bootstrap_delta_f1(
     return {"delta_f1": point, "ci_low": float(lo), "ci_high": float(hi), "bootstrap_mean": float(deltas.mean())}
 
 
+def score_variants(
+    model_dir: str | Path,
+    splits: Mapping[str, Sequence[LabelledExample]],
+    variant_names: Sequence[str],
+    *,
+    int8_check: bool = True,
+) -> tuple[dict[str, dict[str, np.ndarray]], float, dict[str, float]]:
+    """({variant: {split: main scores}}, the card's threshold, {variant: seconds}), CPU; the examples
+    are encoded once. ``int8_check=False`` scores int8 without the card's fp32 check near the threshold."""
+    encoded: dict[str, list[Any]] = {}
+    scores: dict[str, dict[str, np.ndarray]] = {}
+    seconds: dict[str, float] = {}
+    threshold = 0.5
+    for variant in variant_names:
+        clf = OnnxClassifier(model_dir, variant=variant, providers=[CPU], int8_check=int8_check)
+        threshold = clf.card.threshold
+        if not encoded:
+            encoded = {s: clf.encode(exs) for s, exs in splits.items()}
+        started = time.perf_counter()
+        scores[variant] = {
+            s: main_scores(head_probabilities(clf.logits_encoded(enc), clf.card), clf.card)
+            for s, enc in encoded.items()
+        }
+        seconds[variant] = round(time.perf_counter() - started, 3)
+    return scores, threshold, seconds
+
+
+def compare_split(gold: np.ndarray, reference: np.ndarray, scores: np.ndarray, threshold: float) -> dict[str, Any]:
+    """One split's numbers for the gate: OFFENSIVE-F1, ΔF1 against the reference with its paired
+    bootstrap interval, the fraction of changed decisions, the largest score difference."""
+    ref_f1 = binary_metrics(gold, reference, threshold)["offensive_f1"]
+    f1 = binary_metrics(gold, scores, threshold)["offensive_f1"]
+    boot = paired_bootstrap_delta_f1(gold, is_offensive(reference, threshold), is_offensive(scores, threshold))
+    return {
+        "offensive_f1": round(f1, 3),
+        "delta_f1": round(f1 - ref_f1, 3),
+        "delta_f1_ci": [round(boot["ci_low"], 3), round(boot["ci_high"], 3)],
+        "changed_decisions": round(
+            float(np.mean(is_offensive(scores, threshold) != is_offensive(reference, threshold))), 5
+        ),
+        "max_abs_score_diff": float(np.max(np.abs(scores - reference))),
+    }
+
+
+def gold_labels(splits: Mapping[str, Sequence[LabelledExample]]) -> dict[str, np.ndarray]:
+    return {s: np.array([ex.label.is_positive for ex in exs], dtype=int) for s, exs in splits.items()}
+
+
 def compare_variants(
     model_dir: str | Path,
     test_sets: Mapping[str, Sequence[LabelledExample]],
@@ -71,7 +119,8 @@ def compare_variants(
     *,
     threshold: float | None = None,
 ) -> dict[str, Any]:
-    """Score every split with every variant (CPU) and compare each with fp32.
+    """Score every split with every variant (CPU; int8 as it serves, with the card's fp32 check near
+    the threshold) and compare each with fp32.
 
     Returns ``{"reference", "threshold", "splits": {split: {n, positives}}, "variants": {variant:
     {split: {offensive_f1, delta_f1, changed_decisions, max_abs_score_diff}}}, "seconds": {variant: s}}``
@@ -81,23 +130,9 @@ def compare_variants(
     splits = {name: list(examples) for name, examples in test_sets.items() if len(examples)}
     if not splits:
         raise ValueError("compare_variants needs at least one non-empty test split")
-    gold = {s: np.array([ex.label.is_positive for ex in exs], dtype=int) for s, exs in splits.items()}
-    encoded: dict[str, list[Any]] = {}
-    scores: dict[str, dict[str, np.ndarray]] = {}
-    seconds: dict[str, float] = {}
-    t: float | None = threshold
-    for variant in names:
-        clf = OnnxClassifier(model_dir, variant=variant, providers=[CPU])
-        t = clf.card.threshold if threshold is None else float(threshold)
-        if not encoded:
-            encoded = {s: clf.encode(exs) for s, exs in splits.items()}
-        started = time.perf_counter()
-        scores[variant] = {
-            s: main_scores(head_probabilities(clf.logits_encoded(enc), clf.card), clf.card)
-            for s, enc in encoded.items()
-        }
-        seconds[variant] = round(time.perf_counter() - started, 3)
-    assert t is not None
+    gold = gold_labels(splits)
+    scores, card_threshold, seconds = score_variants(model_dir, splits, names)
+    t = card_threshold if threshold is None else float(threshold)
     report: dict[str, Any] = {
         "reference": REFERENCE,
         "threshold": t,
@@ -106,19 +141,7 @@ def compare_variants(
         "seconds": seconds,
     }
     for variant in names:
-        per_split: dict[str, Any] = {}
-        for s in splits:
-            ref, got = scores[REFERENCE][s], scores[variant][s]
-            ref_f1 = binary_metrics(gold[s], ref, t)["offensive_f1"]
-            f1 = binary_metrics(gold[s], got, t)["offensive_f1"]
-            boot = paired_bootstrap_delta_f1(gold[s], is_offensive(ref, t), is_offensive(got, t))
-            per_split[s] = {
-                "offensive_f1": round(f1, 3),
-                "delta_f1": round(f1 - ref_f1, 3),
-                "delta_f1_ci": [round(boot["ci_low"], 3), round(boot["ci_high"], 3)],
-                "changed_decisions": round(float(np.mean(is_offensive(got, t) != is_offensive(ref, t))), 5),
-                "max_abs_score_diff": float(np.max(np.abs(got - ref))),
-            }
+        per_split = {s: compare_split(gold[s], scores[REFERENCE][s], scores[variant][s], t) for s in splits}
         report["variants"][variant] = per_split
         report.setdefault("gate", {})[variant] = gate(per_split)
     report["gate_rule"] = {
@@ -155,18 +178,36 @@ def gate(per_split: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def choose_cpu_variant(report: Mapping[str, Any] | None, candidates: Sequence[str]) -> tuple[str, str]:
-    """The CPU default and why: int8 if it passes the gate, else optimized, else fp32."""
+    """The CPU default and why: the fastest of the candidates that pass the gate (fp32, the reference,
+    always does), by the seconds each took to score the same test splits in ``report`` (int8 with its
+    check). Without timings: int8 if it passes, else optimized, else fp32. Without a report: optimized
+    (int8 is not validated)."""
     fallback = "optimized" if "optimized" in candidates else "fp32"
     if report is None:
         if "int8" in candidates:
             return fallback, "int8 not validated (no labelled test sets at export); CPU default is " + fallback
         return fallback, f"CPU default is {fallback} (int8 not exported)"
+    gates = report.get("gate", {})
+    passing = [v for v in candidates if v == REFERENCE or (v in gates and gates[v]["passed"])]
+    failing = [f"{v}: {gates[v]['why']}" for v in candidates if v not in passing and v in gates]
+    seconds = report.get("seconds") or {}
+    if passing and all(v in seconds for v in passing):
+        chosen = min(passing, key=lambda v: (float(seconds[v]), passing.index(v)))
+        timings = ", ".join(f"{v} {float(seconds[v]):.1f} s" for v in passing)
+        g = gates.get(chosen, {})
+        quality = (
+            f"agreement with fp32 >= {100 * g['min_agreement']:.2f} % on every split, mean ΔF1 "
+            f"{g['mean_delta_f1']:+.2f}"
+            if chosen != REFERENCE and g
+            else "the reference"
+        )
+        why = f"{chosen}: the fastest variant that passes the gate ({quality}); scoring the test splits took {timings}"
+        return chosen, why + (f"; failed: {'; '.join(failing)}" if failing else "")
     for variant in ("int8", "optimized"):
-        if variant in candidates and variant in report.get("gate", {}) and report["gate"][variant]["passed"]:
-            g = report["gate"][variant]
+        if variant in candidates and variant in gates and gates[variant]["passed"]:
+            g = gates[variant]
             return variant, (
                 f"{variant} passes the gate: agreement with fp32 >= {100 * g['min_agreement']:.2f} % on every split, "
                 f"mean ΔF1 {g['mean_delta_f1']:+.2f}, no split's interval below {CI_FLOOR}"
             )
-    reasons = [f"{v}: {report['gate'][v]['why']}" for v in ("int8", "optimized") if v in report.get("gate", {})]
-    return "fp32", f"fp32: {'; '.join(reasons)}"
+    return "fp32", f"fp32: {'; '.join(failing)}"

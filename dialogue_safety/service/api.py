@@ -551,6 +551,13 @@ def _build_router(state: ServiceState) -> APIRouter:
             "max_queue_wait_source": "setting" if state.settings.max_queue_wait_ms is not None else "measured",
             "full_batch_ms": _ms_or_none(served.full_batch_s),
             "latency_bound_ms": _ms_or_none(batcher.estimator.latency_bound_s),
+            # int8 answers alone unless a check band is set: then dialogues it scores this near a threshold
+            # are scored again with fp32 (checked_items since this model was loaded)
+            "int8_check": {
+                "band": getattr(classifier, "check_band", 0.0),
+                "thresholds": list(getattr(classifier, "check_thresholds", ())),
+                "checked_items": getattr(classifier, "checked_items", 0),
+            },
         }
         return card
 

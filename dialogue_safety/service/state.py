@@ -72,6 +72,7 @@ def load_onnx_classifier(settings: ServiceSettings) -> Classifier:
         "derive_in_subprocess": True,  # a derived variant's peak memory stays in a child process
         "max_windows": settings.max_windows,
         "language_check": settings.language_check,
+        "thresholds": () if settings.threshold is None else (settings.threshold,),
     }
     if settings.intra_op_threads is not None:
         kwargs["intra_op_threads"] = settings.intra_op_threads

@@ -177,6 +177,7 @@ def quantize(model: onnx.ModelProto, recipe: Mapping[str, Any]) -> onnx.ModelPro
     excluded = [n.name for n in model.graph.node if n.name and any(p.search(n.name) for p in patterns)]
     if patterns and not excluded:
         log.warning("int8 recipe: exclude_patterns %s match no node; quantising everything", recipe["exclude_patterns"])
+    excluded += [n.name for n in model.graph.node if FP32_OUTLIERS in n.name]
     with tempfile.TemporaryDirectory(prefix="dialogue-safety-int8-") as tmp, quiet_onnxruntime_tools():
         src, dst = Path(tmp) / "in.onnx", Path(tmp) / "out.onnx"
         onnx.save(model, str(src))
@@ -335,3 +336,77 @@ def quantize_matmul_nbits(model: onnx.ModelProto, recipe: Mapping[str, Any]) -> 
         )
         quantizer.process()
     return with_ms_domain(quantizer.model.model)
+
+
+FP32_OUTLIERS = "/fp32_outliers"  # the name part of the nodes split_outlier_channels adds (never quantised)
+
+
+def activation_ranges(
+    model: onnx.ModelProto, feeds: list[dict[str, np.ndarray]], tensors: list[str]
+) -> dict[str, np.ndarray]:
+    """{tensor: per-channel (last axis) max |value| over ``feeds``} by running ``model`` with ``tensors`` as outputs."""
+    import onnxruntime as ort
+
+    probe = copy_model(model)
+    have = {o.name for o in probe.graph.output}
+    probe.graph.output.extend(helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in tensors)
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(probe.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs() if o.name not in have]
+    inputs = {i.name for i in session.get_inputs()}
+    amax: dict[str, np.ndarray] = {}
+    for feed in feeds:
+        got = session.run(names, {k: v for k, v in feed.items() if k in inputs})
+        for name, value in zip(names, got, strict=True):
+            m = np.abs(value.reshape(-1, value.shape[-1])).max(axis=0)
+            amax[name] = m if name not in amax else np.maximum(amax[name], m)
+    return amax
+
+
+def split_outlier_channels(
+    model: onnx.ModelProto, feeds: list[dict[str, np.ndarray]], patterns: tuple[str, ...], channels: int
+) -> tuple[onnx.ModelProto, int]:
+    """Compute the ``channels`` input channels with the widest calibration range of every matching
+    MatMul in fp32 apart: ``X W = (X * mask) W + X[..., idx] W[idx]``. The masked product is what
+    int8 quantisation then sees, so its per-tensor activation scale is set by the ordinary channels
+    (a GELU output with one channel reaching 24 where the others stay under 7 otherwise spends most
+    of its 256 levels on that channel). In fp32 the result is the same function."""
+    out = copy_model(model)
+    inits = {i.name: i for i in out.graph.initializer}
+    wanted = [re.compile(p) for p in patterns]
+    targets = {
+        n.name: n
+        for n in out.graph.node
+        if n.op_type == "MatMul" and n.input[1] in inits and any(p.search(n.name) for p in wanted)
+    }
+    amax = activation_ranges(out, feeds, sorted({n.input[0] for n in targets.values()}))
+    nodes: list[onnx.NodeProto] = []
+    for node in out.graph.node:
+        if node.name in targets:
+            weight = numpy_helper.to_array(inits[node.input[1]]).astype(np.float32)
+            idx = np.sort(np.argsort(-amax[node.input[0]], kind="stable")[:channels]).astype(np.int64)
+            mask = np.ones(weight.shape[0], dtype=np.float32)
+            mask[idx] = 0.0
+            base = f"{node.name}{FP32_OUTLIERS}"
+            x, y = node.input[0], node.output[0]
+            out.graph.initializer.extend(
+                [
+                    numpy_helper.from_array(mask, f"{base}/mask"),
+                    numpy_helper.from_array(idx, f"{base}/channels"),
+                    numpy_helper.from_array(weight[idx], f"{base}/weight"),
+                ]
+            )
+            nodes += [
+                helper.make_node("Mul", [x, f"{base}/mask"], [f"{base}/masked"], f"{base}/Mul"),
+                helper.make_node("Gather", [x, f"{base}/channels"], [f"{base}/picked"], f"{base}/Gather", axis=-1),
+                helper.make_node("MatMul", [f"{base}/picked", f"{base}/weight"], [f"{base}/part"], f"{base}/MatMul"),
+            ]
+            node.input[0] = f"{base}/masked"
+            node.output[0] = f"{base}/rest"
+            nodes += [node, helper.make_node("Add", [f"{base}/rest", f"{base}/part"], [y], f"{base}/Add")]
+            continue
+        nodes.append(node)
+    del out.graph.node[:]
+    out.graph.node.extend(nodes)
+    return out, len(targets)
