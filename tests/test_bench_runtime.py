@@ -21,6 +21,7 @@ def test_smoke_run_writes_json_and_markdown(
     report = json.loads(out.read_text())
     engines = {e["engine"]: e for e in report["engines"]}
     assert {"torch eager", "onnxruntime fp32", "onnxruntime optimized", "onnxruntime int8"} <= set(engines)
+    assert "onnxruntime int8 unchecked" in engines  # what the fp32 check near the threshold costs
     assert {"naive-fp32", "naive-int8"} <= set(engines)  # torch.onnx.export + quantize_dynamic, same checkpoint
     assert engines["naive-int8"]["file_mb"] < engines["naive-fp32"]["file_mb"]
     ratios = report["ratios"]

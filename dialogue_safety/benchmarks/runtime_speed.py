@@ -109,6 +109,8 @@ class OnnxEngine(Engine):
     def __init__(self, model_dir: Path, variant: str, threads: int, spin: bool | None, one_pass: bool = False) -> None:
         from dialogue_safety.core.runtime import OnnxClassifier
 
+        unchecked = variant == UNCHECKED_INT8  # int8 without the card's fp32 check near the threshold
+        variant = "int8" if unchecked else variant
         providers = ["CUDAExecutionProvider", "CPUExecutionProvider"] if variant == "fp16" else ["CPUExecutionProvider"]
         self.clf = OnnxClassifier(
             model_dir,
@@ -117,8 +119,9 @@ class OnnxEngine(Engine):
             intra_op_threads=threads,
             allow_spinning=spin,
             max_windows=None,  # long messages: every window read
+            int8_check=not unchecked,
         )
-        self.name = f"onnxruntime {variant}" + (" one pass" if one_pass else "")
+        self.name = f"onnxruntime {variant}" + (" one pass" if one_pass else "") + (" unchecked" if unchecked else "")
         if one_pass:
             self.clf._context_cols = []
         self.variant, self.provider = self.clf.variant, self.clf.provider
@@ -179,6 +182,7 @@ class TorchEngine(RowsEngine):
 
 
 NAIVE_ENGINES = ("naive-fp32", "naive-int8")
+UNCHECKED_INT8 = "int8-unchecked"  # what the int8 check costs: the int8 graph answering alone
 
 
 def export_naive(checkpoint: Path, out_dir: Path) -> dict[str, Any]:
@@ -427,7 +431,9 @@ def _random_checkpoint(geometry: str, out: Path) -> Path:
 def _export(checkpoint: Path, out: Path, variant_names: Sequence[str]) -> Path:
     from dialogue_safety.export.onnx_export import export_checkpoint
 
-    names = [v for v in variant_names if v not in ("torch", *NAIVE_ENGINES)]
+    names = [v for v in variant_names if v not in ("torch", *NAIVE_ENGINES, UNCHECKED_INT8)]
+    if UNCHECKED_INT8 in variant_names and "int8" not in names:
+        names.append("int8")
     export_checkpoint(checkpoint, out, variant_names=names or ["fp32"], test_sets=None)
     return out
 
@@ -796,10 +802,11 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     src.add_argument("--geometry", default=None, help="random weights of a geometry: minilm-l6, bert-base, tiny")
     p.add_argument(
         "--variants",
-        default="torch,naive-fp32,naive-int8,fp32,optimized,int8,fp16",
+        default="torch,naive-fp32,naive-int8,fp32,optimized,int8,int8-unchecked,fp16",
         help="engines (default: %(default)s); torch (eager), naive-fp32/naive-int8: torch.onnx.export and "
         "onnxruntime's quantize_dynamic with their defaults, of the model's checkpoint (--checkpoint, or the card's "
-        "source checkpoint when it exists)",
+        "source checkpoint when it exists); int8-unchecked: the int8 graph without the card's fp32 check of the "
+        "dialogues it scores near the threshold (what the check costs)",
     )
     p.add_argument("--data-dir", default=None, help="data directory with the DiaSafety and ConvAbuse test splits")
     p.add_argument("--examples", type=int, default=None, help="dialogues in the realistic set at most")
@@ -842,7 +849,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety bench r
             print(f"{prog}: unknown geometry {args.geometry!r}; choose from {sorted(GEOMETRIES)}", file=sys.stderr)
             return 2
     variant_names = [v.strip() for v in args.variants.split(",") if v.strip()]
-    allowed = {"torch", *NAIVE_ENGINES, "fp32", "optimized", "int8", "fp16"}
+    allowed = {"torch", *NAIVE_ENGINES, "fp32", "optimized", "int8", UNCHECKED_INT8, "fp16"}
     if not variant_names or set(variant_names) - allowed:
         print(f"{prog}: --variants must name some of {sorted(allowed)}", file=sys.stderr)
         return 2

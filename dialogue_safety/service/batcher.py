@@ -386,6 +386,8 @@ class _InferenceThread:
 def _calls(encoded: Sequence[EncodedExample], max_batch_tokens: int, max_batch_size: int) -> list[list[int]]:
     """The inference calls of one batch (item indices), cut by the one batching rule (every window of a
     long utterance counts as a row)."""
+    if len(encoded) == 1:
+        return [[0]]  # one item is one call whatever its length (a single request: no sorting to do)
     widths = [e.width for e in encoded]
     rows = [len(e.rows) for e in encoded]
     return [list(idx) for idx in token_budget_batches(widths, max_batch_tokens, max_batch_size, rows)]
