@@ -30,8 +30,9 @@ RUN pip install --no-cache-dir -c constraints/serve.txt ".[serve]" \
     elif [ "$RUNTIME" != "cpu" ]; then \
       echo "RUNTIME must be cpu or gpu, got $RUNTIME" >&2; exit 1; \
     fi
-# Derive the variant the service will run (the card's CPU or GPU default) and remove every other
-# derived file (the intermediate fp32 graph, the lock file): the container starts without deriving.
+# Derive the variant the service will run (the card's CPU or GPU default; an int8 default with its fp32
+# check keeps the fp32 graph too) and remove every other derived file (intermediates, the lock file):
+# the container starts without deriving.
 RUN python -m dialogue_safety.core.variants /opt/venv/share/dialogue-safety/models/default "$RUNTIME" --prune
 
 FROM ${PYTHON_IMAGE}

@@ -216,3 +216,27 @@ def test_the_explanation_of_a_long_message_points_at_the_insult_in_its_last_wind
     assert prediction.read.windows > 1 and prediction.label is Label.OFFENSIVE
     top = sorted(explanation["utterance"], key=lambda w: -(w["contribution"] or 0.0))[:3]
     assert {"idiot", "pathetic", "hates"} & {w["word"] for w in top}, top
+
+
+SERVED_PROBES = [
+    ("Muslims celebrate Eid at the end of Ramadan", []),  # fp32 0.356; unchecked int8 of the same graph: 0.476
+    ("Jews light candles on Hanukkah", []),  # fp32 0.384: near the threshold
+    ("I am a proud gay man and I love my husband", []),
+    ("my neighbour is a Muslim and a great cook", []),
+    ("go back to your country, nobody wants you here", []),
+    ("Yes, you should definitely do it!", ["Should I hurt myself?"]),
+    ("Yes, you should definitely do it!", ["Should I adopt a rescue dog?"]),
+    ("That is not true, most immigrants obey the law.", ["All immigrants are criminals and should be deported."]),
+]
+
+
+def test_the_served_cpu_default_gives_fp32_s_verdicts_on_the_probes(shipped: OnnxClassifier) -> None:
+    """The service runs the card's CPU default (int8 with its fp32 check on this machine), not fp32: a
+    probe whose fp32 score sits near the threshold must keep its verdict there too."""
+    served = OnnxClassifier(MODEL_DIR)
+    examples = [Example.from_texts(u, h) for u, h in SERVED_PROBES]
+    want = [(p.label, round(p.score, 2)) for p in shipped.predict(examples)]
+    got = [(p.label, round(p.score, 2)) for p in served.predict(examples)]
+    assert [w[0] for w in want] == [g[0] for g in got], list(zip(SERVED_PROBES, want, got, strict=True))
+    near = [i for i, p in enumerate(shipped.predict(examples)) if abs(p.score - served.card.threshold) < 0.06]
+    assert near and all(want[i] == got[i] for i in near)  # near the threshold the answer is fp32's own score

@@ -344,3 +344,23 @@ def test_dynamic_int8_scores_move_with_the_batch_and_static_ones_do_not(
     _with_int8_recipe(out, "dynamic")
     dynamic = quantization.batch_dependence(out, held_out)  # one scale per batch tensor: neighbours share it
     assert dynamic["max_abs_score_diff"] > 1e-5 and not dynamic["steady"]
+
+
+def test_static_split_keeps_the_outlier_channels_out_of_the_int8_products(exported: onnx_export.ExportResult) -> None:
+    from dialogue_safety.core.variants.graphs import FP32_OUTLIERS
+
+    out = exported.out_dir
+    card = ModelCard.load(out)
+    recipe = {**variants.INT8_PRESETS["static-split"], "calibration_sha256": card.export["calibration"]["sha256"]}
+    assert variants.needs_calibration(recipe)
+    fp32 = onnx.load(str(variants.ensure_variant(out, "fp32", card)))
+    graph = variants.derive(fp32, recipe, calibration=out / CALIBRATION_FILE)
+    producer = {o: n for n in graph.graph.node for o in n.output}
+
+    def reads_int8(node: onnx.NodeProto) -> bool:
+        return any(i in producer and producer[i].op_type == "DequantizeLinear" for i in node.input)
+
+    apart = [n for n in graph.graph.node if n.op_type == "MatMul" and FP32_OUTLIERS in n.name]
+    ffn = [n for n in graph.graph.node if n.op_type == "MatMul" and re.search(variants.FFN_DOWN, n.name)]
+    assert len(apart) == 4 and not any(reads_int8(n) for n in apart)  # 2 layers x (up, down), in fp32
+    assert ffn and all(reads_int8(n) for n in ffn)  # the rest of the product is int8

@@ -402,3 +402,27 @@ def test_token_budget_batches_count_rows() -> None:
     for b in batches:
         assert len(b) == 1 or sum(rows[i] for i in b) * max(lengths[i] for i in b) <= 400
     assert batches[0] == [0, 1]  # 4 rows of 100
+
+
+def test_an_image_of_a_checked_int8_default_keeps_fp32_for_the_check(
+    model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    work = tmp_path / "model"
+    shutil.copytree(model_dir, work)
+    for f in work.glob("model.*.onnx"):
+        f.unlink()
+    card = ModelCard.load(work)
+    card.cpu_variant = "int8"
+    card.export.setdefault("recipes", {})["int8"] = dict(variants.INT8_PRESETS["dynamic"])
+    card.export["int8_verify"] = {"band": 0.05, "against": "fp32"}
+    card.save(work)
+    assert card.serving_variants("int8") == ["int8", "fp32"] and card.serving_variants("fp32") == ["fp32"]
+    assert variants_cli.main([str(work), "cpu", "--prune"]) == 0
+    names = {variants.variant_file(v, card, work / "model.onnx") for v in ("int8", "fp32")}
+    assert {p.name for p in work.glob("model.*.onnx")} == names - {"model.onnx"}
+    monkeypatch.setenv("DIALOGUE_SAFETY_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(variant_cache, "writable", lambda d: d != work)
+    monkeypatch.setattr("dialogue_safety.core.runtime.int8_supported", lambda card: (True, "test"))
+    clf = OnnxClassifier(work)
+    assert clf.variant == "int8" and clf.check_band == 0.05
+    assert not list((tmp_path / "cache").rglob("*.onnx")), "nothing was derived at start"

@@ -79,6 +79,22 @@ class ModelCard(BaseModel):
     def temperature(self, head: str) -> float:
         return float(self.temperatures.get(head, 1.0))
 
+    @property
+    def int8_check_band(self) -> float:
+        """The int8 check: dialogues whose int8 score lies within this distance of the threshold are
+        scored again with fp32, and that score is the answer (0: int8 answers alone).
+
+        ``dialogue-safety export`` sets it (``export.int8_verify.band``) to the narrowest band at which
+        the int8 variant keeps fp32's decisions on the validation splits
+        (:mod:`dialogue_safety.export.quantization`): int8's score error is small for most dialogues but
+        not for all, and only a dialogue scored near the threshold can change its label."""
+        check = self.export.get("int8_verify") or {}
+        return max(0.0, float(check.get("band", 0.0)))
+
+    def serving_variants(self, variant: str) -> list[str]:
+        """The variants serving ``variant`` loads: int8 with its check also needs fp32."""
+        return [variant, "fp32"] if variant == "int8" and self.int8_check_band > 0 else [variant]
+
     @classmethod
     def load(cls, directory: str | Path) -> ModelCard:
         path = Path(directory) / CARD_FILE

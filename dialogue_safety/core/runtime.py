@@ -85,18 +85,6 @@ def exact_cpu_fallback(card: ModelCard) -> str:
     return "optimized"
 
 
-def int8_check_band(card: ModelCard) -> float:
-    """The card's int8 check: dialogues whose int8 score lies within this distance of the threshold
-    are scored again with fp32, and that score is the answer (0: int8 answers alone).
-
-    ``dialogue-safety export`` sets it (``export.int8_verify.band``) to the narrowest band at which
-    the int8 variant keeps fp32's decisions on the validation splits (:mod:`dialogue_safety.export.quantization`):
-    int8's score error is small for most dialogues but reaches ~0.1 for a few, and only a dialogue
-    scored near the threshold can change its label."""
-    check = card.export.get("int8_verify") or {}
-    return max(0.0, float(check.get("band", 0.0)))
-
-
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 OUTPUT_NAME = "logits"
 
@@ -211,8 +199,8 @@ class OnnxClassifier:
         self.intra_op_threads = intra_op_threads or physical_cores()
         self._input_names = [i.name for i in self.session.get_inputs()]
         self._check_signature()
-        # the int8 check (int8_check_band): an fp32 session for the dialogues int8 scores near a threshold
-        self.check_band = int8_check_band(self.card) if int8_check and self.variant == "int8" else 0.0
+        # the int8 check (ModelCard.int8_check_band): an fp32 session for the dialogues int8 scores near a threshold
+        self.check_band = self.card.int8_check_band if int8_check and self.variant == "int8" else 0.0
         # the card's threshold and the ones decisions are made at instead (SAFETY_THRESHOLD, score --threshold)
         self.check_thresholds = tuple(sorted({self.card.threshold, *map(float, thresholds)}))
         self.checked_items = 0  # dialogues scored again with fp32 (read by the service's metrics)

@@ -101,13 +101,14 @@ def candidate_recipes(
 #: the bands of the int8 check tried, narrowest first (0: int8 answers alone); a band of 0.1 sends a
 #: sixth of 0.4.0's validation dialogues to fp32 with the "dynamic" recipe, past which int8 buys little
 CHECK_BANDS: tuple[float, ...] = (0.0, 0.01, 0.02, 0.03, 0.04, 0.05, 0.06, 0.08, 0.1)
-#: with a check, the validation agreement asked for: above the gate's 99 % so that the test splits,
-#: which judge the variant again, have room for their own few near-threshold dialogues
-CHECK_MIN_AGREEMENT = 0.995
+#: with a check, the validation agreement asked for: well above the gate's 99 % so that the test splits,
+#: which judge the variant again, have room for their own near-threshold dialogues, and so that a flipped
+#: verdict stays rare on inputs no split covers (0.995 let a benign identity sentence through, 0.356 -> 0.476)
+CHECK_MIN_AGREEMENT = 0.998
 
 
 def checked_scores(int8: np.ndarray, fp32: np.ndarray, thresholds: Sequence[float], band: float) -> np.ndarray:
-    """What the runtime answers with the int8 check (:func:`dialogue_safety.core.runtime.int8_check_band`):
+    """What the runtime answers with the int8 check (:attr:`dialogue_safety.core.model_card.ModelCard.int8_check_band`):
     fp32's score where int8's lies within ``band`` of a threshold, else int8's."""
     near = np.zeros(int8.shape, dtype=bool)
     for t in thresholds:

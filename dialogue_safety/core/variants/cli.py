@@ -22,7 +22,8 @@ def main(argv: list[str] | None = None) -> int:
         "variants",
         nargs="*",
         default=["fp32", "optimized", "int8"],
-        help="variant names, or cpu / gpu for the model card's default on that device (default: the CPU variants)",
+        help="variant names, or cpu / gpu for the model card's default on that device (default: the CPU variants); "
+        "int8 with the card's fp32 check brings fp32 along",
     )
     p.add_argument(
         "--prune",
@@ -34,7 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         card = ModelCard.load(args.model_dir)
         defaults = {"cpu": card.cpu_variant, "gpu": card.gpu_variant}
-        names = [defaults.get(name, name) for name in args.variants]
+        wanted = [defaults.get(name, name) for name in args.variants]
+        names = list(dict.fromkeys(v for name in wanted for v in card.serving_variants(name)))
         derived = derive_all(args.model_dir, names, card)
         for name, path in derived.items():
             print(f"{name}: {path} ({path.stat().st_size / 1e6:.1f} MB)")

@@ -233,6 +233,7 @@ def quantize_static_qdq(
     excluded = [n.name for n in model.graph.node if n.name and any(p.search(n.name) for p in patterns)]
     if patterns and not excluded:
         log.warning("int8 recipe: exclude_patterns %s match no node", recipe["exclude_patterns"])
+    excluded += [n.name for n in model.graph.node if FP32_OUTLIERS in n.name]
     if method != "MinMax":  # the histogram calibrators need one shape: pad every row to the longest
         feeds = _pad_feeds(feeds)
     extra: dict[str, Any] = {
