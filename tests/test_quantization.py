@@ -364,3 +364,24 @@ def test_static_split_keeps_the_outlier_channels_out_of_the_int8_products(export
     ffn = [n for n in graph.graph.node if n.op_type == "MatMul" and re.search(variants.FFN_DOWN, n.name)]
     assert len(apart) == 4 and not any(reads_int8(n) for n in apart)  # 2 layers x (up, down), in fp32
     assert ffn and all(reads_int8(n) for n in ffn)  # the rest of the product is int8
+
+
+def test_the_service_counts_the_dialogues_the_int8_check_scored_again() -> None:
+    from dialogue_safety.service.state import _counting_int8_checks
+    from dialogue_safety.service.telemetry import ServiceMetrics
+
+    class Checked:  # a classifier whose check scores every second dialogue again
+        check_band, checked_items = 0.03, 0
+
+        def predict_encoded(self, encoded: list[EncodedExample]) -> list[str]:
+            self.checked_items += len(encoded) // 2
+            return ["p"] * len(encoded)
+
+    metrics = ServiceMetrics()
+    clf = Checked()
+    predict = _counting_int8_checks(clf, metrics)  # type: ignore[arg-type]
+    row = EncodedExample((101, 102), (0, 0), (1, 1))
+    assert predict([row] * 4) == ["p"] * 4 and predict([row] * 6) == ["p"] * 6
+    assert metrics.registry.get_sample_value("safety_int8_checked_items_total") == 5.0
+    clf.check_band = 0.0
+    assert _counting_int8_checks(clf, metrics) == clf.predict_encoded  # type: ignore[arg-type]  # no check: as is

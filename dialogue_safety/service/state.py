@@ -24,7 +24,7 @@ from dialogue_safety.core.model_card import ModelCard
 from dialogue_safety.core.schema import Example, Label, Prediction
 from dialogue_safety.core.scoring import is_offensive, threshold_in_force
 from dialogue_safety.service.auth import api_key_of, key_matches
-from dialogue_safety.service.batcher import Announcement, MicroBatcher
+from dialogue_safety.service.batcher import Announcement, MicroBatcher, PredictFn
 from dialogue_safety.service.errors import Overloaded
 from dialogue_safety.service.latency import (
     MIN_QUEUE_WAIT_S,
@@ -80,6 +80,21 @@ def load_onnx_classifier(settings: ServiceSettings) -> Classifier:
         kwargs["allow_spinning"] = settings.allow_spinning
     classifier: Classifier = OnnxClassifier(settings.model_dir, **kwargs)
     return classifier
+
+
+def _counting_int8_checks(classifier: Classifier, metrics: ServiceMetrics) -> PredictFn:
+    """``classifier.predict_encoded``, counting the dialogues its int8 check scored again with fp32
+    (``safety_int8_checked_items_total``); the classifier itself unless it has a check."""
+    if not getattr(classifier, "check_band", 0.0):
+        return classifier.predict_encoded
+
+    def predict(encoded: list[EncodedExample]) -> list[Prediction]:
+        before = int(getattr(classifier, "checked_items", 0))
+        predictions = classifier.predict_encoded(encoded)
+        metrics.int8_checked.inc(int(getattr(classifier, "checked_items", 0)) - before)
+        return predictions
+
+    return predict
 
 
 @dataclass(frozen=True)
@@ -169,7 +184,7 @@ class ServiceState:
         max_queue_wait_s = s.max_queue_wait_s if s.max_queue_wait_s is not None else default_queue_wait_s(full_batch_s)
         batcher = MicroBatcher(
             classifier.encode,
-            classifier.predict_encoded,
+            _counting_int8_checks(classifier, self.metrics),
             s,
             max_queue_wait_s=max_queue_wait_s,
             observer=self.metrics,

@@ -108,6 +108,12 @@ class ServiceMetrics:
             registry=r,
         )
         self.batch_failures = Counter(f"{PREFIX}_batch_failures", "inference batches that failed", registry=r)
+        self.int8_checked = Counter(
+            f"{PREFIX}_int8_checked_items",
+            "classified items the int8 variant scored near a threshold and that were scored again with fp32 (the "
+            "model card's int8 check; their answer is fp32's)",
+            registry=r,
+        )
         self.ready = Gauge(f"{PREFIX}_ready", "1 when the model is loaded and warmed up", registry=r)
         self.model_info = Info(f"{PREFIX}_model", "the model being served", registry=r)
 
