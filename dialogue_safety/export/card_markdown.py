@@ -243,11 +243,11 @@ def render_model_card(card: ModelCard) -> str:
 
 
 def _int8_selection_section(export: dict[str, Any]) -> list[str]:
-    """The int8 recipes tried on the validation splits (fastest first) and the calibration set."""
+    """The int8 recipes tried on the validation splits (in the order tried) and the calibration set."""
     selection = export.get("int8_selection")
     if not selection:
         return []
-    lines = ["", "int8 recipes tried on the validation splits (held out from the calibration set), fastest first:"]
+    lines = ["", "int8 recipes tried on the validation splits (held out from the calibration set), in order:"]
     calibration = export.get("calibration")
     if calibration:
         lines[-1] += (

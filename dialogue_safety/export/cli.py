@@ -61,7 +61,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         "--int8-preset",
         dest="int8_presets",
         default=",".join(INT8_CANDIDATES),
-        help="int8 recipes to try, fastest first, comma-separated, from: "
+        help="int8 recipes to try, in order, comma-separated, from: "
         f"{', '.join(sorted(INT8_PRESETS))}; the first that passes the gate on the validation splits of "
         "--eval-sources, alone or with the fp32 check of the dialogues it scores near the threshold, becomes the "
         "int8 variant (static ones are calibrated on validation dialogues stored in the model directory); see "

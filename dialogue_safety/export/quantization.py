@@ -7,11 +7,13 @@
 The calibration rows are a few hundred validation dialogues, :data:`CALIBRATION_PER_SOURCE` from each
 source (seeded), encoded as the runtime encodes them (both rows of a ``"decomposed"`` encoding) and
 stored in the model directory, so that the service derives the static int8 variant at start without
-the datasets. The int8 recipes are tried in the given order (fastest first): each is derived and
-judged against fp32 by :func:`dialogue_safety.export.comparison.gate` on the *held-out* validation
-dialogues (never the calibration ones); the first that passes becomes the model's int8 recipe.
-The test splits then confirm it (the export's comparison): int8 is the CPU default only when it
-passes on both.
+the datasets. The int8 recipes are tried in the given order (``INT8_CANDIDATES``): each is derived
+and judged against fp32 by :func:`dialogue_safety.export.comparison.gate` on the *held-out* validation
+dialogues (never the calibration ones), alone and with the fp32 check of the dialogues it scores near
+the threshold (the narrowest band that passes, :func:`check_band_for`), and refused if its scores move
+with the batch (:func:`batch_dependence`); the first that passes becomes the model's int8 recipe, its
+band the card's ``export.int8_verify``. The test splits then confirm it as served (the export's
+comparison): int8 is the CPU default only when it passes on both and is the fastest that does.
 """
 
 from __future__ import annotations
