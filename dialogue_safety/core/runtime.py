@@ -39,6 +39,7 @@ from dialogue_safety.core.scoring import (
     decomposed_logits,
     head_probabilities,
     main_scores,
+    near_thresholds,
     predictions_from_logits,
 )
 
@@ -363,10 +364,7 @@ class OnnxClassifier:
         if self._checker is None or not len(encoded):
             return logits
         scores = main_scores(head_probabilities(logits, self.card), self.card)
-        near = np.zeros(len(encoded), dtype=bool)
-        for t in self.check_thresholds:
-            near |= np.abs(scores - t) < self.check_band
-        idx = np.flatnonzero(near)
+        idx = np.flatnonzero(near_thresholds(scores, self.check_thresholds, self.check_band))
         if idx.size:
             near_rows = [encoded[i] for i in idx.tolist()]
             logits[idx] = decomposed_logits(near_rows, lambda r: self._row_logits(r, self._checker), self._context_cols)
@@ -402,7 +400,11 @@ class OnnxClassifier:
         """[n] main OFFENSIVE scores (max over the card's score heads), for evaluation code."""
         if not examples:
             return np.zeros(0, dtype=np.float64)
-        return main_scores(head_probabilities(self.logits(examples), self.card), self.card)
+        return self.scores_encoded(self.encode(examples))
+
+    def scores_encoded(self, encoded: Sequence[EncodedExample]) -> np.ndarray:
+        """[n] main OFFENSIVE scores of encoded examples (as :meth:`predict_proba`)."""
+        return main_scores(head_probabilities(self.logits_encoded(encoded), self.card), self.card)
 
     def warmup(self, rounds: int = 2) -> float:
         """Run a few shapes once so the first request does not pay allocation; returns seconds taken."""

@@ -8,7 +8,7 @@ the one decision rule; every caller (API, runtime, training metrics, evaluation)
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -86,6 +86,16 @@ def head_probabilities(logits: np.ndarray, card: ModelCard) -> np.ndarray:
 def main_scores(probs: np.ndarray, card: ModelCard) -> np.ndarray:
     idx = [card.heads.index(h) for h in card.score_heads]
     return probs[:, idx].max(axis=1)
+
+
+def near_thresholds(scores: np.ndarray, thresholds: Iterable[float], band: float) -> np.ndarray:
+    """Where ``scores`` lie within ``band`` of one of ``thresholds`` (strictly): the dialogues the int8
+    check scores again with fp32 (:attr:`dialogue_safety.core.model_card.ModelCard.int8_check_band`)."""
+    scores = np.asarray(scores)
+    near = np.zeros(scores.shape, dtype=bool)
+    for t in thresholds:
+        near |= np.abs(scores - t) < band
+    return near
 
 
 def is_offensive(scores: ArrayLike, threshold: ArrayLike) -> np.ndarray:

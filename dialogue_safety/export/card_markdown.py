@@ -242,6 +242,28 @@ def render_model_card(card: ModelCard) -> str:
     return "\n".join(lines) + "\n"
 
 
+def int8_candidate_verdict(entry: dict[str, Any], *, chosen: bool = False, strong: str = "**") -> str:
+    """One int8 candidate of ``export.int8_selection`` in words: the gate alone, with the fp32 check
+    near the threshold, refused for scores that move with the batch (the card and the export's report)."""
+    verdict = str(entry["gate"]["why"])
+    check = entry.get("check") or {}
+    if check.get("band"):
+        verdict += (
+            f"; with the fp32 check within {check['band']:g} of the threshold "
+            f"({100 * check['checked_fraction']:.1f} % of the dialogues): agreement ≥ "
+            f"{100 * check['gate']['min_agreement']:.2f} %"
+        )
+    batch = entry.get("batch_dependence") or {}
+    if batch and not batch.get("steady", True):
+        verdict += (
+            f"; {strong}refused{strong}: a dialogue's score moves by up to {batch['max_abs_score_diff']:.2g} with "
+            f"the batch it is computed in ({batch['changed_decisions']} of {batch['dialogues']} labels changed)"
+        )
+    elif chosen:
+        verdict += f"; {strong}chosen{strong}"
+    return verdict
+
+
 def _int8_selection_section(export: dict[str, Any]) -> list[str]:
     """The int8 recipes tried on the validation splits (in the order tried) and the calibration set."""
     selection = export.get("int8_selection")
@@ -267,22 +289,7 @@ def _int8_selection_section(export: dict[str, Any]) -> list[str]:
                 f"{entry['splits'][s]['delta_f1']:+.2f}, {100 * (1 - entry['splits'][s]['changed_decisions']):.2f}%"
                 for s in splits
             ]
-            verdict = entry["gate"]["why"]
-            check = entry.get("check") or {}
-            if check.get("band"):
-                verdict += (
-                    f"; with the fp32 check within {check['band']:g} of the threshold "
-                    f"({100 * check['checked_fraction']:.1f} % of the dialogues): agreement ≥ "
-                    f"{100 * check['gate']['min_agreement']:.2f} %"
-                )
-            batch = entry.get("batch_dependence") or {}
-            if batch and not batch.get("steady", True):
-                verdict += (
-                    f"; **refused**: a dialogue's score moves by up to {batch['max_abs_score_diff']:.2g} with the "
-                    f"batch it is computed in ({batch['changed_decisions']} of {batch['dialogues']} labels changed)"
-                )
-            elif name == selection.get("chosen") and selection.get("passed"):
-                verdict += "; **chosen**"
+            verdict = int8_candidate_verdict(entry, chosen=name == selection.get("chosen") and selection.get("passed"))
             lines.append(f"| {name} | " + " | ".join(cells) + f" | {verdict} |")
         lines += ["", "(cells: int8 alone, ΔF1 and agreement with fp32)"]
     lines.append(

@@ -112,6 +112,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety export"
     say = (lambda *_: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr))
 
     from dialogue_safety.core.variants import INT8_PRESETS
+    from dialogue_safety.export.card_markdown import int8_candidate_verdict
     from dialogue_safety.export.onnx_export import ExportError, ParityError, export_checkpoint
 
     names = [v.strip() for v in args.variants.split(",") if v.strip()]
@@ -174,21 +175,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety export"
     selection = card.export.get("int8_selection")
     if selection:
         for name, entry in selection.get("candidates", {}).items():
-            check = entry.get("check") or {}
-            with_check = (
-                f"; with the fp32 check within {check['band']:g} of the threshold "
-                f"({100 * check['checked_fraction']:.1f} % checked): agreement >= "
-                f"{100 * check['gate']['min_agreement']:.2f} %"
-                if check.get("band")
-                else ""
-            )
-            batch = entry.get("batch_dependence") or {}
-            if batch and not batch.get("steady", True):
-                with_check += (
-                    f"; refused: its scores move up to {batch['max_abs_score_diff']:.2g} with the batch they are "
-                    "computed in"
-                )
-            say(f"  int8 candidate {name:<16} validation: {entry['gate']['why']}{with_check}")
+            say(f"  int8 candidate {name:<16} validation: {int8_candidate_verdict(entry, strong='')}")
         say(f"  int8 recipe: {selection['chosen']}{'' if selection.get('passed') else ' (none passed)'}")
     gates = (card.export.get("comparison") or {}).get("gate", {})
     for name, verdict in gates.items():

@@ -26,7 +26,7 @@ import numpy as np
 
 from dialogue_safety.core.runtime import CPU, OnnxClassifier
 from dialogue_safety.core.schema import LabelledExample
-from dialogue_safety.core.scoring import head_probabilities, is_offensive, main_scores
+from dialogue_safety.core.scoring import is_offensive
 from dialogue_safety.training.metrics import binary_metrics
 
 REFERENCE = "fp32"
@@ -83,10 +83,7 @@ def score_variants(
         if not encoded:
             encoded = {s: clf.encode(exs) for s, exs in splits.items()}
         started = time.perf_counter()
-        scores[variant] = {
-            s: main_scores(head_probabilities(clf.logits_encoded(enc), clf.card), clf.card)
-            for s, enc in encoded.items()
-        }
+        scores[variant] = {s: clf.scores_encoded(enc) for s, enc in encoded.items()}
         seconds[variant] = round(time.perf_counter() - started, 3)
     return scores, threshold, seconds
 

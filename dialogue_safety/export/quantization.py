@@ -30,6 +30,7 @@ from dialogue_safety.core.encoding import DialogueEncoder
 from dialogue_safety.core.model_card import ModelCard
 from dialogue_safety.core.model_dir import CALIBRATION_FILE
 from dialogue_safety.core.schema import LabelledExample
+from dialogue_safety.core.scoring import near_thresholds
 from dialogue_safety.core.variants.calibration import save_calibration
 from dialogue_safety.core.variants.stamps import file_sha256
 
@@ -112,10 +113,7 @@ CHECK_MIN_AGREEMENT = 0.998
 def checked_scores(int8: np.ndarray, fp32: np.ndarray, thresholds: Sequence[float], band: float) -> np.ndarray:
     """What the runtime answers with the int8 check (:attr:`dialogue_safety.core.model_card.ModelCard.int8_check_band`):
     fp32's score where int8's lies within ``band`` of a threshold, else int8's."""
-    near = np.zeros(int8.shape, dtype=bool)
-    for t in thresholds:
-        near |= np.abs(int8 - t) < band
-    return np.where(near, fp32, int8)
+    return np.where(near_thresholds(int8, thresholds, band), fp32, int8)
 
 
 def check_band_for(
@@ -134,7 +132,7 @@ def check_band_for(
     tried: dict[str, Any] = {}
     for band in bands:
         served = {s: checked_scores(int8[s], fp32[s], [threshold], band) for s in int8}
-        checked = float(np.mean(np.concatenate([np.abs(int8[s] - threshold) < band for s in int8])))
+        checked = float(np.mean(np.concatenate([near_thresholds(int8[s], [threshold], band) for s in int8])))
         per_split = {s: compare_split(gold[s], fp32[s], served[s], threshold) for s in int8}
         verdict = gate(per_split)
         tried[f"{band:g}"] = {"min_agreement": verdict["min_agreement"], "checked_fraction": round(checked, 4)}
@@ -160,21 +158,16 @@ def batch_dependence(
     """How much the int8 variant's scores (without the check) move with the batch: a sample of
     dialogues scored one at a time and in shuffled batches of :data:`BATCH_SIZE_MIXED`."""
     from dialogue_safety.core.runtime import CPU, OnnxClassifier
-    from dialogue_safety.core.scoring import head_probabilities, main_scores
 
     sample = [ex for examples in held_out.values() for ex in list(examples)[:BATCH_SAMPLE_PER_SPLIT]]
     clf = OnnxClassifier(model_dir, variant="int8", providers=[CPU], int8_check=False)
     encoded = clf.encode(sample)
-
-    def scores(rows: Sequence[Any]) -> np.ndarray:
-        return main_scores(head_probabilities(clf.logits_encoded(rows), clf.card), clf.card)
-
-    alone = np.concatenate([scores([row]) for row in encoded]) if encoded else np.zeros(0)
+    alone = np.concatenate([clf.scores_encoded([row]) for row in encoded]) if encoded else np.zeros(0)
     mixed = np.empty(len(encoded))
     order = np.random.default_rng(seed).permutation(len(encoded))
     for start in range(0, len(encoded), BATCH_SIZE_MIXED):
         idx = order[start : start + BATCH_SIZE_MIXED]
-        mixed[idx] = scores([encoded[i] for i in idx.tolist()])
+        mixed[idx] = clf.scores_encoded([encoded[i] for i in idx.tolist()])
     t = clf.card.threshold
     diff = np.abs(mixed - alone)
     return {

@@ -264,12 +264,12 @@ def derive(
     reads (its sha256 must be the one the recipe was validated with, when the recipe records one).
     """
     kind = recipe.get("kind")
+    feeds = _calibration_feeds(recipe, calibration) if needs_calibration(recipe) else []
+    if recipe.get("outlier_channels"):  # before either quantiser: those channels stay out of the int8 products
+        source, _ = split_outlier_channels(
+            source, feeds, tuple(recipe.get("outlier_patterns") or ()), int(recipe["outlier_channels"])
+        )
     if kind == "quantize_static":
-        feeds = _calibration_feeds(recipe, calibration)
-        if recipe.get("outlier_channels"):
-            source, _ = split_outlier_channels(
-                source, feeds, tuple(recipe.get("outlier_patterns") or ()), int(recipe["outlier_channels"])
-            )
         return quantize_static_qdq(source, recipe, feeds)
     if kind == "matmul_nbits":
         return quantize_matmul_nbits(source, recipe)
@@ -278,13 +278,6 @@ def derive(
     if kind == "ort_optimizer":
         return optimize(source, recipe, num_heads, hidden_size)
     if kind == "quantize_dynamic":
-        if recipe.get("outlier_channels"):
-            source, _ = split_outlier_channels(
-                source,
-                _calibration_feeds(recipe, calibration),
-                tuple(recipe.get("outlier_patterns") or ()),
-                int(recipe["outlier_channels"]),
-            )
         return quantize(source, recipe)
     if kind == "float16":
         optimized = optimize(source, {**recipe, "opt_level": 0}, num_heads, hidden_size)

@@ -169,15 +169,21 @@ def with_ms_domain(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
+def excluded_nodes(model: onnx.ModelProto, recipe: Mapping[str, Any]) -> list[str]:
+    """The nodes an int8 recipe keeps in fp32: those matching its ``exclude_patterns`` (regular
+    expressions over node names) and the outlier-channel products of :func:`split_outlier_channels`."""
+    patterns = [re.compile(p) for p in recipe.get("exclude_patterns") or []]
+    excluded = [n.name for n in model.graph.node if n.name and any(p.search(n.name) for p in patterns)]
+    if patterns and not excluded:
+        log.warning("int8 recipe: exclude_patterns %s match no node", recipe["exclude_patterns"])
+    return excluded + [n.name for n in model.graph.node if FP32_OUTLIERS in n.name]
+
+
 def quantize(model: onnx.ModelProto, recipe: Mapping[str, Any]) -> onnx.ModelProto:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     weight_type = getattr(QuantType, str(recipe.get("weight_type", "QInt8")))
-    patterns = [re.compile(p) for p in recipe.get("exclude_patterns") or []]
-    excluded = [n.name for n in model.graph.node if n.name and any(p.search(n.name) for p in patterns)]
-    if patterns and not excluded:
-        log.warning("int8 recipe: exclude_patterns %s match no node; quantising everything", recipe["exclude_patterns"])
-    excluded += [n.name for n in model.graph.node if FP32_OUTLIERS in n.name]
+    excluded = excluded_nodes(model, recipe)
     with tempfile.TemporaryDirectory(prefix="dialogue-safety-int8-") as tmp, quiet_onnxruntime_tools():
         src, dst = Path(tmp) / "in.onnx", Path(tmp) / "out.onnx"
         onnx.save(model, str(src))
@@ -229,11 +235,7 @@ def quantize_static_qdq(
     from dialogue_safety.core.variants.calibration import FeedReader
 
     method = str(recipe.get("calibrate_method", "MinMax"))
-    patterns = [re.compile(p) for p in recipe.get("exclude_patterns") or []]
-    excluded = [n.name for n in model.graph.node if n.name and any(p.search(n.name) for p in patterns)]
-    if patterns and not excluded:
-        log.warning("int8 recipe: exclude_patterns %s match no node", recipe["exclude_patterns"])
-    excluded += [n.name for n in model.graph.node if FP32_OUTLIERS in n.name]
+    excluded = excluded_nodes(model, recipe)
     if method != "MinMax":  # the histogram calibrators need one shape: pad every row to the longest
         feeds = _pad_feeds(feeds)
     extra: dict[str, Any] = {
