@@ -113,6 +113,24 @@ def test_max_history_turns_keeps_the_newest(tiny_tokenizer: Tokenizer) -> None:
         EncodingConfig(max_history_turns=-1)
 
 
+def test_ascii_text_skips_the_emoji_pass_without_changing_anything() -> None:
+    """normalise_text skips the (slow, pure Python) emoji pass for ASCII-only text: that is exact only
+    while every emoji the library knows has a non-ASCII code point, and ASCII text comes out the same."""
+    import string
+
+    import emoji
+
+    assert all(not e.isascii() for e in emoji.EMOJI_DATA)
+    on = EncodingConfig()
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        text = "".join(rng.choice(list(string.printable), size=int(rng.integers(0, 60))))
+        full = " ".join(emoji.replace_emoji(text, replace=lambda c, d: "X").split())
+        assert normalise_text(text, on) == full
+    assert normalise_text("hi :) <3 #1", on) == "hi :) <3 #1"
+    assert normalise_text("hi 🐍 #️⃣", on) == "hi snake keycap #"
+
+
 def test_normalisation_switches() -> None:
     on = EncodingConfig()
     assert normalise_text("  I  ❤️\u00a0you ｆｕｌｌ  ", on) == "I red heart you full"
