@@ -238,5 +238,7 @@ def test_the_served_cpu_default_gives_fp32_s_verdicts_on_the_probes(shipped: Onn
     want = [(p.label, round(p.score, 2)) for p in shipped.predict(examples)]
     got = [(p.label, round(p.score, 2)) for p in served.predict(examples)]
     assert [w[0] for w in want] == [g[0] for g in got], list(zip(SERVED_PROBES, want, got, strict=True))
-    near = [i for i, p in enumerate(shipped.predict(examples)) if abs(p.score - served.card.threshold) < 0.06]
-    assert near and all(want[i] == got[i] for i in near)  # near the threshold the answer is fp32's own score
+    if served.check_band:  # int8 scores near the threshold are answered with fp32's own score
+        alone = OnnxClassifier(MODEL_DIR, int8_check=False).predict(examples)
+        near = [i for i, p in enumerate(alone) if abs(p.score - served.card.threshold) < served.check_band]
+        assert all(want[i] == got[i] for i in near), [(SERVED_PROBES[i], want[i], got[i]) for i in near]

@@ -24,6 +24,7 @@ from dialogue_safety.export.quantization import (
     candidate_recipes,
     check_band_for,
     checked_scores,
+    served_seconds,
 )
 
 TEXTS = [
@@ -115,8 +116,22 @@ def test_export_writes_the_calibration_set_and_the_int8_choice(exported: onnx_ex
     tried = list(selection["candidates"])
     assert tried[0] == "static" and set(selection["splits"]) == {"a/valid", "b/valid"}
     assert selection["splits"]["a/valid"] == 20  # 80 minus the 60 calibration dialogues
-    passed = [name for name in tried if selection["candidates"][name]["check"]["band"] is not None]
-    assert passed == ([selection["chosen"]] if selection["passed"] else [])  # stops at the first that passes
+    assert tried == ["static", "all"]  # every candidate is judged
+    passed = [
+        name
+        for name in tried
+        if selection["candidates"][name]["check"]["band"] is not None
+        and selection["candidates"][name]["batch_dependence"]["steady"]
+    ]
+    assert selection["passed"] == bool(passed) and selection["fp32_seconds"] > 0
+    if passed:  # the cheapest to serve: its own seconds plus fp32's for the share it checks
+        cost = {n: selection["candidates"][n]["served_seconds"] for n in passed}
+        assert selection["chosen"] == min(passed, key=lambda n: (cost[n], tried.index(n)))
+        entry = selection["candidates"][selection["chosen"]]
+        assert cost[selection["chosen"]] == pytest.approx(
+            served_seconds(entry["seconds"], entry["check"]["checked_fraction"], selection["fp32_seconds"]),
+            abs=1e-3,
+        )
     assert card.export["recipes"]["int8"]["preset"] == selection["chosen"]
     if selection["passed"]:  # alone (band 0, no check in the card) or with the narrowest passing check
         band = selection["candidates"][selection["chosen"]]["check"]["band"]
@@ -344,6 +359,51 @@ def test_dynamic_int8_scores_move_with_the_batch_and_static_ones_do_not(
     _with_int8_recipe(out, "dynamic")
     dynamic = quantization.batch_dependence(out, held_out)  # one scale per batch tensor: neighbours share it
     assert dynamic["max_abs_score_diff"] > 1e-5 and not dynamic["steady"]
+
+
+def test_the_lean_split_drops_its_masks_and_splits_only_layers_with_outliers(
+    exported: onnx_export.ExportResult,
+) -> None:
+    import onnxruntime as ort
+
+    from dialogue_safety.core.variants.calibration import calibration_feeds
+    from dialogue_safety.core.variants.graphs import FP32_OUTLIERS, quantize_static_qdq, split_outlier_channels
+
+    out = exported.out_dir
+    card = ModelCard.load(out)
+    fp32 = onnx.load(str(variants.ensure_variant(out, "fp32", card)))
+    feeds = calibration_feeds(out / CALIBRATION_FILE)
+    recipe = {**variants.INT8_PRESETS["static-split-lean"], "calibration_sha256": card.export["calibration"]["sha256"]}
+    patterns = tuple(recipe["outlier_patterns"])
+    lean = variants.derive(fp32, {**recipe, "outlier_min_ratio": 0.0}, calibration=out / CALIBRATION_FILE)
+    assert not [n for n in lean.graph.node if n.op_type == "Mul" and FP32_OUTLIERS in n.name]  # no mask left
+    # the same split with its masks kept computes the same int8 products: masked channels saturate
+    # against all-zero weight rows instead of being multiplied by 0 first
+    masked, n = split_outlier_channels(fp32, feeds, patterns, 8, zero_rows=True)
+    assert n == 4
+    masked = quantize_static_qdq(masked, recipe, feeds)
+    assert len([n for n in masked.graph.node if n.op_type == "Mul" and FP32_OUTLIERS in n.name]) == 4
+    a = ort.InferenceSession(lean.SerializeToString(), providers=["CPUExecutionProvider"])
+    b = ort.InferenceSession(masked.SerializeToString(), providers=["CPUExecutionProvider"])
+    names = {i.name for i in a.get_inputs()}
+    for feed in feeds[:20]:
+        feed = {k: v for k, v in feed.items() if k in names}
+        np.testing.assert_array_equal(a.run(None, feed)[0], b.run(None, feed)[0])
+    # a ratio no layer reaches splits nothing; zeroed rows change nothing in fp32
+    _, none = split_outlier_channels(fp32, feeds, patterns, 2, min_ratio=1e9)
+    assert none == 0
+    zeroed, _ = split_outlier_channels(fp32, feeds, patterns, 2, zero_rows=True)
+    f = ort.InferenceSession(fp32.SerializeToString(), providers=["CPUExecutionProvider"])
+    z = ort.InferenceSession(zeroed.SerializeToString(), providers=["CPUExecutionProvider"])
+    for feed in feeds[20:30]:
+        feed = {k: v for k, v in feed.items() if k in names}
+        np.testing.assert_allclose(f.run(None, feed)[0], z.run(None, feed)[0], atol=1e-5)
+    with pytest.raises(variants.VariantError, match="fixed activation scales"):
+        variants.derive(
+            fp32,
+            {**variants.INT8_PRESETS["dynamic-split"], "outlier_mask": "saturate"},
+            calibration=out / CALIBRATION_FILE,
+        )
 
 
 def test_static_split_keeps_the_outlier_channels_out_of_the_int8_products(exported: onnx_export.ExportResult) -> None:

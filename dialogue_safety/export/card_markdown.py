@@ -253,6 +253,8 @@ def int8_candidate_verdict(entry: dict[str, Any], *, chosen: bool = False, stron
             f"({100 * check['checked_fraction']:.1f} % of the dialogues): agreement ≥ "
             f"{100 * check['gate']['min_agreement']:.2f} %"
         )
+    if check.get("band") is not None and entry.get("served_seconds") is not None:
+        verdict += f"; served in {entry['served_seconds']:.1f} s"
     batch = entry.get("batch_dependence") or {}
     if batch and not batch.get("steady", True):
         verdict += (
@@ -269,7 +271,13 @@ def _int8_selection_section(export: dict[str, Any]) -> list[str]:
     selection = export.get("int8_selection")
     if not selection:
         return []
-    lines = ["", "int8 recipes tried on the validation splits (held out from the calibration set), in order:"]
+    lines = [
+        "",
+        "int8 recipes tried on the validation splits (held out from the calibration set); of those that pass, the "
+        "cheapest to serve is chosen (its seconds on these dialogues, plus fp32's for the share it checks"
+        + (f"; fp32 alone: {selection['fp32_seconds']:.1f} s" if selection.get("fp32_seconds") is not None else "")
+        + "):",
+    ]
     calibration = export.get("calibration")
     if calibration:
         lines[-1] += (

@@ -61,11 +61,11 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         "--int8-preset",
         dest="int8_presets",
         default=",".join(INT8_CANDIDATES),
-        help="int8 recipes to try, in order, comma-separated, from: "
-        f"{', '.join(sorted(INT8_PRESETS))}; the first that passes the gate on the validation splits of "
-        "--eval-sources, alone or with the fp32 check of the dialogues it scores near the threshold, becomes the "
-        "int8 variant (static ones are calibrated on validation dialogues stored in the model directory); see "
-        "docs/runtime.md (default: %(default)s)",
+        help="int8 recipes to judge, comma-separated (the first breaks ties), from: "
+        f"{', '.join(sorted(INT8_PRESETS))}; of those that pass the gate on the validation splits of "
+        "--eval-sources, alone or with the fp32 check of the dialogues they score near the threshold, the cheapest "
+        "to serve (check included) becomes the int8 variant (static ones are calibrated on validation dialogues "
+        "stored in the model directory); see docs/runtime.md (default: %(default)s)",
     )
     p.add_argument("--data-dir", type=Path, default=None, help="datasets for the variant comparison")
     p.add_argument(

@@ -20,7 +20,7 @@ Steps (all in a staging folder next to ``out_dir``; ``out_dir`` is replaced only
    check each against torch: fp32 within ``tolerance``, optimized within
    ``max(tolerance, OPTIMIZED_TOLERANCE)``; with validation sets, the int8 recipe is chosen first
    (:mod:`dialogue_safety.export.quantization`: a calibration set written to the model directory, the
-   candidate recipes tried in order, the first that passes the gate on validation kept); int8's
+   candidate recipes judged on validation, the cheapest to serve of those that pass kept); int8's
    differences are recorded, its quality is judged by :mod:`dialogue_safety.export.comparison` on
    labelled test sets, which picks ``card.cpu_variant``;
 5. write ``model.onnx``, ``tokenizer.json``, ``model_card.json`` (the checkpoint's card with
@@ -275,8 +275,8 @@ def export_checkpoint(
 
     ``validation_sets`` (split name → labelled examples) give the static int8 variant its calibration
     set (written to the model directory) and judge the ``int8_candidates`` (preset names of
-    :data:`dialogue_safety.core.variants.INT8_PRESETS`, in order): the first that passes the gate
-    on the held-out validation dialogues becomes the int8 recipe (:mod:`dialogue_safety.export.quantization`).
+    :data:`dialogue_safety.core.variants.INT8_PRESETS`): of those that pass the gate on the held-out
+    validation dialogues, the cheapest to serve becomes the int8 recipe (:mod:`dialogue_safety.export.quantization`).
 
     ``test_sets`` maps a split name (e.g. ``"diasafety/test"``) to labelled examples; with it,
     every CPU variant is compared with fp32 (decision agreement, ΔF1 with a paired bootstrap interval)

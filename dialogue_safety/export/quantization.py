@@ -7,12 +7,13 @@
 The calibration rows are a few hundred validation dialogues, :data:`CALIBRATION_PER_SOURCE` from each
 source (seeded), encoded as the runtime encodes them (both rows of a ``"decomposed"`` encoding) and
 stored in the model directory, so that the service derives the static int8 variant at start without
-the datasets. The int8 recipes are tried in the given order (``INT8_CANDIDATES``): each is derived
+the datasets. Every int8 recipe given (``INT8_CANDIDATES``) is derived
 and judged against fp32 by :func:`dialogue_safety.export.comparison.gate` on the *held-out* validation
 dialogues (never the calibration ones), alone and with the fp32 check of the dialogues it scores near
 the threshold (the narrowest band that passes, :func:`check_band_for`), and refused if its scores move
-with the batch (:func:`batch_dependence`); the first that passes becomes the model's int8 recipe, its
-band the card's ``export.int8_verify``. The test splits then confirm it as served (the export's
+with the batch (:func:`batch_dependence`); of those that pass, the cheapest to serve
+(:func:`served_seconds`: its seconds on those dialogues plus fp32's for the share it checks) becomes the
+model's int8 recipe, its band the card's ``export.int8_verify``. The test splits then confirm it as served (the export's
 comparison): int8 is the CPU default only when it passes on both and is the fastest that does.
 """
 
@@ -178,22 +179,30 @@ def batch_dependence(
     }
 
 
+def served_seconds(int8_seconds: float, checked_fraction: float, fp32_seconds: float) -> float:
+    """What serving a candidate costs on the validation dialogues: int8 scores every dialogue, and the
+    fp32 check scores the ``checked_fraction`` near a threshold again."""
+    return int8_seconds + checked_fraction * fp32_seconds
+
+
 def select_int8_recipe(
     model_dir: str | Path,
     card: ModelCard,
     candidates: Mapping[str, Mapping[str, Any]],
     held_out: Mapping[str, Sequence[LabelledExample]] | None,
 ) -> dict[str, Any]:
-    """Try the candidates in order on the held-out validation dialogues; the first that passes the gate,
-    alone or with the int8 check (:func:`check_band_for`), and whose scores do not depend on the batch
-    they are computed in (:func:`batch_dependence`), wins.
+    """Judge every candidate on the held-out validation dialogues; of those that pass the gate, alone or
+    with the int8 check (:func:`check_band_for`), and whose scores do not depend on the batch they are
+    computed in (:func:`batch_dependence`), the one cheapest to serve wins (:func:`served_seconds`:
+    its own seconds on those dialogues plus the checked fraction of fp32's; the order of ``candidates``
+    breaks ties).
 
-    Updates ``card.export["recipes"]["int8"]`` and ``card.export["int8_verify"]`` (and saves the card)
-    as it goes; returns the record for ``card.export["int8_selection"]``: ``{"splits", "candidates":
-    {name: {gate, per-split numbers, check, seconds}}, "chosen", "passed"}`` (``gate`` and the split
-    numbers are int8 alone; ``check`` the narrowest passing band). Without held-out data the first
-    candidate is taken unjudged. When none passes, the first candidate stays the int8 recipe, without
-    a check, and ``passed`` is false.
+    Updates ``card.export["recipes"]["int8"]`` and ``card.export["int8_verify"]`` (and saves the card);
+    returns the record for ``card.export["int8_selection"]``: ``{"splits", "fp32_seconds", "candidates":
+    {name: {gate, per-split numbers, check, batch_dependence, seconds, served_seconds}}, "chosen",
+    "passed"}`` (``gate`` and the split numbers are int8 alone; ``check`` the narrowest passing band).
+    Without held-out data the first candidate is taken unjudged. When none passes, the first candidate
+    stays the int8 recipe, without a check, and ``passed`` is false.
     """
     from dialogue_safety.export.comparison import compare_split, gate, gold_labels, score_variants
 
@@ -210,7 +219,9 @@ def select_int8_recipe(
         return record
     record["splits"] = {name: len(examples) for name, examples in held_out.items()}
     gold = gold_labels(held_out)
-    reference, threshold, _ = score_variants(model_dir, held_out, ["fp32"])
+    reference, threshold, fp32_seconds = score_variants(model_dir, held_out, ["fp32"])
+    record["fp32_seconds"] = fp32_seconds.get("fp32")
+    passing: list[str] = []
     for name in names:
         recipes["int8"] = dict(candidates[name])
         card.save(model_dir)  # ensure_variant reads the recipe from the card
@@ -219,31 +230,44 @@ def select_int8_recipe(
         per_split = {s: compare_split(gold[s], reference["fp32"][s], scores["int8"][s], threshold) for s in held_out}
         check = check_band_for(gold, reference["fp32"], scores["int8"], threshold)
         batch = batch_dependence(model_dir, held_out)
-        record["candidates"][name] = {
+        entry: dict[str, Any] = {
             "gate": gate(per_split),
             "splits": per_split,
             "check": check,
             "batch_dependence": batch,
             "seconds": seconds.get("int8"),
         }
+        if check["band"] is not None and seconds.get("int8") is not None and record["fp32_seconds"] is not None:
+            entry["served_seconds"] = round(
+                served_seconds(float(seconds["int8"]), float(check["checked_fraction"]), float(record["fp32_seconds"])),
+                3,
+            )
+        record["candidates"][name] = entry
         log.info(
-            "int8 candidate %s on validation: %s; check band %s; scores move up to %.2g with the batch",
+            "int8 candidate %s on validation: %s; check band %s; scores move up to %.2g with the batch; served %s s",
             name,
             gate(per_split)["why"],
             check["band"],
             batch["max_abs_score_diff"],
+            entry.get("served_seconds"),
         )
         if check["band"] is not None and batch["steady"]:
-            if check["band"] > 0:
-                card.export["int8_verify"] = {
-                    "band": check["band"],
-                    "against": "fp32",
-                    "validation_checked_fraction": check["checked_fraction"],
-                }
-                card.save(model_dir)
-            record.update(chosen=name, passed=True)
-            return record
-    recipes["int8"] = dict(candidates[names[0]])
+            passing.append(name)
+    if not passing:
+        recipes["int8"] = dict(candidates[names[0]])
+        card.save(model_dir)
+        variants.ensure_variant(model_dir, "int8", card, force=True)
+        return record
+    chosen = min(passing, key=lambda n: (record["candidates"][n].get("served_seconds", float("inf")), names.index(n)))
+    band = record["candidates"][chosen]["check"]["band"]
+    recipes["int8"] = dict(candidates[chosen])
+    if band > 0:
+        card.export["int8_verify"] = {
+            "band": band,
+            "against": "fp32",
+            "validation_checked_fraction": record["candidates"][chosen]["check"]["checked_fraction"],
+        }
     card.save(model_dir)
     variants.ensure_variant(model_dir, "int8", card, force=True)
+    record.update(chosen=chosen, passed=True)
     return record

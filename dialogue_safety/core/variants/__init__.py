@@ -45,6 +45,7 @@ from dialogue_safety.core.variants.graphs import (
     quantize,
     quantize_matmul_nbits,
     quantize_static_qdq,
+    saturate_outlier_masks,
     split_outlier_channels,
     to_float16,
     weights_storage,
@@ -113,6 +114,10 @@ _STATIC: dict[str, Any] = {
 # apart in fp32 (graphs.split_outlier_channels): their 14-30 ranges no longer set the fixed activation scales.
 # 0.4.0 on validation: score error p99 0.09 -> 0.03-0.05, max 0.27 -> 0.075; ~1.2x slower than "static"
 _STATIC_SPLIT: dict[str, Any] = {**_STATIC, "outlier_channels": 8, "outlier_patterns": [FFN_UP, FFN_DOWN]}
+# "static-split", cheaper: only the feed-forward inputs whose widest channel reaches twice the 9th widest are
+# split (0.4.0: all six FFN-up inputs, the FFN-down inputs of layers 0-3), and the mask goes once the scales are
+# fixed (the masked channels saturate against zeroed weight rows: graphs.saturate_outlier_masks)
+_STATIC_SPLIT_LEAN: dict[str, Any] = {**_STATIC_SPLIT, "outlier_min_ratio": 2.0, "outlier_mask": "saturate"}
 INT8_PRESETS.update(
     {
         # blockwise int8 (MatMulNBits, 8-bit weights in blocks of 128 along the input dimension,
@@ -130,6 +135,7 @@ INT8_PRESETS.update(
         },
         "static": dict(_STATIC),
         "static-split": dict(_STATIC_SPLIT),
+        "static-split-lean": dict(_STATIC_SPLIT_LEAN),
         "static-percentile": {**_STATIC, "calibrate_method": "Percentile", "percentile": 99.999},
         "static-entropy": {**_STATIC, "calibrate_method": "Entropy"},
         # the most sensitive inputs (measured: docs/runtime.md): the GELU outputs that feed the
@@ -177,15 +183,15 @@ def needs_calibration(recipe: Mapping[str, Any]) -> bool:
     return recipe.get("kind") == "quantize_static" or bool(recipe.get("outlier_channels"))
 
 
-#: the int8 recipes `dialogue-safety export` tries, in order (0.4.0, 1 thread, model only, sorted batches of 64
-#: against the fp32 graph: dynamic 2.2x, static-split 1.8x, static 2.0-2.2x, nbits8 1.0x); the first that passes
-#: the gate on the validation splits, alone or with the fp32 check of the dialogues scored near the threshold,
-#: and whose scores do not move with the batch (dynamic per-tensor scales do) becomes the int8 variant
-#: (dialogue_safety.export.quantization). static-split comes before static: its largest score error is a
-#: quarter of static's, so it keeps the verdicts with a band of 0.03 where static needs 0.08, and the two cost
-#: about the same once checked (docs/runtime.md). The Percentile/Entropy presets are left out: their histogram
-#: calibration holds every activation of the padded calibration rows in memory (~12 GB for MiniLM-L6).
-INT8_CANDIDATES: tuple[str, ...] = ("dynamic", "static-split", "static", "nbits8")
+#: the int8 recipes `dialogue-safety export` judges (0.4.0, 2 threads, model only, sorted batches of 64 against
+#: the fp32 graph: dynamic 2.2x, static 1.9x, static-split-lean 1.65x, nbits8 1.0x); of those that pass the gate
+#: on the validation splits, alone or with the fp32 check of the dialogues scored near the threshold, and whose
+#: scores do not move with the batch (dynamic per-tensor scales do), the cheapest to serve, check included,
+#: becomes the int8 variant (dialogue_safety.export.quantization.select_int8_recipe): static-split-lean keeps the
+#: verdicts with a narrower band (its largest score error is about half of static's), static checks more
+#: dialogues with fp32. The Percentile/Entropy presets are left out: their histogram calibration holds every
+#: activation of the padded calibration rows in memory (~12 GB for MiniLM-L6).
+INT8_CANDIDATES: tuple[str, ...] = ("dynamic", "static-split-lean", "static", "nbits8")
 
 # How each variant is made from its source. ``from`` names another variant or "artifact".
 # The card's export.recipes (written by `dialogue-safety export`) overrides these, so what the
@@ -265,12 +271,23 @@ def derive(
     """
     kind = recipe.get("kind")
     feeds = _calibration_feeds(recipe, calibration) if needs_calibration(recipe) else []
+    saturate = recipe.get("outlier_mask") == "saturate"
+    if saturate and kind != "quantize_static":
+        raise VariantError(f"outlier_mask 'saturate' needs fixed activation scales (quantize_static): {dict(recipe)}")
     if recipe.get("outlier_channels"):  # before either quantiser: those channels stay out of the int8 products
         source, _ = split_outlier_channels(
-            source, feeds, tuple(recipe.get("outlier_patterns") or ()), int(recipe["outlier_channels"])
+            source,
+            feeds,
+            tuple(recipe.get("outlier_patterns") or ()),
+            int(recipe["outlier_channels"]),
+            min_ratio=float(recipe.get("outlier_min_ratio", 0.0)),
+            zero_rows=saturate,
         )
     if kind == "quantize_static":
-        return quantize_static_qdq(source, recipe, feeds)
+        quantized = quantize_static_qdq(source, recipe, feeds)
+        if saturate:
+            saturate_outlier_masks(quantized)
+        return quantized
     if kind == "matmul_nbits":
         return quantize_matmul_nbits(source, recipe)
     if kind == "fold_fp16_weights":

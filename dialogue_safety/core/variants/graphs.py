@@ -368,13 +368,25 @@ def activation_ranges(
 
 
 def split_outlier_channels(
-    model: onnx.ModelProto, feeds: list[dict[str, np.ndarray]], patterns: tuple[str, ...], channels: int
+    model: onnx.ModelProto,
+    feeds: list[dict[str, np.ndarray]],
+    patterns: tuple[str, ...],
+    channels: int,
+    *,
+    min_ratio: float = 0.0,
+    zero_rows: bool = False,
 ) -> tuple[onnx.ModelProto, int]:
     """Compute the ``channels`` input channels with the widest calibration range of every matching
     MatMul in fp32 apart: ``X W = (X * mask) W + X[..., idx] W[idx]``. The masked product is what
     int8 quantisation then sees, so its per-tensor activation scale is set by the ordinary channels
     (a GELU output with one channel reaching 24 where the others stay under 7 otherwise spends most
-    of its 256 levels on that channel). In fp32 the result is the same function."""
+    of its 256 levels on that channel). In fp32 the result is the same function.
+
+    ``min_ratio`` > 0 splits only the MatMuls whose widest input channel reaches ``min_ratio`` x the
+    widest channel left in the product (the ``channels + 1``-th): a layer without outliers keeps its
+    one product. ``zero_rows`` also zeroes rows ``idx`` of the masked product's weight (the same
+    function: those inputs are masked to 0), which lets :func:`saturate_outlier_masks` drop the mask
+    once the activation scales are fixed. Returns the graph and the number of MatMuls split."""
     out = copy_model(model)
     inits = {i.name: i for i in out.graph.initializer}
     wanted = [re.compile(p) for p in patterns]
@@ -385,31 +397,77 @@ def split_outlier_channels(
     }
     amax = activation_ranges(out, feeds, sorted({n.input[0] for n in targets.values()}))
     nodes: list[onnx.NodeProto] = []
+    split = 0
+    replaced: set[str] = set()
     for node in out.graph.node:
-        if node.name in targets:
-            weight = numpy_helper.to_array(inits[node.input[1]]).astype(np.float32)
-            idx = np.sort(np.argsort(-amax[node.input[0]], kind="stable")[:channels]).astype(np.int64)
-            mask = np.ones(weight.shape[0], dtype=np.float32)
-            mask[idx] = 0.0
-            base = f"{node.name}{FP32_OUTLIERS}"
-            x, y = node.input[0], node.output[0]
-            out.graph.initializer.extend(
-                [
-                    numpy_helper.from_array(mask, f"{base}/mask"),
-                    numpy_helper.from_array(idx, f"{base}/channels"),
-                    numpy_helper.from_array(weight[idx], f"{base}/weight"),
-                ]
-            )
-            nodes += [
-                helper.make_node("Mul", [x, f"{base}/mask"], [f"{base}/masked"], f"{base}/Mul"),
-                helper.make_node("Gather", [x, f"{base}/channels"], [f"{base}/picked"], f"{base}/Gather", axis=-1),
-                helper.make_node("MatMul", [f"{base}/picked", f"{base}/weight"], [f"{base}/part"], f"{base}/MatMul"),
-            ]
-            node.input[0] = f"{base}/masked"
-            node.output[0] = f"{base}/rest"
-            nodes += [node, helper.make_node("Add", [f"{base}/rest", f"{base}/part"], [y], f"{base}/Add")]
+        ranges = amax.get(node.input[0]) if node.name in targets else None
+        if ranges is not None and min_ratio > 0 and ranges.size > channels:
+            widest = np.sort(ranges)[::-1]
+            if widest[0] < min_ratio * widest[channels]:
+                ranges = None  # no outlier here: one int8 product
+        if ranges is None:
+            nodes.append(node)
             continue
-        nodes.append(node)
+        split += 1
+        weight = numpy_helper.to_array(inits[node.input[1]]).astype(np.float32)
+        idx = np.sort(np.argsort(-ranges, kind="stable")[:channels]).astype(np.int64)
+        mask = np.ones(weight.shape[0], dtype=np.float32)
+        mask[idx] = 0.0
+        base = f"{node.name}{FP32_OUTLIERS}"
+        x, y = node.input[0], node.output[0]
+        out.graph.initializer.extend(
+            [
+                numpy_helper.from_array(mask, f"{base}/mask"),
+                numpy_helper.from_array(idx, f"{base}/channels"),
+                numpy_helper.from_array(weight[idx], f"{base}/weight"),
+            ]
+        )
+        if zero_rows:
+            rest = weight.copy()
+            rest[idx] = 0.0
+            out.graph.initializer.append(numpy_helper.from_array(rest, f"{base}/rest_weight"))
+            replaced.add(node.input[1])
+            node.input[1] = f"{base}/rest_weight"
+        nodes += [
+            helper.make_node("Mul", [x, f"{base}/mask"], [f"{base}/masked"], f"{base}/Mul"),
+            helper.make_node("Gather", [x, f"{base}/channels"], [f"{base}/picked"], f"{base}/Gather", axis=-1),
+            helper.make_node("MatMul", [f"{base}/picked", f"{base}/weight"], [f"{base}/part"], f"{base}/MatMul"),
+        ]
+        node.input[0] = f"{base}/masked"
+        node.output[0] = f"{base}/rest"
+        nodes += [node, helper.make_node("Add", [f"{base}/rest", f"{base}/part"], [y], f"{base}/Add")]
     del out.graph.node[:]
     out.graph.node.extend(nodes)
-    return out, len(targets)
+    if replaced:  # the weights a zeroed copy replaced, unless something else reads them
+        used = {name for n in out.graph.node for name in n.input}
+        kept = [i for i in out.graph.initializer if i.name in used or i.name not in replaced]
+        del out.graph.initializer[:]
+        out.graph.initializer.extend(kept)
+    return out, split
+
+
+def saturate_outlier_masks(model: onnx.ModelProto) -> int:
+    """Drop the masks of :func:`split_outlier_channels` (``zero_rows``) from a static QDQ graph, in place:
+    its QuantizeLinear reads the unmasked input, whose outlier channels then saturate at the fixed
+    scale's ends and meet all-zero weight rows, so the integer product is the masked one exactly and
+    one elementwise pass per split MatMul is saved. Returns the number of masks dropped."""
+    consumers: dict[str, list[onnx.NodeProto]] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+    masks = [n for n in model.graph.node if n.op_type == "Mul" and n.name.endswith(f"{FP32_OUTLIERS}/Mul")]
+    for mul in masks:
+        readers = consumers.get(mul.output[0], [])
+        if not readers or any(r.op_type != "QuantizeLinear" for r in readers):
+            raise ValueError(f"{mul.name}: its output is read by more than fixed-scale QuantizeLinear nodes")
+        for reader in readers:
+            reader.input[0] = mul.input[0]
+    dropped = {n.name for n in masks}
+    nodes = [n for n in model.graph.node if n.name not in dropped]
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    used = {name for n in model.graph.node for name in n.input}
+    kept = [i for i in model.graph.initializer if i.name in used]
+    del model.graph.initializer[:]
+    model.graph.initializer.extend(kept)
+    return len(masks)
