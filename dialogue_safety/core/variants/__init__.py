@@ -286,7 +286,10 @@ def derive(
     if kind == "quantize_static":
         quantized = quantize_static_qdq(source, recipe, feeds)
         if saturate:
-            saturate_outlier_masks(quantized)
+            try:
+                saturate_outlier_masks(quantized)
+            except ValueError as exc:
+                raise VariantError(f"{exc} (recipe {dict(recipe)})") from exc
         return quantized
     if kind == "matmul_nbits":
         return quantize_matmul_nbits(source, recipe)
