@@ -24,6 +24,11 @@ def test_smoke_run_writes_json_and_markdown(
     assert "onnxruntime int8 unchecked" in engines  # what the fp32 check near the threshold costs
     assert {"naive-fp32", "naive-int8"} <= set(engines)  # torch.onnx.export + quantize_dynamic, same checkpoint
     assert engines["naive-int8"]["file_mb"] < engines["naive-fp32"]["file_mb"]
+    plan = report["plan"]  # measured in turns: every engine got every round and the same single dialogues
+    assert "rounds" in report["interleaved"]
+    for e in engines.values():
+        assert e["single"]["n"] == plan["singles"]
+        assert len(e["sorted64"]["seconds"]) == len(e["token_budget"]["seconds"]) == plan["repeats"]
     ratios = report["ratios"]
     assert set(ratios) == {"vs_naive-fp32", "vs_naive-int8"} and set(ratios["vs_naive-fp32"]) == set(engines)
     assert ratios["vs_naive-fp32"]["naive-fp32"] == {

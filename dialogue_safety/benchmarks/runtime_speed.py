@@ -14,6 +14,9 @@ and fp16 on CUDA when onnxruntime-gpu and a GPU are present. For each engine:
   500, 1,000, 4,000 and 16,000 characters of the dialogues' own text (every window read: no cap),
   its windows, the cost per window and the ratio to the 500-character message.
 
+Single dialogues and throughput are measured in turns (``repeats`` rounds, each timing every engine on a
+share of the single dialogues and one pass per policy: :func:`measure_interleaved`), so that a machine
+that speeds up or slows down during the run moves every engine alike; the engines are all loaded first.
 FLOPs and peak are explained in :mod:`dialogue_safety.benchmarks.flops`. Dialogues: the DiaSafety + ConvAbuse
 test splits via ``dialogue_safety.sources.registry``; synthetic dialogues (noted in the output) when
 they are not available. ``--geometry bert-base`` benchmarks a randomly initialised model of that
@@ -237,11 +240,13 @@ def _percentile(values: Sequence[float], q: float) -> float:
     return float(np.percentile(np.asarray(values), q)) if values else float("nan")
 
 
-def measure_single(engine: Engine, examples: Sequence[Example], plan: RuntimePlan) -> dict[str, Any]:
-    """Latency of one-dialogue predictions, tokenisation included, and the model-only part."""
-    sample = [examples[i % len(examples)] for i in range(plan.singles)]
-    for ex in sample[: plan.warmup]:
-        engine.predict([ex])
+def single_samples(examples: Sequence[Example], plan: RuntimePlan) -> list[Example]:
+    """The dialogues every engine times one at a time (the same ones, in the same order)."""
+    return [examples[i % len(examples)] for i in range(plan.singles)]
+
+
+def time_single(engine: Engine, sample: Sequence[Example]) -> tuple[list[float], list[float]]:
+    """(whole-prediction seconds, model-only seconds) of one-dialogue predictions over ``sample``."""
     total: list[float] = []
     for ex in sample:
         start = time.perf_counter()
@@ -253,6 +258,10 @@ def measure_single(engine: Engine, examples: Sequence[Example], plan: RuntimePla
         start = time.perf_counter()
         engine.run_padded(f)
         model_only.append(time.perf_counter() - start)
+    return total, model_only
+
+
+def single_summary(total: Sequence[float], model_only: Sequence[float]) -> dict[str, Any]:
     return {
         "n": len(total),
         "p50_ms": round(1e3 * _percentile(total, 50), 3),
@@ -328,24 +337,29 @@ def batching_stats(lengths: Sequence[int], max_batch_tokens: int, max_batch_size
     }
 
 
-def measure_throughput(
-    engine: Engine,
-    examples: Sequence[Example],
+def throughput_pass(engine: Engine, examples: Sequence[Example], policy: tuple[int, int]) -> float:
+    """Seconds for one end-to-end pass over ``examples`` (tokenisation included) under one batching policy."""
+    engine.set_batching(*policy)
+    start = time.perf_counter()
+    engine.predict(examples)
+    return time.perf_counter() - start
+
+
+def warm_throughput(engine: Engine, examples: Sequence[Example], policy: tuple[int, int]) -> None:
+    engine.set_batching(*policy)
+    engine.predict(examples[: max(1, min(len(examples), policy[1]))])  # the largest shapes first
+
+
+def throughput_summary(
+    runs: Sequence[float],
+    n_examples: int,
     lengths: Sequence[int],
     policy: tuple[int, int],
-    plan: RuntimePlan,
     geometry: dict[str, int],
     peak: dict[str, Any],
 ) -> dict[str, Any]:
-    """End-to-end examples/s (tokenisation included) over the whole set under one batching policy."""
+    """examples/s, tokens/s, padding and FLOP/s of the best of ``runs`` (all kept)."""
     max_batch_tokens, max_batch = policy
-    engine.set_batching(max_batch_tokens, max_batch)
-    engine.predict(examples[: max(1, min(len(examples), max_batch))])  # warm-up at the largest shapes
-    runs: list[float] = []
-    for _ in range(plan.repeats):
-        start = time.perf_counter()
-        engine.predict(examples)
-        runs.append(time.perf_counter() - start)
     best = min(runs)
     stats = batching_stats(lengths, max_batch_tokens, max_batch)
     flops = sequence_flops(geometry, lengths) if geometry else 0.0
@@ -354,11 +368,53 @@ def measure_throughput(
         "max_batch_size": max_batch,
         **stats,
         "seconds": [round(r, 4) for r in runs],
-        "examples_per_s": round(len(examples) / best, 1),
+        "examples_per_s": round(n_examples / best, 1),
         "tokens_per_s": round(stats["real_tokens"] / best, 1),
         "useful_gflops_per_s": round(flops / best / 1e9, 2) if flops else None,
         "fraction_of_peak": fraction_of_peak(flops / best, peak) if flops else None,
         "fraction_of_avx2_fma_peak": fraction_of_peak(flops / best, peak, AVX2_KEY) if flops else None,
+    }
+
+
+def measure_interleaved(
+    engines: Sequence[tuple[str, Engine]],
+    examples: Sequence[Example],
+    lengths: Sequence[int],
+    policies: dict[str, tuple[int, int]],
+    plan: RuntimePlan,
+    geometry: dict[str, int],
+    peak: dict[str, Any],
+    say: Callable[[str], None],
+) -> dict[str, dict[str, Any]]:
+    """Single-dialogue latency and throughput of every engine, measured in turns: each round times every
+    engine once (a share of the single dialogues, one pass per policy), so that a machine that speeds up or
+    slows down during the run moves every engine alike. Returns ``{name: {"single", <policy>...}}``."""
+    sample = single_samples(examples, plan)
+    rounds = max(1, plan.repeats)
+    single: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name, _ in engines}
+    runs: dict[str, dict[str, list[float]]] = {name: {p: [] for p in policies} for name, _ in engines}
+    for _, engine in engines:
+        for ex in sample[: plan.warmup]:
+            engine.predict([ex])
+        for policy in policies.values():
+            warm_throughput(engine, examples, policy)
+    for r in range(rounds):
+        say(f"  round {r + 1}/{rounds}: " + ", ".join(name for name, _ in engines))
+        for name, engine in engines:
+            total, model_only = time_single(engine, sample[r::rounds])
+            single[name][0].extend(total)
+            single[name][1].extend(model_only)
+            for key, policy in policies.items():
+                runs[name][key].append(throughput_pass(engine, examples, policy))
+    return {
+        name: {
+            "single": single_summary(*single[name]),
+            **{
+                key: throughput_summary(runs[name][key], len(examples), lengths, policy, geometry, peak)
+                for key, policy in policies.items()
+            },
+        }
+        for name, _ in engines
     }
 
 
@@ -575,23 +631,26 @@ def run(
     if data_note.startswith("SYNTHETIC"):
         report["notes"].append("dialogues are synthetic: numbers are indicative only")
 
-    for name, make in engines:
+    loaded: list[tuple[str, Engine]] = []
+    for name, make in engines:  # all loaded first: the measurements below take turns
         say(f"  {name}: loading")
-        engine = make()
+        loaded.append((name, make()))
+    policies = {"sorted64": (10**9, 64), "token_budget": (args.max_batch_tokens, 256)}
+    say(f"  single dialogues and throughput, {max(1, plan.repeats)} rounds of every engine in turn")
+    measured = measure_interleaved(loaded, examples, lengths, policies, plan, geometry, peak, say)
+    report["interleaved"] = (
+        f"{max(1, plan.repeats)} rounds; each times every engine on a share of the single dialogues and one pass "
+        "per batching policy (best pass reported)"
+    )
+    for name, engine in loaded:
         entry: dict[str, Any] = {
             "engine": engine.name,
             "variant": engine.variant,
             "provider": engine.provider,
             "file_mb": round(engine.file_bytes / 1e6, 1) if engine.file_bytes else None,
             "cpu_default": name == card.cpu_variant,
+            **measured[name],
         }
-        say(f"  {name}: single dialogues")
-        entry["single"] = measure_single(engine, examples, plan)
-        say(f"  {name}: throughput")
-        entry["sorted64"] = measure_throughput(engine, examples, lengths, (10**9, 64), plan, geometry, peak)
-        entry["token_budget"] = measure_throughput(
-            engine, examples, lengths, (args.max_batch_tokens, 256), plan, geometry, peak
-        )
         if not args.no_long:
             say(f"  {name}: long messages")
             entry["long_messages"] = measure_long(engine, messages, plan.warmup)
@@ -599,7 +658,7 @@ def run(
         if not args.no_sweep:
             say(f"  {name}: sweep")
             report["sweep"] += sweep(engine, plan, geometry, encoder.tokenizer.get_vocab_size(), peak)
-        del engine
+    del loaded
     report["machine"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     if naive:
         report["naive_exporter"] = naive["exporter"]
