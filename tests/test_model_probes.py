@@ -238,7 +238,12 @@ def test_the_served_cpu_default_gives_fp32_s_verdicts_on_the_probes(shipped: Onn
     want = [(p.label, round(p.score, 2)) for p in shipped.predict(examples)]
     got = [(p.label, round(p.score, 2)) for p in served.predict(examples)]
     assert [w[0] for w in want] == [g[0] for g in got], list(zip(SERVED_PROBES, want, got, strict=True))
-    if served.check_band:  # int8 scores near the threshold are answered with fp32's own score
+    if served.check_band:  # int8 scores near a threshold in force are answered with fp32's own score
         alone = OnnxClassifier(MODEL_DIR, int8_check=False).predict(examples)
         near = [i for i, p in enumerate(alone) if abs(p.score - served.card.threshold) < served.check_band]
         assert all(want[i] == got[i] for i in near), [(SERVED_PROBES[i], want[i], got[i]) for i in near]
+        # a threshold set at the first probe's int8 score (as SAFETY_THRESHOLD or score --threshold would be)
+        at = OnnxClassifier(MODEL_DIR, thresholds=(alone[0].score,))
+        first = at.predict(examples[:1])[0]
+        assert at.checked_items == 1 and abs(first.score - shipped.predict(examples[:1])[0].score) < 1e-6
+        assert abs(alone[0].score - first.score) > 1e-3  # int8 alone differs: the answer really is fp32's

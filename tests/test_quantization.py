@@ -17,7 +17,8 @@ from dialogue_safety.core.runtime import OnnxClassifier
 from dialogue_safety.core.schema import Example, Label, LabelledExample, Split, Turn
 from dialogue_safety.core.variants.calibration import CalibrationError, load_calibration, save_calibration
 from dialogue_safety.core.variants.stamps import file_sha256
-from dialogue_safety.export import onnx_export
+from dialogue_safety.export import onnx_export, quantization
+from dialogue_safety.export.card_markdown import int8_candidate_verdict
 from dialogue_safety.export.quantization import (
     CHECK_MIN_AGREEMENT,
     calibration_split,
@@ -124,9 +125,10 @@ def test_export_writes_the_calibration_set_and_the_int8_choice(exported: onnx_ex
         and selection["candidates"][name]["batch_dependence"]["steady"]
     ]
     assert selection["passed"] == bool(passed) and selection["fp32_seconds"] > 0
-    if passed:  # the cheapest to serve: its own seconds plus fp32's for the share it checks
+    if passed:  # the first (in order) within COST_MARGIN of the cheapest to serve: int8 + fp32 for the checked share
         cost = {n: selection["candidates"][n]["served_seconds"] for n in passed}
-        assert selection["chosen"] == min(passed, key=lambda n: (cost[n], tried.index(n)))
+        cheapest = min(cost.values())
+        assert selection["chosen"] == next(n for n in passed if cost[n] <= cheapest * (1 + quantization.COST_MARGIN))
         entry = selection["candidates"][selection["chosen"]]
         assert cost[selection["chosen"]] == pytest.approx(
             served_seconds(entry["seconds"], entry["check"]["checked_fraction"], selection["fp32_seconds"]),
@@ -404,6 +406,61 @@ def test_the_lean_split_drops_its_masks_and_splits_only_layers_with_outliers(
             {**variants.INT8_PRESETS["dynamic-split"], "outlier_mask": "saturate"},
             calibration=out / CALIBRATION_FILE,
         )
+
+
+def test_a_partial_split_a_refused_mask_drop_and_an_unknown_mask_mode(exported: onnx_export.ExportResult) -> None:
+    from dialogue_safety.core.variants.calibration import calibration_feeds
+    from dialogue_safety.core.variants.graphs import (
+        activation_ranges,
+        quantize_static_qdq,
+        saturate_outlier_masks,
+        split_outlier_channels,
+    )
+
+    out = exported.out_dir
+    card = ModelCard.load(out)
+    fp32 = onnx.load(str(variants.ensure_variant(out, "fp32", card)))
+    feeds = calibration_feeds(out / CALIBRATION_FILE)[:20]
+    patterns = (variants.FFN_UP, variants.FFN_DOWN)
+    inits = {i.name for i in fp32.graph.initializer}
+    inputs = [
+        n.input[0]
+        for n in fp32.graph.node
+        if n.op_type == "MatMul" and n.input[1] in inits and any(re.search(p, n.name) for p in patterns)
+    ]
+    widest = [np.sort(r)[::-1] for r in activation_ranges(fp32, feeds, sorted(set(inputs))).values()]
+    ratios = sorted(float(w[0] / w[2]) for w in widest)  # widest channel against the 3rd (2 channels split)
+    assert ratios[0] < ratios[-1]
+    between = (ratios[0] + ratios[-1]) / 2  # splits the layers above it only
+    _, n = split_outlier_channels(fp32, feeds, patterns, 2, min_ratio=between)
+    assert n == sum(r >= between for r in ratios) and 0 < n < len(inputs)
+    masked, _ = split_outlier_channels(fp32, feeds, patterns, 2)  # rows not zeroed: the mask must stay
+    quantized = quantize_static_qdq(masked, variants.INT8_PRESETS["static"], feeds)
+    with pytest.raises(ValueError, match="not zeroed"):
+        saturate_outlier_masks(quantized)
+    with pytest.raises(variants.VariantError, match="outlier_mask must be one of"):
+        variants.derive(fp32, {**variants.INT8_PRESETS["static-split-lean"], "outlier_mask": "saturated"})
+
+
+def test_a_candidate_that_cannot_be_derived_does_not_stop_the_choice(
+    exported: onnx_export.ExportResult, tmp_path: Path
+) -> None:
+    import shutil
+
+    out = Path(shutil.copytree(exported.out_dir, tmp_path / "model"))
+    card = ModelCard.load(out)
+    static = {
+        "from": "optimized",
+        **variants.INT8_PRESETS["static"],
+        "calibration_sha256": card.export["calibration"]["sha256"],
+    }
+    candidates = {"broken": {"from": "fp32", "kind": "no-such-kind"}, "static": static}
+    held_out = {"a/valid": _split("a", 30, Split.VALID)}
+    record = quantization.select_int8_recipe(out, card, candidates, held_out)
+    assert "no-such-kind" in record["candidates"]["broken"]["error"]
+    assert "gate" in record["candidates"]["static"]  # judged all the same
+    assert record["chosen"] == ("static" if record["passed"] else "broken")
+    assert "cannot be derived" in int8_candidate_verdict(record["candidates"]["broken"])
 
 
 def test_static_split_keeps_the_outlier_channels_out_of_the_int8_products(exported: onnx_export.ExportResult) -> None:

@@ -245,6 +245,8 @@ def render_model_card(card: ModelCard) -> str:
 def int8_candidate_verdict(entry: dict[str, Any], *, chosen: bool = False, strong: str = "**") -> str:
     """One int8 candidate of ``export.int8_selection`` in words: the gate alone, with the fp32 check
     near the threshold, refused for scores that move with the batch (the card and the export's report)."""
+    if "error" in entry:
+        return f"cannot be derived here: {entry['error']}"
     verdict = str(entry["gate"]["why"])
     check = entry.get("check") or {}
     if check.get("band"):
@@ -253,9 +255,9 @@ def int8_candidate_verdict(entry: dict[str, Any], *, chosen: bool = False, stron
             f"({100 * check['checked_fraction']:.1f} % of the dialogues): agreement ≥ "
             f"{100 * check['gate']['min_agreement']:.2f} %"
         )
-    if check.get("band") is not None and entry.get("served_seconds") is not None:
-        verdict += f"; served in {entry['served_seconds']:.1f} s"
     batch = entry.get("batch_dependence") or {}
+    if check.get("band") is not None and entry.get("served_seconds") is not None and batch.get("steady", True):
+        verdict += f"; served in {entry['served_seconds']:.1f} s"
     if batch and not batch.get("steady", True):
         verdict += (
             f"; {strong}refused{strong}: a dialogue's score moves by up to {batch['max_abs_score_diff']:.2g} with "
@@ -271,13 +273,15 @@ def _int8_selection_section(export: dict[str, Any]) -> list[str]:
     selection = export.get("int8_selection")
     if not selection:
         return []
-    lines = [
-        "",
-        "int8 recipes tried on the validation splits (held out from the calibration set); of those that pass, the "
-        "cheapest to serve is chosen (its seconds on these dialogues, plus fp32's for the share it checks"
-        + (f"; fp32 alone: {selection['fp32_seconds']:.1f} s" if selection.get("fp32_seconds") is not None else "")
-        + "):",
-    ]
+    if selection.get("fp32_seconds") is not None:  # every candidate judged, the cheapest to serve chosen
+        lines = [
+            "",
+            "int8 recipes judged on the validation splits (held out from the calibration set); of those that pass, "
+            "the cheapest to serve is chosen (its seconds on these dialogues, plus fp32's for the share it checks; "
+            f"fp32 alone: {selection['fp32_seconds']:.1f} s):",
+        ]
+    else:  # an export before the cheapest-to-serve rule: the first that passed
+        lines = ["", "int8 recipes tried on the validation splits (held out from the calibration set), in order:"]
     calibration = export.get("calibration")
     if calibration:
         lines[-1] += (
@@ -286,7 +290,7 @@ def _int8_selection_section(export: dict[str, Any]) -> list[str]:
         )
     candidates = selection.get("candidates") or {}
     if candidates:
-        splits = list(next(iter(candidates.values()))["splits"])
+        splits = list(selection.get("splits") or {})
         lines += [
             "",
             "| int8 recipe | " + " | ".join(f"{s} (n={selection['splits'][s]})" for s in splits) + " | gate |",
@@ -295,6 +299,8 @@ def _int8_selection_section(export: dict[str, Any]) -> list[str]:
         for name, entry in candidates.items():
             cells = [
                 f"{entry['splits'][s]['delta_f1']:+.2f}, {100 * (1 - entry['splits'][s]['changed_decisions']):.2f}%"
+                if s in entry.get("splits", {})
+                else "—"
                 for s in splits
             ]
             verdict = int8_candidate_verdict(entry, chosen=name == selection.get("chosen") and selection.get("passed"))

@@ -116,7 +116,9 @@ _STATIC: dict[str, Any] = {
 _STATIC_SPLIT: dict[str, Any] = {**_STATIC, "outlier_channels": 8, "outlier_patterns": [FFN_UP, FFN_DOWN]}
 # "static-split", cheaper: only the feed-forward inputs whose widest channel reaches twice the 9th widest are
 # split (0.4.0: all six FFN-up inputs, the FFN-down inputs of layers 0-3), and the mask goes once the scales are
-# fixed (the masked channels saturate against zeroed weight rows: graphs.saturate_outlier_masks)
+# fixed (those channels meet zeroed weight rows, so the product is the same: graphs.saturate_outlier_masks)
+#: how the masked product of a split reads its input: through the mask Mul, or unmasked once the scales are fixed
+OUTLIER_MASKS: tuple[str, ...] = ("mul", "saturate")
 _STATIC_SPLIT_LEAN: dict[str, Any] = {**_STATIC_SPLIT, "outlier_min_ratio": 2.0, "outlier_mask": "saturate"}
 INT8_PRESETS.update(
     {
@@ -270,10 +272,12 @@ def derive(
     reads (its sha256 must be the one the recipe was validated with, when the recipe records one).
     """
     kind = recipe.get("kind")
-    feeds = _calibration_feeds(recipe, calibration) if needs_calibration(recipe) else []
+    if recipe.get("outlier_mask", "mul") not in OUTLIER_MASKS:
+        raise VariantError(f"outlier_mask must be one of {', '.join(OUTLIER_MASKS)}: {dict(recipe)}")
     saturate = recipe.get("outlier_mask") == "saturate"
     if saturate and kind != "quantize_static":
         raise VariantError(f"outlier_mask 'saturate' needs fixed activation scales (quantize_static): {dict(recipe)}")
+    feeds = _calibration_feeds(recipe, calibration) if needs_calibration(recipe) else []
     if recipe.get("outlier_channels"):  # before either quantiser: those channels stay out of the int8 products
         source, _ = split_outlier_channels(
             source,

@@ -400,10 +400,10 @@ def split_outlier_channels(
     split = 0
     replaced: set[str] = set()
     for node in out.graph.node:
-        ranges = amax.get(node.input[0]) if node.name in targets else None
-        if ranges is not None and min_ratio > 0 and ranges.size > channels:
+        ranges = amax[node.input[0]] if node.name in targets else None
+        if ranges is not None and min_ratio > 0:
             widest = np.sort(ranges)[::-1]
-            if widest[0] < min_ratio * widest[channels]:
+            if ranges.size <= channels or not widest[0] >= min_ratio * widest[channels]:  # NaN: not an outlier
                 ranges = None  # no outlier here: one int8 product
         if ranges is None:
             nodes.append(node)
@@ -439,7 +439,7 @@ def split_outlier_channels(
     del out.graph.node[:]
     out.graph.node.extend(nodes)
     if replaced:  # the weights a zeroed copy replaced, unless something else reads them
-        used = {name for n in out.graph.node for name in n.input}
+        used = {name for n in out.graph.node for name in n.input} | {o.name for o in out.graph.output}
         kept = [i for i in out.graph.initializer if i.name in used or i.name not in replaced]
         del out.graph.initializer[:]
         out.graph.initializer.extend(kept)
@@ -448,15 +448,21 @@ def split_outlier_channels(
 
 def saturate_outlier_masks(model: onnx.ModelProto) -> int:
     """Drop the masks of :func:`split_outlier_channels` (``zero_rows``) from a static QDQ graph, in place:
-    its QuantizeLinear reads the unmasked input, whose outlier channels then saturate at the fixed
-    scale's ends and meet all-zero weight rows, so the integer product is the masked one exactly and
-    one elementwise pass per split MatMul is saved. Returns the number of masks dropped."""
+    its QuantizeLinear reads the unmasked input. The product stays the masked one exactly because the
+    weight rows of those channels are zero (an int8 zero row adds nothing, whatever the quantised
+    activation, which may saturate at the fixed scale's ends), and one elementwise pass per split
+    MatMul is saved. Refuses (``ValueError``) a split made without ``zero_rows``. Returns the number
+    of masks dropped."""
     consumers: dict[str, list[onnx.NodeProto]] = {}
     for node in model.graph.node:
         for name in node.input:
             consumers.setdefault(name, []).append(node)
     masks = [n for n in model.graph.node if n.op_type == "Mul" and n.name.endswith(f"{FP32_OUTLIERS}/Mul")]
+    weights = [i.name for i in model.graph.initializer]
     for mul in masks:
+        base = mul.name[: -len("/Mul")]
+        if not any(name.startswith(f"{base}/rest_weight") for name in weights):
+            raise ValueError(f"{mul.name}: its weight rows were not zeroed (split without zero_rows): the mask stays")
         readers = consumers.get(mul.output[0], [])
         if not readers or any(r.op_type != "QuantizeLinear" for r in readers):
             raise ValueError(f"{mul.name}: its output is read by more than fixed-scale QuantizeLinear nodes")
@@ -466,7 +472,7 @@ def saturate_outlier_masks(model: onnx.ModelProto) -> int:
     nodes = [n for n in model.graph.node if n.name not in dropped]
     del model.graph.node[:]
     model.graph.node.extend(nodes)
-    used = {name for n in model.graph.node for name in n.input}
+    used = {name for n in model.graph.node for name in n.input} | {o.name for o in model.graph.output}
     kept = [i for i in model.graph.initializer if i.name in used]
     del model.graph.initializer[:]
     model.graph.initializer.extend(kept)
