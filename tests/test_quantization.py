@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -262,26 +264,37 @@ def test_dynamic_int8_quantises_the_linear_layers_of_the_fp32_graph(exported: on
     assert any(len(s.dims) == 1 and s.dims[0] > 1 for s in scales)  # per-channel weight scales
 
 
+def _fp32_and_feeds(model_dir: Path) -> tuple[ModelCard, onnx.ModelProto, list[dict[str, np.ndarray]]]:
+    """The card, the fp32 graph and the calibration feeds of an exported model directory."""
+    from dialogue_safety.core.variants.calibration import calibration_feeds
+
+    card = ModelCard.load(model_dir)
+    fp32 = onnx.load(str(variants.ensure_variant(model_dir, "fp32", card)))
+    return card, fp32, calibration_feeds(model_dir / CALIBRATION_FILE)
+
+
+def _outputs(a: onnx.ModelProto, b: onnx.ModelProto, feeds: list[dict[str, np.ndarray]]) -> Iterator[tuple[Any, Any]]:
+    """The logits of graphs ``a`` and ``b`` on each feed, side by side."""
+    import onnxruntime as ort
+
+    sa = ort.InferenceSession(a.SerializeToString(), providers=["CPUExecutionProvider"])
+    sb = ort.InferenceSession(b.SerializeToString(), providers=["CPUExecutionProvider"])
+    names = {i.name for i in sa.get_inputs()}
+    for feed in feeds:
+        feed = {k: v for k, v in feed.items() if k in names}
+        yield sa.run(None, feed)[0], sb.run(None, feed)[0]
+
+
 def test_outlier_channels_are_computed_apart_in_fp32_and_change_nothing_in_fp32(
     exported: onnx_export.ExportResult,
 ) -> None:
-    from dialogue_safety.core.variants.calibration import calibration_feeds
     from dialogue_safety.core.variants.graphs import FP32_OUTLIERS, quantize, split_outlier_channels
 
-    out = exported.out_dir
-    card = ModelCard.load(out)
-    fp32 = onnx.load(str(variants.ensure_variant(out, "fp32", card)))
-    feeds = calibration_feeds(out / CALIBRATION_FILE)
+    _, fp32, feeds = _fp32_and_feeds(exported.out_dir)
     split, n = split_outlier_channels(fp32, feeds[:20], (variants.FFN_UP, variants.FFN_DOWN), channels=2)
     assert n == 2 * 2  # the tiny model's two layers, up and down each
-    import onnxruntime as ort
-
-    a = ort.InferenceSession(fp32.SerializeToString(), providers=["CPUExecutionProvider"])
-    b = ort.InferenceSession(split.SerializeToString(), providers=["CPUExecutionProvider"])
-    names = {i.name for i in a.get_inputs()}
-    for feed in feeds[20:30]:
-        feed = {k: v for k, v in feed.items() if k in names}
-        np.testing.assert_allclose(a.run(None, feed)[0], b.run(None, feed)[0], atol=1e-5)
+    for x, y in _outputs(fp32, split, feeds[20:30]):
+        np.testing.assert_allclose(x, y, atol=1e-5)
     quantized = quantize(split, variants.INT8_PRESETS["dynamic-split"])
     kept = [n for n in quantized.graph.node if FP32_OUTLIERS in n.name and n.op_type == "MatMul"]
     assert len(kept) == 4  # the outlier products stay fp32 MatMuls
@@ -366,15 +379,10 @@ def test_dynamic_int8_scores_move_with_the_batch_and_static_ones_do_not(
 def test_the_lean_split_drops_its_masks_and_splits_only_layers_with_outliers(
     exported: onnx_export.ExportResult,
 ) -> None:
-    import onnxruntime as ort
-
-    from dialogue_safety.core.variants.calibration import calibration_feeds
     from dialogue_safety.core.variants.graphs import FP32_OUTLIERS, quantize_static_qdq, split_outlier_channels
 
     out = exported.out_dir
-    card = ModelCard.load(out)
-    fp32 = onnx.load(str(variants.ensure_variant(out, "fp32", card)))
-    feeds = calibration_feeds(out / CALIBRATION_FILE)
+    card, fp32, feeds = _fp32_and_feeds(out)
     recipe = {**variants.INT8_PRESETS["static-split-lean"], "calibration_sha256": card.export["calibration"]["sha256"]}
     patterns = tuple(recipe["outlier_patterns"])
     lean = variants.derive(fp32, {**recipe, "outlier_min_ratio": 0.0}, calibration=out / CALIBRATION_FILE)
@@ -385,21 +393,14 @@ def test_the_lean_split_drops_its_masks_and_splits_only_layers_with_outliers(
     assert n == 4
     masked = quantize_static_qdq(masked, recipe, feeds)
     assert len([n for n in masked.graph.node if n.op_type == "Mul" and FP32_OUTLIERS in n.name]) == 4
-    a = ort.InferenceSession(lean.SerializeToString(), providers=["CPUExecutionProvider"])
-    b = ort.InferenceSession(masked.SerializeToString(), providers=["CPUExecutionProvider"])
-    names = {i.name for i in a.get_inputs()}
-    for feed in feeds[:20]:
-        feed = {k: v for k, v in feed.items() if k in names}
-        np.testing.assert_array_equal(a.run(None, feed)[0], b.run(None, feed)[0])
+    for x, y in _outputs(lean, masked, feeds[:20]):
+        np.testing.assert_array_equal(x, y)
     # a ratio no layer reaches splits nothing; zeroed rows change nothing in fp32
     _, none = split_outlier_channels(fp32, feeds, patterns, 2, min_ratio=1e9)
     assert none == 0
     zeroed, _ = split_outlier_channels(fp32, feeds, patterns, 2, zero_rows=True)
-    f = ort.InferenceSession(fp32.SerializeToString(), providers=["CPUExecutionProvider"])
-    z = ort.InferenceSession(zeroed.SerializeToString(), providers=["CPUExecutionProvider"])
-    for feed in feeds[20:30]:
-        feed = {k: v for k, v in feed.items() if k in names}
-        np.testing.assert_allclose(f.run(None, feed)[0], z.run(None, feed)[0], atol=1e-5)
+    for x, y in _outputs(fp32, zeroed, feeds[20:30]):
+        np.testing.assert_allclose(x, y, atol=1e-5)
     with pytest.raises(variants.VariantError, match="fixed activation scales"):
         variants.derive(
             fp32,
@@ -409,7 +410,6 @@ def test_the_lean_split_drops_its_masks_and_splits_only_layers_with_outliers(
 
 
 def test_a_partial_split_a_refused_mask_drop_and_an_unknown_mask_mode(exported: onnx_export.ExportResult) -> None:
-    from dialogue_safety.core.variants.calibration import calibration_feeds
     from dialogue_safety.core.variants.graphs import (
         activation_ranges,
         quantize_static_qdq,
@@ -417,10 +417,8 @@ def test_a_partial_split_a_refused_mask_drop_and_an_unknown_mask_mode(exported: 
         split_outlier_channels,
     )
 
-    out = exported.out_dir
-    card = ModelCard.load(out)
-    fp32 = onnx.load(str(variants.ensure_variant(out, "fp32", card)))
-    feeds = calibration_feeds(out / CALIBRATION_FILE)[:20]
+    _, fp32, feeds = _fp32_and_feeds(exported.out_dir)
+    feeds = feeds[:20]
     patterns = (variants.FFN_UP, variants.FFN_DOWN)
     inits = {i.name for i in fp32.graph.initializer}
     inputs = [

@@ -213,11 +213,17 @@ def test_missing_and_corrupt_model_dirs(model_dir: Path, tmp_path: Path) -> None
         OnnxClassifier(model_dir, variant="fp16", providers=["CPUExecutionProvider"])
 
 
-def test_variants_are_derived_once_stamped_and_refreshed(model_dir: Path, tmp_path: Path) -> None:
+def _without_derived_files(model_dir: Path, tmp_path: Path) -> Path:
+    """A copy of ``model_dir`` with only its committed files (the variants still to derive)."""
     work = tmp_path / "model"
     shutil.copytree(model_dir, work)
     for f in work.glob("model.*.onnx"):
         f.unlink()
+    return work
+
+
+def test_variants_are_derived_once_stamped_and_refreshed(model_dir: Path, tmp_path: Path) -> None:
+    work = _without_derived_files(model_dir, tmp_path)
     int8 = OnnxClassifier(work, variant="int8")
     assert int8.path == work / "model.int8.onnx" and (work / "model.fp32.onnx").is_file()
     assert (work / "model.optimized.onnx").is_file()
@@ -247,10 +253,7 @@ def test_variants_are_derived_once_stamped_and_refreshed(model_dir: Path, tmp_pa
 def test_read_only_model_dir_derives_into_the_cache(
     model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    work = tmp_path / "model"
-    shutil.copytree(model_dir, work)
-    for f in work.glob("model.*.onnx"):
-        f.unlink()
+    work = _without_derived_files(model_dir, tmp_path)
     monkeypatch.setenv("DIALOGUE_SAFETY_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(variant_cache, "writable", lambda d: d != work)
     clf = OnnxClassifier(work, variant="optimized")
@@ -333,10 +336,7 @@ def test_int8_with_8bit_weights_needs_vnni() -> None:
 def test_an_image_keeps_one_variant_and_never_derives_at_start(
     model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    work = tmp_path / "model"
-    shutil.copytree(model_dir, work)
-    for f in work.glob("model.*.onnx"):
-        f.unlink()
+    work = _without_derived_files(model_dir, tmp_path)
     assert variants_cli.main([str(work), "cpu", "--prune"]) == 0  # what the Dockerfile runs
     card = ModelCard.load(work)
     kept = work / variants.variant_file(card.cpu_variant, card, work / "model.onnx")
@@ -407,10 +407,7 @@ def test_token_budget_batches_count_rows() -> None:
 def test_an_image_of_a_checked_int8_default_keeps_fp32_for_the_check(
     model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    work = tmp_path / "model"
-    shutil.copytree(model_dir, work)
-    for f in work.glob("model.*.onnx"):
-        f.unlink()
+    work = _without_derived_files(model_dir, tmp_path)
     card = ModelCard.load(work)
     card.cpu_variant = "int8"
     card.export.setdefault("recipes", {})["int8"] = dict(variants.INT8_PRESETS["dynamic"])

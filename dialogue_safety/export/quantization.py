@@ -229,7 +229,7 @@ def select_int8_recipe(
     record["splits"] = {name: len(examples) for name, examples in held_out.items()}
     gold = gold_labels(held_out)
     reference, threshold, fp32_seconds = score_variants(model_dir, held_out, ["fp32"], passes=TIMING_PASSES)
-    record["fp32_seconds"] = fp32_seconds.get("fp32")
+    record["fp32_seconds"] = fp32_seconds["fp32"]
     passing: list[str] = []
     for name in names:
         recipes["int8"] = dict(candidates[name])
@@ -251,16 +251,14 @@ def select_int8_recipe(
             "batch_dependence": batch,
             "seconds": seconds.get("int8"),
         }
-        if check["band"] is not None and seconds.get("int8") is not None and record["fp32_seconds"] is not None:
-            entry["served_seconds"] = round(
-                served_seconds(float(seconds["int8"]), float(check["checked_fraction"]), float(record["fp32_seconds"])),
-                3,
-            )
+        if check["band"] is not None:
+            served = served_seconds(seconds["int8"], check["checked_fraction"], record["fp32_seconds"])
+            entry["served_seconds"] = round(served, 3)
         record["candidates"][name] = entry
         log.info(
             "int8 candidate %s on validation: %s; check band %s; scores move up to %.2g with the batch; served %s s",
             name,
-            gate(per_split)["why"],
+            entry["gate"]["why"],
             check["band"],
             batch["max_abs_score_diff"],
             entry.get("served_seconds"),

@@ -439,11 +439,16 @@ def split_outlier_channels(
     del out.graph.node[:]
     out.graph.node.extend(nodes)
     if replaced:  # the weights a zeroed copy replaced, unless something else reads them
-        used = {name for n in out.graph.node for name in n.input} | {o.name for o in out.graph.output}
-        kept = [i for i in out.graph.initializer if i.name in used or i.name not in replaced]
-        del out.graph.initializer[:]
-        out.graph.initializer.extend(kept)
+        _drop_unused_initializers(out, among=replaced)
     return out, split
+
+
+def _drop_unused_initializers(model: onnx.ModelProto, among: set[str] | None = None) -> None:
+    """Remove the initializers (of ``among``, or all) that no node and no graph output reads, in place."""
+    used = {name for n in model.graph.node for name in n.input} | {o.name for o in model.graph.output}
+    kept = [i for i in model.graph.initializer if i.name in used or (among is not None and i.name not in among)]
+    del model.graph.initializer[:]
+    model.graph.initializer.extend(kept)
 
 
 def saturate_outlier_masks(model: onnx.ModelProto) -> int:
@@ -472,8 +477,5 @@ def saturate_outlier_masks(model: onnx.ModelProto) -> int:
     nodes = [n for n in model.graph.node if n.name not in dropped]
     del model.graph.node[:]
     model.graph.node.extend(nodes)
-    used = {name for n in model.graph.node for name in n.input} | {o.name for o in model.graph.output}
-    kept = [i for i in model.graph.initializer if i.name in used]
-    del model.graph.initializer[:]
-    model.graph.initializer.extend(kept)
+    _drop_unused_initializers(model)
     return len(masks)
