@@ -143,28 +143,37 @@ def test_export_writes_the_calibration_set_and_the_int8_choice(exported: onnx_ex
     assert "int8" in card.export["comparison"]["gate"]  # confirmed on the test splits
 
 
-def _static_graph(model_dir: Path) -> onnx.ModelProto:
+def _static_graph(model_dir: Path, **overrides: Any) -> onnx.ModelProto:
     card = ModelCard.load(model_dir)
     recipe = {**variants.INT8_PRESETS["static"], "calibration_sha256": card.export["calibration"]["sha256"]}
     fp32 = onnx.load(str(variants.ensure_variant(model_dir, "fp32", card)))
-    return variants.derive(fp32, recipe, calibration=model_dir / CALIBRATION_FILE)
+    return variants.derive(fp32, {**recipe, **overrides}, calibration=model_dir / CALIBRATION_FILE)
 
 
+INTEGER_MATMULS = ("MatMul", "MatMulIntegerToFloat")  # QDQ form, and after the CPU kernel rewrites
+
+
+@pytest.mark.parametrize("rewrites", [[], list(variants.rewrites.REWRITES)], ids=["qdq", "rewritten"])
 def test_static_int8_quantises_the_linear_layers_only_and_keeps_the_residual_fp32(
-    exported: onnx_export.ExportResult,
+    exported: onnx_export.ExportResult, rewrites: list[str]
 ) -> None:
-    graph = _static_graph(exported.out_dir)
+    graph = _static_graph(exported.out_dir, rewrites=rewrites)
     producer = {o: n for n in graph.graph.node for o in n.output}
     ops = [n.op_type for n in graph.graph.node]
     assert ops.count("QuantizeLinear") > 0
+    readers = 0
     for node in graph.graph.node:
-        from_dq = [i for i in node.input if i in producer and producer[i].op_type == "DequantizeLinear"]
-        if node.op_type == "MatMul" and re.search(variants.ATTENTION_SCORES, node.name):
-            assert not from_dq, node.name  # the attention score products stay fp32
-        elif node.op_type not in ("MatMul", "QuantizeLinear", "DequantizeLinear"):
-            assert not from_dq, f"{node.op_type} {node.name} reads a quantised tensor"  # residual stream fp32
+        from_int8 = [
+            i for i in node.input if i in producer and producer[i].op_type in ("QuantizeLinear", "DequantizeLinear")
+        ]
+        if node.op_type in ("MatMul", "FusedMatMul") and re.search(variants.ATTENTION_SCORES, node.name):
+            assert not from_int8, node.name  # the attention score products stay fp32
+        elif node.op_type not in (*INTEGER_MATMULS, "DequantizeLinear"):
+            assert not from_int8, f"{node.op_type} {node.name} reads a quantised tensor"  # residual stream fp32
+        readers += bool(from_int8)
+    assert readers >= 6 * 2  # the tiny model's two layers: q, k, v, attention output, up, down
     assert not any(
-        producer.get(n.input[0]) is not None and producer[n.input[0]].op_type == "MatMul"
+        producer.get(n.input[0]) is not None and producer[n.input[0]].op_type in INTEGER_MATMULS
         for n in graph.graph.node
         if n.op_type == "QuantizeLinear"
     )  # MatMul outputs are not re-quantised
@@ -385,7 +394,8 @@ def test_the_lean_split_drops_its_masks_and_splits_only_layers_with_outliers(
     card, fp32, feeds = _fp32_and_feeds(out)
     recipe = {**variants.INT8_PRESETS["static-split-lean"], "calibration_sha256": card.export["calibration"]["sha256"]}
     patterns = tuple(recipe["outlier_patterns"])
-    lean = variants.derive(fp32, {**recipe, "outlier_min_ratio": 0.0}, calibration=out / CALIBRATION_FILE)
+    qdq = {**recipe, "outlier_min_ratio": 0.0, "rewrites": []}  # the QDQ graph, before the CPU kernel rewrites
+    lean = variants.derive(fp32, qdq, calibration=out / CALIBRATION_FILE)
     assert not [n for n in lean.graph.node if n.op_type == "Mul" and FP32_OUTLIERS in n.name]  # no mask left
     # the same split with its masks kept computes the same int8 products: masked channels saturate
     # against all-zero weight rows instead of being multiplied by 0 first
@@ -473,10 +483,12 @@ def test_static_split_keeps_the_outlier_channels_out_of_the_int8_products(export
     producer = {o: n for n in graph.graph.node for o in n.output}
 
     def reads_int8(node: onnx.NodeProto) -> bool:
-        return any(i in producer and producer[i].op_type == "DequantizeLinear" for i in node.input)
+        return node.op_type == "MatMulIntegerToFloat" or any(
+            i in producer and producer[i].op_type == "DequantizeLinear" for i in node.input
+        )
 
     apart = [n for n in graph.graph.node if n.op_type == "MatMul" and FP32_OUTLIERS in n.name]
-    ffn = [n for n in graph.graph.node if n.op_type == "MatMul" and re.search(variants.FFN_DOWN, n.name)]
+    ffn = [n for n in graph.graph.node if n.op_type in INTEGER_MATMULS and re.search(variants.FFN_DOWN, n.name)]
     assert len(apart) == 4 and not any(reads_int8(n) for n in apart)  # 2 layers x (up, down), in fp32
     assert ffn and all(reads_int8(n) for n in ffn)  # the rest of the product is int8
 
@@ -500,3 +512,79 @@ def test_the_service_counts_the_dialogues_the_int8_check_scored_again() -> None:
     assert metrics.registry.get_sample_value("safety_int8_checked_items_total") == 5.0
     clf.check_band = 0.0
     assert _counting_int8_checks(clf, metrics) == clf.predict_encoded  # type: ignore[arg-type]  # no check: as is
+
+
+def _ort_graph(model: onnx.ModelProto, tmp_path: Path) -> list[str]:
+    """The op types onnxruntime runs for ``model`` on CPU after its own fusions at load."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED  # portable fusions only
+    options.optimized_model_filepath = str(tmp_path / "as-run.onnx")
+    ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return [n.op_type for n in onnx.load(str(tmp_path / "as-run.onnx")).graph.node]
+
+
+def test_the_cpu_kernel_rewrites_keep_the_function_and_avoid_the_slow_fusions(
+    exported: onnx_export.ExportResult, tmp_path: Path
+) -> None:
+    out = exported.out_dir
+    card, fp32, feeds = _fp32_and_feeds(out)
+    recipe = {
+        **variants.INT8_PRESETS["static-split-lean"],
+        "outlier_min_ratio": 0.0,  # the tiny model has no outliers: split every feed-forward input anyway
+        "calibration_sha256": card.export["calibration"]["sha256"],
+    }
+    assert recipe["rewrites"] == list(variants.rewrites.REWRITES)
+    rewritten = variants.derive(fp32, recipe, calibration=out / CALIBRATION_FILE)
+    qdq = variants.derive(fp32, {**recipe, "rewrites": []}, calibration=out / CALIBRATION_FILE)
+    for x, y in _outputs(rewritten, qdq, feeds[:30]):
+        np.testing.assert_allclose(x, y, atol=1e-5)  # the same integer products; only float rounding order moves
+    ops = [n.op_type for n in rewritten.graph.node]
+    assert ops.count("MatMulIntegerToFloat") == 2 * 6 and "DequantizeLinear" not in ops
+    integer = [n for n in rewritten.graph.node if n.op_type == "MatMulIntegerToFloat"]
+    assert all(len(n.input) == 7 and n.input[6] for n in integer)  # every bias inside, outlier splits included
+    as_run, as_run_qdq = _ort_graph(rewritten, tmp_path), _ort_graph(qdq, tmp_path)
+    assert "SkipLayerNormalization" in as_run_qdq and "BiasGelu" in as_run_qdq  # what onnxruntime does alone
+    assert "SkipLayerNormalization" not in as_run and "BiasGelu" not in as_run
+    assert as_run.count("FusedMatMul") == 2 and as_run.count("Gelu") == 2  # K^T by heads; plain GELU per layer
+    with pytest.raises(variants.VariantError, match="unknown graph rewrites"):
+        variants.derive(fp32, {**recipe, "rewrites": ["fuse_everything"]}, calibration=out / CALIBRATION_FILE)
+
+
+@pytest.mark.parametrize("scale_shape", [[1], [5]], ids=["one-element", "per-position"])
+def test_the_scores_transpose_moves_whole_heads_only_where_that_is_exact(scale_shape: list[int]) -> None:
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    from dialogue_safety.core.variants.rewrites import scores_transpose
+
+    rng = np.random.default_rng(0)
+    q = rng.standard_normal((2, 3, 5, 4)).astype(np.float32)  # [batch, heads, positions, head size]
+    k = rng.standard_normal((2, 5, 3, 4)).astype(np.float32)  # [batch, positions, heads, head size]
+    scale = rng.uniform(0.5, 2, scale_shape).astype(np.float32)
+    graph = helper.make_graph(
+        [
+            helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 3, 1]),  # K^T: [batch, heads, size, positions]
+            helper.make_node("Mul", ["kt", "s"], ["kts"]),
+            helper.make_node("MatMul", ["q", "kts"], ["scores"], name="scores"),
+        ],
+        "g",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, list(a.shape)) for n, a in (("q", q), ("k", k))],
+        [helper.make_tensor_value_info("scores", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(scale, "s")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    before = model.SerializeToString()
+    changed = scores_transpose(model)
+    feeds = {"q": q, "k": k}
+
+    def run(m: bytes) -> np.ndarray:
+        return ort.InferenceSession(m, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+
+    if scale_shape == [1]:
+        assert changed == 1 and [n.op_type for n in model.graph.node] == ["Transpose", "Mul", "FusedMatMul"]
+        assert list(model.graph.node[0].attribute[0].ints) == [0, 2, 1, 3]
+        np.testing.assert_allclose(run(model.SerializeToString()), run(before), rtol=1e-6, atol=1e-6)
+    else:  # a scale per position does not commute with the transpose: left alone
+        assert changed == 0 and model.SerializeToString() == before

@@ -285,18 +285,21 @@ def fp32_residual(model: onnx.ModelProto, quantized_op_types: set[str]) -> int:
             if q is not None and q.op_type == "QuantizeLinear":
                 node.input[i] = q.input[0]
                 rewired += 1
-    while True:  # drop the Q/DQ nodes nobody reads any more
-        used = {name for node in model.graph.node for name in node.input} | {o.name for o in model.graph.output}
-        keep = [
-            n
-            for n in model.graph.node
-            if n.op_type not in ("QuantizeLinear", "DequantizeLinear") or any(o in used for o in n.output)
-        ]
+    drop_dead_nodes(model, {"QuantizeLinear", "DequantizeLinear"})  # the Q/DQ nodes nobody reads any more
+    return rewired
+
+
+def drop_dead_nodes(model: onnx.ModelProto, op_types: set[str]) -> None:
+    """Remove the nodes of ``op_types`` whose outputs no node and no graph output reads (repeatedly:
+    a node left without readers by a removal goes too), in place."""
+    outputs = {o.name for o in model.graph.output}
+    while True:
+        used = {name for node in model.graph.node for name in node.input} | outputs
+        keep = [n for n in model.graph.node if n.op_type not in op_types or any(o in used for o in n.output)]
         if len(keep) == len(model.graph.node):
             break
         del model.graph.node[:]
         model.graph.node.extend(keep)
-    return rewired
 
 
 def _pad_feeds(feeds: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
@@ -439,11 +442,11 @@ def split_outlier_channels(
     del out.graph.node[:]
     out.graph.node.extend(nodes)
     if replaced:  # the weights a zeroed copy replaced, unless something else reads them
-        _drop_unused_initializers(out, among=replaced)
+        drop_unused_initializers(out, among=replaced)
     return out, split
 
 
-def _drop_unused_initializers(model: onnx.ModelProto, among: set[str] | None = None) -> None:
+def drop_unused_initializers(model: onnx.ModelProto, among: set[str] | None = None) -> None:
     """Remove the initializers (of ``among``, or all) that no node and no graph output reads, in place."""
     used = {name for n in model.graph.node for name in n.input} | {o.name for o in model.graph.output}
     kept = [i for i in model.graph.initializer if i.name in used or (among is not None and i.name not in among)]
@@ -477,5 +480,5 @@ def saturate_outlier_masks(model: onnx.ModelProto) -> int:
     nodes = [n for n in model.graph.node if n.name not in dropped]
     del model.graph.node[:]
     model.graph.node.extend(nodes)
-    _drop_unused_initializers(model)
+    drop_unused_initializers(model)
     return len(masks)
