@@ -588,3 +588,100 @@ def test_the_scores_transpose_moves_whole_heads_only_where_that_is_exact(scale_s
         np.testing.assert_allclose(run(model.SerializeToString()), run(before), rtol=1e-6, atol=1e-6)
     else:  # a scale per position does not commute with the transpose: left alone
         assert changed == 0 and model.SerializeToString() == before
+
+
+def _qdq_linear(weight_axis: int = 1, bias_through_identity: bool = False, subgraph_reads: str = "") -> onnx.ModelProto:
+    """x -> Q/DQ -> MatMul(DQ(W int8, per-channel along ``weight_axis``)) -> Add(bias), hand-built: 4 x 4 weights.
+    ``bias_through_identity``: the bias reaches the Add through an Identity placed after the MatMul (as
+    torch.onnx names shared weights); ``subgraph_reads``: an If node whose branch reads that initializer."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(1)
+    bias = "bias_alias" if bias_through_identity else "bias"
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+        helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
+        helper.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["wd"], axis=weight_axis),
+        helper.make_node("MatMul", ["xd", "wd"], ["y"], name="linear"),
+        *([helper.make_node("Identity", ["bias"], ["bias_alias"])] if bias_through_identity else []),
+        helper.make_node("Add", ["y", bias], ["z"]),
+    ]
+    outputs = [helper.make_tensor_value_info("z", TensorProto.FLOAT, [3, 4])]
+    if subgraph_reads:
+        branch = helper.make_graph(
+            [helper.make_node("Identity", [subgraph_reads], ["picked"])],
+            "branch",
+            [],
+            [helper.make_tensor_value_info("picked", TensorProto.FLOAT, [4])],
+        )
+        nodes.append(helper.make_node("If", ["flag"], ["chosen"], then_branch=branch, else_branch=branch))
+        outputs.append(helper.make_tensor_value_info("chosen", TensorProto.FLOAT, [4]))
+    initializers = [
+        numpy_helper.from_array(np.array(0.01, np.float32), "xs"),
+        numpy_helper.from_array(np.array(128, np.uint8), "xz"),
+        numpy_helper.from_array(rng.integers(-127, 127, (4, 4)).astype(np.int8), "wq"),
+        numpy_helper.from_array(rng.uniform(0.001, 0.1, 4).astype(np.float32), "ws"),
+        numpy_helper.from_array(np.zeros(4, np.int8), "wz"),
+        numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "bias"),
+        numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "only_in_branch"),
+        numpy_helper.from_array(np.array(True), "flag"),
+    ]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4])]
+    graph = helper.make_graph(nodes, "g", inputs, outputs, initializers)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["per-column", "per-row scale", "bias through a later Identity", "initializer read in a subgraph"],
+)
+def test_the_integer_matmul_rewrite_is_exact_or_leaves_the_graph_alone(case: str) -> None:
+    import onnxruntime as ort
+
+    from dialogue_safety.core.variants.rewrites import integer_matmul_bias
+
+    model = {
+        "per-column": lambda: _qdq_linear(),
+        "per-row scale": lambda: _qdq_linear(weight_axis=0),  # a scale per input row: not what the op takes
+        "bias through a later Identity": lambda: _qdq_linear(bias_through_identity=True),
+        "initializer read in a subgraph": lambda: _qdq_linear(subgraph_reads="only_in_branch"),
+    }[case]()
+    before = model.SerializeToString()
+    changed = integer_matmul_bias(model)
+    onnx.checker.check_model(model)  # topologically sorted, every initializer a subgraph reads still there
+    x = {"x": np.random.default_rng(2).uniform(-1, 1, (3, 4)).astype(np.float32)}
+
+    def run(m: bytes) -> list[np.ndarray]:
+        return ort.InferenceSession(m, providers=["CPUExecutionProvider"]).run(None, x)
+
+    if case == "per-row scale":
+        assert changed == 0 and model.SerializeToString() == before
+    else:
+        assert changed == 1 and "MatMulIntegerToFloat" in [n.op_type for n in model.graph.node]
+        for a, b in zip(run(model.SerializeToString()), run(before), strict=True):
+            np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+def test_the_scores_transpose_does_not_trust_a_stale_shape_annotation() -> None:
+    from onnx import TensorProto, helper
+
+    from dialogue_safety.core.variants.rewrites import scores_transpose
+
+    graph = helper.make_graph(
+        [
+            helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 3, 1]),
+            helper.make_node("Identity", ["s_in"], ["s"]),
+            helper.make_node("Mul", ["kt", "s"], ["kts"]),
+            helper.make_node("MatMul", ["q", "kts"], ["scores"]),
+        ],
+        "g",
+        [
+            helper.make_tensor_value_info("q", TensorProto.FLOAT, [2, 3, 5, 4]),
+            helper.make_tensor_value_info("k", TensorProto.FLOAT, [2, 5, 3, 4]),
+            helper.make_tensor_value_info("s_in", TensorProto.FLOAT, ["n"]),  # one scale per position
+        ],
+        [helper.make_tensor_value_info("scores", TensorProto.FLOAT, None)],
+        value_info=[helper.make_tensor_value_info("s", TensorProto.FLOAT, [1])],  # a wrong annotation
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    assert scores_transpose(model) == 0

@@ -289,12 +289,23 @@ def fp32_residual(model: onnx.ModelProto, quantized_op_types: set[str]) -> int:
     return rewired
 
 
+def names_read(graph: onnx.GraphProto) -> set[str]:
+    """Every tensor name the nodes of ``graph`` read, those read inside their subgraphs (If, Loop, Scan
+    bodies) included, and the graph's outputs."""
+    names = {o.name for o in graph.output}
+    for node in graph.node:
+        names.update(node.input)
+        for attr in node.attribute:
+            for sub in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs):
+                names |= names_read(sub)
+    return names
+
+
 def drop_dead_nodes(model: onnx.ModelProto, op_types: set[str]) -> None:
-    """Remove the nodes of ``op_types`` whose outputs no node and no graph output reads (repeatedly:
-    a node left without readers by a removal goes too), in place."""
-    outputs = {o.name for o in model.graph.output}
+    """Remove the nodes of ``op_types`` whose outputs nothing reads (no node, subgraphs included, and no
+    graph output; repeatedly: a node left without readers by a removal goes too), in place."""
     while True:
-        used = {name for node in model.graph.node for name in node.input} | outputs
+        used = names_read(model.graph)
         keep = [n for n in model.graph.node if n.op_type not in op_types or any(o in used for o in n.output)]
         if len(keep) == len(model.graph.node):
             break
@@ -447,8 +458,9 @@ def split_outlier_channels(
 
 
 def drop_unused_initializers(model: onnx.ModelProto, among: set[str] | None = None) -> None:
-    """Remove the initializers (of ``among``, or all) that no node and no graph output reads, in place."""
-    used = {name for n in model.graph.node for name in n.input} | {o.name for o in model.graph.output}
+    """Remove the initializers (of ``among``, or all) that nothing reads (no node, subgraphs included, and
+    no graph output), in place."""
+    used = names_read(model.graph)
     kept = [i for i in model.graph.initializer if i.name in used or (among is not None and i.name not in among)]
     del model.graph.initializer[:]
     model.graph.initializer.extend(kept)
