@@ -25,6 +25,7 @@ from dialogue_safety.core.variants.stamps import get_meta, set_meta
 log = logging.getLogger("dialogue_safety.core.variants")
 
 _FP16_SUFFIX = "__fp16"
+MS_DOMAIN = "com.microsoft"  # onnxruntime's contrib ops
 
 
 def store_weights_fp16(model: onnx.ModelProto, min_elements: int = 16) -> tuple[onnx.ModelProto, int]:
@@ -163,9 +164,9 @@ def optimize(model: onnx.ModelProto, recipe: Mapping[str, Any], num_heads: int, 
 
 def with_ms_domain(model: onnx.ModelProto) -> onnx.ModelProto:
     """Declare the com.microsoft opset when fused contrib ops are present (as OnnxModel.save does)."""
-    uses_ms = any(node.domain == "com.microsoft" for node in model.graph.node)
-    if uses_ms and not any(opset.domain == "com.microsoft" for opset in model.opset_import):
-        model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    uses_ms = any(node.domain == MS_DOMAIN for node in model.graph.node)
+    if uses_ms and not any(opset.domain == MS_DOMAIN for opset in model.opset_import):
+        model.opset_import.append(helper.make_opsetid(MS_DOMAIN, 1))
     return model
 
 
@@ -295,10 +296,14 @@ def names_read(graph: onnx.GraphProto) -> set[str]:
     names = {o.name for o in graph.output}
     for node in graph.node:
         names.update(node.input)
-        for attr in node.attribute:
-            for sub in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs):
-                names |= names_read(sub)
+        for sub in subgraphs(node):
+            names |= names_read(sub)
     return names
+
+
+def subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
+    """The graphs held in ``node``'s attributes (If branches, Loop and Scan bodies)."""
+    return [g for a in node.attribute for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs))]
 
 
 def drop_dead_nodes(model: onnx.ModelProto, op_types: set[str]) -> None:

@@ -21,9 +21,15 @@ from collections.abc import Callable, Sequence
 import onnx
 from onnx import TensorProto, helper
 
-from dialogue_safety.core.variants.graphs import drop_dead_nodes, drop_unused_initializers, names_read, with_ms_domain
+from dialogue_safety.core.variants.graphs import (
+    MS_DOMAIN,
+    drop_dead_nodes,
+    drop_unused_initializers,
+    names_read,
+    subgraphs,
+    with_ms_domain,
+)
 
-MS_DOMAIN = "com.microsoft"
 FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE}  # what FusedMatMul takes
 INT8_TYPES = {TensorProto.INT8, TensorProto.UINT8}  # what MatMulIntegerToFloat takes
 Inferred = dict[str, tuple[int, list[int | None]]]  # tensor -> (element type, dims; None where symbolic)
@@ -44,7 +50,7 @@ class _Graph:
                 self.readers.setdefault(name, []).append(node)
         self.outputs = {o.name for o in model.graph.output}
         self.in_subgraphs = set().union(
-            *(names_read(sub) for n in self.nodes for sub in _subgraphs(n))  # implicit readers
+            *(names_read(sub) for n in self.nodes for sub in subgraphs(n))  # implicit readers
         )
         self.inits = {i.name: i for i in model.graph.initializer}
         for node in self.nodes:  # torch.onnx names one tensor of identical weights through Identity nodes
@@ -70,15 +76,11 @@ class _Graph:
         return sum(1 for n in self.replaced.values() if n is not None)
 
 
-def _subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
-    return [g for a in node.attribute for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs))]
-
-
 def _put_in_order(graph: onnx.GraphProto, nodes: list[onnx.NodeProto]) -> None:
     """``graph.node`` = ``nodes``, each placed after the producers of what it reads (its subgraphs'
     outer-scope reads included), otherwise in the given order."""
     produced = {out for n in nodes for out in n.output}
-    needs = [(set(n.input) | set().union(*(names_read(g) for g in _subgraphs(n)))) & produced for n in nodes]
+    needs = [(set(n.input) | set().union(*(names_read(g) for g in subgraphs(n)))) & produced for n in nodes]
     done: set[str] = set()
     ordered: list[onnx.NodeProto] = []
     pending = list(range(len(nodes)))
