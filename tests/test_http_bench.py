@@ -37,9 +37,19 @@ def test_http_benchmark_smoke(
     assert rc == 0
     report = json.loads(out.read_text())
     printed = capsys.readouterr().out
-    assert "| phase | concurrency |" in printed and "SYNTHETIC" in report["data"]
+    assert "| phase | round | concurrency |" in printed and "SYNTHETIC" in report["data"]
     classify = [p for p in report["service"] if p["name"] == "classify"]
-    assert [p["concurrency"] for p in classify] == [1, 4]
+    # --smoke measures in two rounds: runtime, then the classify phases, in turns
+    assert [(p["round_no"], p["concurrency"]) for p in classify] == [(1, 1), (1, 4), (2, 1), (2, 4)]
+    assert [r["round_no"] for r in report["runtime_rounds"]] == [1, 2]
+    over = [p["p50_ms"] - r["single_p50_ms"] for p, r in zip(classify[::2], report["runtime_rounds"], strict=True)]
+    c1 = report["targets"]["c1_p50_over_runtime_ms"]
+    assert c1["rounds"] == [round(v, 3) for v in over]
+    assert c1["value"] == pytest.approx(sum(over) / 2, abs=1e-3)  # the median of two rounds
+    assert c1["met"] == (c1["value"] <= 1.0)
+    assert report["runtime"]["single_p50_ms"] == pytest.approx(
+        sum(r["single_p50_ms"] for r in report["runtime_rounds"]) / 2, abs=1e-3
+    )
     for phase in report["service"]:
         assert phase["ok"] > 0 and phase["errors"] == 0, phase
         assert phase["p50_ms"] is not None

@@ -16,12 +16,14 @@ def markdown(report: dict[str, Any]) -> str:
         lines += [
             f"Runtime reference ({runtime['model']}, {runtime['variant']}, {runtime['provider']}): "
             f"single p50 {runtime['single_p50_ms']} ms, "
-            f"batched ({runtime['batch_size']}) {runtime['batched_items_per_s']} items/s",
+            f"batched ({runtime['batch_size']}) {runtime['batched_items_per_s']} items/s"
+            + (f" (medians of {runtime['rounds']} rounds)" if runtime.get("rounds", 1) > 1 else ""),
             "",
         ]
+        lines += _rounds(report)
     lines += [
-        "| phase | concurrency | requests | errors | 429 | p50 ms | p95 ms | p99 ms | req/s | items/s |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| phase | round | concurrency | requests | errors | 429 | p50 ms | p95 ms | p99 ms | req/s | items/s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     rows = list(report.get("service", []))
     overload = report.get("overload")
@@ -31,7 +33,7 @@ def markdown(report: dict[str, Any]) -> str:
         rows.append(report["naive"])
     for ph in rows:
         lines.append(
-            f"| {ph['name']} | {ph['concurrency']} | {ph['requests']} | {ph['errors']} | "
+            f"| {ph['name']} | {ph.get('round_no') or ''} | {ph['concurrency']} | {ph['requests']} | {ph['errors']} | "
             f"{ph['status_counts'].get('429', 0)} | {ph['p50_ms']} | {ph['p95_ms']} | {ph['p99_ms']} | "
             f"{ph['throughput_rps']} | {ph['items_per_s']} |"
         )
@@ -47,8 +49,33 @@ def markdown(report: dict[str, Any]) -> str:
     if report.get("naive_note"):
         lines += ["", f"Naive baseline {report['naive_note']}"]
     if report.get("targets"):
-        lines += ["", "| target | value | limit | met |", "|---|---:|---:|---|"]
+        lines += ["", "| target | value | limit | met | rounds |", "|---|---:|---:|---|---|"]
         for name, t in report["targets"].items():
             met = t.get("met", t.get("note", ""))
-            lines.append(f"| {name} | {t.get('value', '')} | {t.get('limit', '')} | {met} |")
+            rounds = ", ".join(str(v) for v in t.get("rounds", []))
+            lines.append(f"| {name} | {t.get('value', '')} | {t.get('limit', '')} | {met} | {rounds} |")
     return "\n".join(lines)
+
+
+def _rounds(report: dict[str, Any]) -> list[str]:
+    """The runtime and the service round by round (measured in turns): the pairs each target compares."""
+    classify = [ph for ph in report.get("service", []) if ph["name"] == "classify"]
+    levels = sorted({ph["concurrency"] for ph in classify})
+    if not levels:
+        return []
+    top = levels[-1]
+    lines = [
+        f"| round | runtime single p50 ms | c=1 p50 ms | c=1 over runtime ms | runtime batched items/s "
+        f"| c={top} items/s | c={top} / runtime |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in report.get("runtime_rounds", []):
+        at = {ph["concurrency"]: ph for ph in classify if ph["round_no"] == r["round_no"]}
+        c1, high = at.get(1), at.get(top)
+        over = f"{c1['p50_ms'] - r['single_p50_ms']:+.3f}" if c1 and c1["p50_ms"] is not None else ""
+        ratio = f"{high['items_per_s'] / r['batched_items_per_s']:.3f}" if high and r["batched_items_per_s"] else ""
+        lines.append(
+            f"| {r['round_no']} | {r['single_p50_ms']} | {c1['p50_ms'] if c1 else ''} | {over} "
+            f"| {r['batched_items_per_s']} | {high['items_per_s'] if high else ''} | {ratio} |"
+        )
+    return lines + [""]

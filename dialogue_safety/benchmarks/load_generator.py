@@ -43,6 +43,7 @@ class Phase:
     name: str
     concurrency: int
     items_per_request: int = 1
+    round_no: int = 0  # which round of a run that measures in turns (bench http --rounds), from 1
     requests: int = 0
     ok: int = 0
     errors: int = 0
@@ -74,6 +75,7 @@ async def closed_loop(
     timeout_s: float = 60.0,
     client: str = "raw",
     backoff_on_429_s: float = 0.0,
+    round_no: int = 0,
 ) -> Phase:
     """``concurrency`` workers, each sending its next request when the last one answers, until
     ``duration_s`` has passed or ``max_requests`` were sent (whichever comes first).
@@ -134,6 +136,7 @@ async def closed_loop(
         name=name,
         concurrency=concurrency,
         items_per_request=items_per_request,
+        round_no=round_no,
         requests=total,
         ok=ok,
         errors=total - ok,
