@@ -482,6 +482,49 @@ def test_by_default_every_submission_is_encoded_off_the_event_loop() -> None:
     assert threads and all(name.startswith("safety-encode") for name in threads)
 
 
+def test_a_lone_short_request_to_an_idle_batcher_is_encoded_on_the_loop_when_asked() -> None:
+    """``inline_lone_chars`` (the service passes ``LONE_INLINE_CHARS``): a lone short request to an
+    idle batcher is encoded on the event loop; a longer one, several items, or one arriving while a
+    batch runs go to the encoding thread."""
+    model = FakeModel()
+    threads: list[tuple[str, str]] = []
+    encode = model.encode
+
+    def recording_encode(examples: Any) -> Any:
+        threads.extend((e.utterance, threading.current_thread().name) for e in examples)
+        return encode(examples)
+
+    long_one = Example(utterance="9:4" + " " * 40)  # 43 characters: over the limit below
+
+    async def main() -> None:
+        b = batcher(recording_encode, model.predict, inline_lone_chars=20)
+        await b.start()
+        try:
+            await b.submit([item(1)])  # idle and short: on the loop
+            await finished(b)
+            await b.submit([long_one])  # too long
+            await finished(b)
+            await b.submit([item(2), item(3)])  # not alone
+            await finished(b)
+            model.gate.clear()
+            model.entered.clear()
+            running = asyncio.create_task(b.submit([item(4)]))  # idle again: on the loop, then held
+            await wait_entered(model)
+            behind = asyncio.create_task(b.submit([item(5)]))  # a batch runs: the encoding thread
+            await until(lambda: b.depth == 1)
+            model.gate.set()
+            await asyncio.wait_for(asyncio.gather(running, behind), GUARD_S)
+        finally:
+            await b.stop()
+
+    asyncio.run(main())
+    loop_thread = threading.main_thread().name
+    where = {utterance.split(":")[0]: name for utterance, name in threads}
+    assert where["1"] == loop_thread and where["4"] == loop_thread, threads
+    for ident in ("9", "2", "3", "5"):
+        assert where[ident].startswith("safety-encode"), threads
+
+
 def test_admission_refuses_what_would_wait_longer_than_max_queue_wait() -> None:
     model = FakeModel()
 

@@ -24,7 +24,7 @@ from dialogue_safety.core.model_card import ModelCard
 from dialogue_safety.core.schema import Example, Label, Prediction
 from dialogue_safety.core.scoring import is_offensive, threshold_in_force
 from dialogue_safety.service.auth import api_key_of, key_matches
-from dialogue_safety.service.batcher import Announcement, MicroBatcher, PredictFn
+from dialogue_safety.service.batcher import LONE_INLINE_CHARS, Announcement, MicroBatcher, PredictFn
 from dialogue_safety.service.errors import Overloaded
 from dialogue_safety.service.latency import (
     MIN_QUEUE_WAIT_S,
@@ -188,6 +188,7 @@ class ServiceState:
             s,
             max_queue_wait_s=max_queue_wait_s,
             observer=self.metrics,
+            inline_lone_chars=LONE_INLINE_CHARS,
         )
         await batcher.start()
         previous = self.batcher
