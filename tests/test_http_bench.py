@@ -47,6 +47,7 @@ def test_http_benchmark_smoke(
     assert c1["rounds"] == [round(v, 3) for v in over]
     assert c1["value"] == pytest.approx(sum(over) / 2, abs=1e-3)  # the median of two rounds
     assert c1["met"] == (c1["value"] <= 1.0)
+    assert report["runtime"]["language_check"] is True  # the service's default: the same work on both sides
     assert report["runtime"]["single_p50_ms"] == pytest.approx(
         sum(r["single_p50_ms"] for r in report["runtime_rounds"]) / 2, abs=1e-3
     )

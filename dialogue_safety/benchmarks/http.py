@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from pydantic import TypeAdapter
 
 from dialogue_safety.benchmarks.dialogues import load_dialogues  # one owner of the benchmark data
 from dialogue_safety.benchmarks.emit import emit_report
@@ -69,6 +70,8 @@ from dialogue_safety.core.schema import Example
 from dialogue_safety.service.settings import ServiceSettings
 
 RETRY_AFTER_S = float(ServiceSettings.model_fields["retry_after_s"].default)  # what a 429 asks a client to wait
+# the runtime reference does the service's work: with the language of each utterance when the service says it
+LANGUAGE_CHECK = bool(ServiceSettings.model_fields["language_check"].default)
 
 # -- data ---------------------------------------------------------------------------------------------
 
@@ -77,13 +80,17 @@ RETRY_AFTER_S = float(ServiceSettings.model_fields["retry_after_s"].default)  # 
 
 
 class RuntimeReference:
-    """The in-process ``OnnxClassifier`` the service is compared with (same model, variant and batching
-    budget), loaded once and measured in each round (:meth:`measure`)."""
+    """The in-process ``OnnxClassifier`` the service is compared with (same model, variant, batching
+    budget and language check), loaded once and measured in each round (:meth:`measure`)."""
 
-    def __init__(self, model_dir: Path, *, variant: str | None, max_batch_tokens: int) -> None:
+    def __init__(
+        self, model_dir: Path, *, variant: str | None, max_batch_tokens: int, language_check: bool = LANGUAGE_CHECK
+    ) -> None:
         from dialogue_safety.core.runtime import OnnxClassifier
 
-        self.clf = OnnxClassifier(model_dir, variant=variant, max_batch_tokens=max_batch_tokens)
+        self.clf = OnnxClassifier(
+            model_dir, variant=variant, max_batch_tokens=max_batch_tokens, language_check=language_check
+        )
         self.clf.warmup()
         self.max_batch_tokens = max_batch_tokens
 
@@ -118,6 +125,7 @@ class RuntimeReference:
             "single_requests": len(singles),
             "batch_size": batch,
             "max_batch_tokens": self.max_batch_tokens,
+            "language_check": clf.language_check,
             "batched_items_per_s": round(items / elapsed, 2),
         }
 
@@ -404,12 +412,16 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety bench h
     if args.rounds < 1:
         print(f"{prog}: --rounds must be >= 1", file=sys.stderr)
         return 2
-    runtime = None
-    if not args.no_runtime:
-        runtime = RuntimeReference(model_dir, variant=args.variant, max_batch_tokens=args.max_batch_tokens)
-
     extra = server_settings(args.server_setting)
     report["server_settings"] = extra
+    runtime = None
+    if not args.no_runtime:
+        language_check = LANGUAGE_CHECK
+        if "language_check" in extra:  # the measured server's, parsed as its settings parse it
+            language_check = TypeAdapter(bool).validate_python(extra["language_check"])
+        runtime = RuntimeReference(
+            model_dir, variant=args.variant, max_batch_tokens=args.max_batch_tokens, language_check=language_check
+        )
     port = free_port()
     with running_server(
         service_cmd(model_dir, port, args.variant),
