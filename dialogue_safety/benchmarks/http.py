@@ -49,6 +49,7 @@ from dialogue_safety.benchmarks.http_client import HOST
 from dialogue_safety.benchmarks.http_report import markdown
 from dialogue_safety.benchmarks.load_generator import (
     Phase,
+    PhaseRecorder,
     closed_loop,
     loop_name,
     ms,
@@ -81,7 +82,7 @@ LANGUAGE_CHECK = bool(ServiceSettings.model_fields["language_check"].default)
 
 class RuntimeReference:
     """The in-process ``OnnxClassifier`` the service is compared with (same model, variant, batching
-    budget and language check), loaded once and measured in each round (:meth:`measure`)."""
+    budget and language check), loaded once and measured in each round (:func:`measure_in_turns`)."""
 
     def __init__(
         self, model_dir: Path, *, variant: str | None, max_batch_tokens: int, language_check: bool = LANGUAGE_CHECK
@@ -94,17 +95,23 @@ class RuntimeReference:
         self.clf.warmup()
         self.max_batch_tokens = max_batch_tokens
 
-    def measure(self, examples: Sequence[Example], *, duration_s: float, batch: int, round_no: int) -> dict[str, Any]:
-        """p50 of one-example ``predict`` and batched items/s (encoding included), ``duration_s`` each."""
+    def singles(
+        self, examples: Sequence[Example], *, duration_s: float, first: int = 0, at_least: int = 5
+    ) -> list[float]:
+        """Seconds of one-example ``predict`` calls (encoding included) for ``duration_s``, from ``examples[first]``."""
         clf = self.clf
-        singles: list[float] = []
+        out: list[float] = []
         deadline = time.perf_counter() + duration_s
-        for i in range(100_000):
-            if time.perf_counter() > deadline and len(singles) >= 20:
+        for i in range(first, first + 100_000):
+            if time.perf_counter() > deadline and len(out) >= at_least:
                 break
             start = time.perf_counter()
             clf.predict([examples[i % len(examples)]])
-            singles.append(time.perf_counter() - start)
+            out.append(time.perf_counter() - start)
+        return out
+
+    def batched(self, examples: Sequence[Example], *, duration_s: float, batch: int) -> float:
+        """Items/s of ``predict`` over consecutive chunks of ``batch`` examples (encoding included)."""
         items = 0
         started = time.perf_counter()
         deadline = started + duration_s
@@ -112,9 +119,12 @@ class RuntimeReference:
             if time.perf_counter() > deadline and i >= 2:
                 break
             chunk = [examples[(i * batch + j) % len(examples)] for j in range(batch)]
-            clf.predict(chunk)
+            self.clf.predict(chunk)
             items += len(chunk)
-        elapsed = time.perf_counter() - started
+        return items / (time.perf_counter() - started)
+
+    def report(self, singles: list[float], batched_items_per_s: float, *, batch: int, round_no: int) -> dict[str, Any]:
+        clf = self.clf
         return {
             "round_no": round_no,
             "model": clf.model_id,
@@ -126,7 +136,7 @@ class RuntimeReference:
             "batch_size": batch,
             "max_batch_tokens": self.max_batch_tokens,
             "language_check": clf.language_check,
-            "batched_items_per_s": round(items / elapsed, 2),
+            "batched_items_per_s": round(batched_items_per_s, 2),
         }
 
 
@@ -161,6 +171,7 @@ class HttpPlan:
     start_timeout_s: float
     client: str = "raw"
     rounds: int = 1
+    c1_slices: int = 1
 
 
 def make_plan(args: argparse.Namespace) -> HttpPlan:
@@ -168,7 +179,7 @@ def make_plan(args: argparse.Namespace) -> HttpPlan:
     levels = [int(c) for c in (args.concurrency or default).split(",") if c.strip()]
     if args.smoke:
         return HttpPlan(
-            levels, min(args.duration, 0.5), 0.2, 200, 4, 2, 4, 0.5, 4, 0.3, 8, args.start_timeout, args.client, 2
+            levels, min(args.duration, 0.5), 0.2, 200, 4, 2, 4, 0.5, 4, 0.3, 8, args.start_timeout, args.client, 2, 2
         )
     return HttpPlan(
         levels,
@@ -185,6 +196,7 @@ def make_plan(args: argparse.Namespace) -> HttpPlan:
         args.start_timeout,
         args.client,
         args.rounds,
+        args.c1_slices,
     )
 
 
@@ -201,10 +213,12 @@ async def warm_up(url: str, bodies: list[bytes], plan: HttpPlan) -> None:
     )
 
 
-async def run_classify_phases(url: str, bodies: list[bytes], plan: HttpPlan, round_no: int) -> list[Phase]:
-    """One round: ``/v1/classify`` at each concurrency level, a closed loop of ``duration_s`` each."""
+async def run_classify_phases(
+    url: str, bodies: list[bytes], plan: HttpPlan, round_no: int, levels: Sequence[int]
+) -> list[Phase]:
+    """One round: ``/v1/classify`` at each concurrency level of ``levels``, a closed loop of ``duration_s`` each."""
     phases = []
-    for c in plan.concurrency:
+    for c in levels:
         phases.append(
             await closed_loop(
                 url,
@@ -248,19 +262,54 @@ def measure_in_turns(
     """The runtime reference and the service's classify phases in turns, ``plan.rounds`` times (the server
     idles while the runtime runs in this process, and the runtime idles while the server is loaded): a
     machine that speeds up or slows down during the run moves both sides of each round's ratio alike.
-    Then the batch phase once."""
+    Within a round, the single-dialogue comparison is finer still: ``plan.c1_slices`` slices of runtime
+    singles and HTTP c=1 alternate (the machine's speed moves within seconds here). Then the batch phase once."""
     run_async(warm_up(url, bodies, plan))
     phases: list[Phase] = []
     runtime_rounds: list[dict[str, Any]] = []
     for round_no in range(1, plan.rounds + 1):
+        levels = list(plan.concurrency)
         if runtime is not None:
-            measured = runtime.measure(
-                examples, duration_s=plan.runtime_duration_s, batch=plan.runtime_batch, round_no=round_no
-            )
-            runtime_rounds.append(measured)
-        phases += run_async(run_classify_phases(url, bodies, plan, round_no))
+            singles: list[float] = []
+            if 1 in levels:
+                levels.remove(1)
+                c1, singles = run_async(paired_singles(url, examples, bodies, plan, runtime, round_no))
+                phases.append(c1)
+            else:
+                singles = runtime.singles(examples, duration_s=plan.runtime_duration_s, at_least=20)
+            items_per_s = runtime.batched(examples, duration_s=plan.runtime_duration_s, batch=plan.runtime_batch)
+            runtime_rounds.append(runtime.report(singles, items_per_s, batch=plan.runtime_batch, round_no=round_no))
+        phases += run_async(run_classify_phases(url, bodies, plan, round_no, levels))
     phases.append(run_async(run_batch_phase(url, batch_bodies, plan)))
     return phases, runtime_rounds
+
+
+async def paired_singles(
+    url: str, examples: Sequence[Example], bodies: list[bytes], plan: HttpPlan, runtime: RuntimeReference, round_no: int
+) -> tuple[Phase, list[float]]:
+    """HTTP c=1 and the runtime's one-example ``predict`` in alternating slices over the same dialogues:
+    the c=1 phase over all its slices, and the runtime's latencies (seconds)."""
+    recorder = PhaseRecorder()
+    singles: list[float] = []
+    slices = max(1, plan.c1_slices)
+    for _ in range(slices):
+        first = len(singles)
+        singles += runtime.singles(examples, duration_s=plan.runtime_duration_s / slices, first=first)
+        await closed_loop(
+            url,
+            "/v1/classify",
+            bodies,
+            name="classify",
+            concurrency=1,
+            duration_s=plan.duration_s / slices,
+            max_requests=plan.max_requests,
+            client=plan.client,
+            backoff_on_429_s=RETRY_AFTER_S,
+            round_no=round_no,
+            recorder=recorder,
+            first_body=first,
+        )
+    return recorder.phase("classify", 1, round_no=round_no), singles
 
 
 async def run_overload(server: Server, bodies: list[bytes], plan: HttpPlan, capacity: int) -> dict[str, Any]:
@@ -340,6 +389,12 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         default=3,
         help="rounds of runtime reference and classify phases in turns; targets from the per-round figures' median",
     )
+    p.add_argument(
+        "--c1-slices",
+        type=int,
+        default=8,
+        help="within a round, runtime singles and HTTP c=1 alternate in this many slices of the two durations",
+    )
     p.add_argument("--runtime-batch", type=int, default=64)
     p.add_argument(
         "--max-batch-tokens",
@@ -409,8 +464,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety bench h
         "plan": asdict(plan),
     }
 
-    if args.rounds < 1:
-        print(f"{prog}: --rounds must be >= 1", file=sys.stderr)
+    if args.rounds < 1 or args.c1_slices < 1:
+        print(f"{prog}: --rounds and --c1-slices must be >= 1", file=sys.stderr)
         return 2
     extra = server_settings(args.server_setting)
     report["server_settings"] = extra

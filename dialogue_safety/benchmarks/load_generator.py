@@ -62,6 +62,40 @@ class Phase:
         return self.status_counts.get("429", 0)
 
 
+class PhaseRecorder:
+    """What one phase's requests got (latencies by outcome, statuses, time spent), possibly over several
+    slices of closed loop (:func:`closed_loop` ``recorder=``), and the :class:`Phase` they make."""
+
+    def __init__(self) -> None:
+        self.ok_latencies: list[float] = []
+        self.rejected_latencies: list[float] = []
+        self.statuses: Counter[str] = Counter()
+        self.elapsed_s = 0.0
+
+    def phase(self, name: str, concurrency: int, items_per_request: int = 1, round_no: int = 0) -> Phase:
+        ok = self.statuses.get("200", 0)
+        total = sum(self.statuses.values())
+        elapsed = self.elapsed_s
+        return Phase(
+            name=name,
+            concurrency=concurrency,
+            items_per_request=items_per_request,
+            round_no=round_no,
+            requests=total,
+            ok=ok,
+            errors=total - ok,
+            status_counts=dict(self.statuses),
+            elapsed_s=round(elapsed, 3),
+            p50_ms=ms(percentile(self.ok_latencies, 50)),
+            p95_ms=ms(percentile(self.ok_latencies, 95)),
+            p99_ms=ms(percentile(self.ok_latencies, 99)),
+            rejected_p50_ms=ms(percentile(self.rejected_latencies, 50)),
+            rejected_p99_ms=ms(percentile(self.rejected_latencies, 99)),
+            throughput_rps=round(ok / elapsed, 2) if elapsed > 0 else 0.0,
+            items_per_s=round(ok * items_per_request / elapsed, 2) if elapsed > 0 else 0.0,
+        )
+
+
 async def closed_loop(
     url: str,
     path: str,
@@ -76,21 +110,24 @@ async def closed_loop(
     client: str = "raw",
     backoff_on_429_s: float = 0.0,
     round_no: int = 0,
+    recorder: PhaseRecorder | None = None,
+    first_body: int = 0,
 ) -> Phase:
     """``concurrency`` workers, each sending its next request when the last one answers, until
     ``duration_s`` has passed or ``max_requests`` were sent (whichever comes first).
     ``backoff_on_429_s``: how long a worker waits after a 429 before its next request (a client
-    honouring the service's ``Retry-After``; 0: at once, as an abusive client would)."""
-    ok_latencies: list[float] = []
-    rejected_latencies: list[float] = []
-    statuses: Counter[str] = Counter()
+    honouring the service's ``Retry-After``; 0: at once, as an abusive client would). ``recorder``:
+    add to what earlier slices of the same phase recorded (the phase returned covers them all);
+    ``first_body``: where in ``bodies`` this slice starts."""
+    rec = recorder if recorder is not None else PhaseRecorder()
+    statuses = rec.statuses
     sent = 0
     deadline = time.perf_counter() + duration_s
 
     async def drive(post: Any, offset: int) -> None:
         nonlocal sent
         while time.perf_counter() < deadline and sent < max_requests:
-            body = bodies[(sent + offset) % len(bodies)]
+            body = bodies[(first_body + sent + offset) % len(bodies)]
             sent += 1
             start = time.perf_counter()
             try:
@@ -100,9 +137,9 @@ async def closed_loop(
             took = time.perf_counter() - start
             statuses[status] += 1
             if status == "200":
-                ok_latencies.append(took)
+                rec.ok_latencies.append(took)
             elif status == "429":
-                rejected_latencies.append(took)
+                rec.rejected_latencies.append(took)
                 if backoff_on_429_s > 0:
                     await asyncio.sleep(min(backoff_on_429_s, max(0.0, deadline - time.perf_counter())))
 
@@ -129,27 +166,8 @@ async def closed_loop(
                 await rc.close()
 
         await asyncio.gather(*(worker(rc, i * 7919) for i, rc in enumerate(clients)))
-    elapsed = time.perf_counter() - started
-    ok = statuses.get("200", 0)
-    total = sum(statuses.values())
-    return Phase(
-        name=name,
-        concurrency=concurrency,
-        items_per_request=items_per_request,
-        round_no=round_no,
-        requests=total,
-        ok=ok,
-        errors=total - ok,
-        status_counts=dict(statuses),
-        elapsed_s=round(elapsed, 3),
-        p50_ms=ms(percentile(ok_latencies, 50)),
-        p95_ms=ms(percentile(ok_latencies, 95)),
-        p99_ms=ms(percentile(ok_latencies, 99)),
-        rejected_p50_ms=ms(percentile(rejected_latencies, 50)),
-        rejected_p99_ms=ms(percentile(rejected_latencies, 99)),
-        throughput_rps=round(ok / elapsed, 2) if elapsed > 0 else 0.0,
-        items_per_s=round(ok * items_per_request / elapsed, 2) if elapsed > 0 else 0.0,
-    )
+    rec.elapsed_s += time.perf_counter() - started
+    return rec.phase(name, concurrency, items_per_request, round_no)
 
 
 def run_async(coro: Any) -> Any:
