@@ -29,9 +29,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import queue
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
 
 from dialogue_safety.core.batch_budget import token_budget_batches
 from dialogue_safety.core.encoding import EncodedExample
@@ -383,23 +385,62 @@ class MicroBatcher:
 
 
 class _InferenceThread:
-    """The one thread inference runs in, off the event loop."""
+    """The one thread inference runs in, off the event loop. A job goes over a queue and its result comes
+    back with one ``call_soon_threadsafe`` (no executor future chained to an asyncio one: the lone request's
+    path is a hand-off each way and nothing more)."""
 
     def __init__(self) -> None:
-        self._pool: ThreadPoolExecutor | None = None
+        self._jobs: queue.SimpleQueue[_Job | None] | None = None
 
     def start(self) -> None:
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="safety-inference")
+        self._jobs = queue.SimpleQueue()
+        threading.Thread(target=_serve_jobs, args=(self._jobs,), name="safety-inference", daemon=True).start()
 
     def stop(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
-        self._pool = None
+        """The thread ends after the job it runs, if any (whose awaiting caller was cancelled first)."""
+        if self._jobs is not None:
+            self._jobs.put(None)
+        self._jobs = None
 
     async def run(
         self, predict: PredictFn, encoded: list[EncodedExample], calls: Sequence[Iterable[int]]
     ) -> tuple[list[Prediction], list[tuple[int, int, float]], float]:
-        return await asyncio.get_running_loop().run_in_executor(self._pool, _predict_calls, predict, encoded, calls)
+        if self._jobs is None:
+            raise RuntimeError("the inference thread is not running")
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[_Result] = loop.create_future()
+        self._jobs.put((loop, future, predict, encoded, calls))
+        return await future
+
+
+_Result = tuple[list[Prediction], list[tuple[int, int, float]], float]
+_Job = tuple[
+    asyncio.AbstractEventLoop, "asyncio.Future[_Result]", PredictFn, list[EncodedExample], Sequence[Iterable[int]]
+]
+
+
+def _serve_jobs(jobs: queue.SimpleQueue[_Job | None]) -> None:
+    """The inference thread: run each job, hand its result (or its error) back to the job's event loop."""
+    while (job := jobs.get()) is not None:
+        loop, future, predict, encoded, calls = job
+        result: _Result | None = None
+        error: BaseException | None = None
+        try:
+            result = _predict_calls(predict, encoded, calls)
+        except BaseException as exc:  # the awaiting batch fails, not this thread
+            error = exc
+        with suppress(RuntimeError):  # the loop closed meanwhile: nobody waits for this job any more
+            loop.call_soon_threadsafe(_settle_job, future, result, error)
+
+
+def _settle_job(future: asyncio.Future[_Result], result: _Result | None, error: BaseException | None) -> None:
+    if future.done():  # cancelled: the batcher stopped while the job ran
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        assert result is not None
+        future.set_result(result)
 
 
 def _calls(encoded: Sequence[EncodedExample], max_batch_tokens: int, max_batch_size: int) -> list[list[int]]:
