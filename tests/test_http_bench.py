@@ -36,7 +36,9 @@ def test_http_benchmark_smoke(
     )
     assert rc == 0
     report = json.loads(out.read_text())
-    printed = capsys.readouterr().out
+    captured = capsys.readouterr()
+    printed = captured.out
+    assert "[bench http] round 2/2: runtime, c=1,4" in captured.err  # progress on stderr, the report on stdout
     assert "| phase | round | concurrency |" in printed and "SYNTHETIC" in report["data"]
     classify = [p for p in report["service"] if p["name"] == "classify"]
     # --smoke measures in two rounds: runtime, then the classify phases, in turns

@@ -34,7 +34,7 @@ import platform
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import suppress
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -258,17 +258,21 @@ def measure_in_turns(
     batch_bodies: list[bytes],
     plan: HttpPlan,
     runtime: RuntimeReference | None,
+    say: Callable[[str], None] = lambda _: None,
 ) -> tuple[list[Phase], list[dict[str, Any]]]:
     """The runtime reference and the service's classify phases in turns, ``plan.rounds`` times (the server
     idles while the runtime runs in this process, and the runtime idles while the server is loaded): a
     machine that speeds up or slows down during the run moves both sides of each round's ratio alike.
     Within a round, the single-dialogue comparison is finer still: ``plan.c1_slices`` slices of runtime
     singles and HTTP c=1 alternate (the machine's speed moves within seconds here). Then the batch phase once."""
+    say(f"warm-up: {plan.warmup_s:g} s at c=8")
     run_async(warm_up(url, bodies, plan))
     phases: list[Phase] = []
     runtime_rounds: list[dict[str, Any]] = []
     for round_no in range(1, plan.rounds + 1):
         levels = list(plan.concurrency)
+        where = ("runtime, " if runtime is not None else "") + "c=" + ",".join(str(c) for c in levels)
+        say(f"round {round_no}/{plan.rounds}: {where}")
         if runtime is not None:
             singles: list[float] = []
             if 1 in levels:
@@ -280,6 +284,7 @@ def measure_in_turns(
             items_per_s = runtime.batched(examples, duration_s=plan.runtime_duration_s, batch=plan.runtime_batch)
             runtime_rounds.append(runtime.report(singles, items_per_s, batch=plan.runtime_batch, round_no=round_no))
         phases += run_async(run_classify_phases(url, bodies, plan, round_no, levels))
+    say(f"batch phase: {plan.batch_concurrency} clients x {plan.batch_items} items")
     phases.append(run_async(run_batch_phase(url, batch_bodies, plan)))
     return phases, runtime_rounds
 
@@ -419,6 +424,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         help="load generator: raw (a lean keep-alive HTTP/1.1 client, default) or httpx.AsyncClient",
     )
     p.add_argument("--smoke", action="store_true", help="every phase for a moment (tests; no targets)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     p.add_argument("--json", type=Path, default=None, help="also write the JSON report here")
     return p
 
@@ -464,6 +470,10 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety bench h
         "plan": asdict(plan),
     }
 
+    def say(msg: str) -> None:
+        if not args.quiet:
+            print(f"[bench http] {msg}", file=sys.stderr, flush=True)
+
     if args.rounds < 1 or args.c1_slices < 1:
         print(f"{prog}: --rounds and --c1-slices must be >= 1", file=sys.stderr)
         return 2
@@ -474,17 +484,20 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety bench h
         language_check = LANGUAGE_CHECK
         if "language_check" in extra:  # the measured server's, parsed as its settings parse it
             language_check = TypeAdapter(bool).validate_python(extra["language_check"])
+        say("loading the runtime reference")
         runtime = RuntimeReference(
             model_dir, variant=args.variant, max_batch_tokens=args.max_batch_tokens, language_check=language_check
         )
     port = free_port()
+    say("starting the service (dialogue-safety serve, warm-up included)")
     with running_server(
         service_cmd(model_dir, port, args.variant),
         service_env(**extra, max_batch_tokens=args.max_batch_tokens),
         port,
         start_timeout_s=plan.start_timeout_s,
     ) as server:
-        phases, runtime_rounds = measure_in_turns(server.url, examples, bodies, batch_bodies, plan, runtime)
+        say(f"service ready at {server.url}; {plan.rounds} rounds")
+        phases, runtime_rounds = measure_in_turns(server.url, examples, bodies, batch_bodies, plan, runtime, say)
         report["service"] = [asdict(ph) for ph in phases]
         report["service_rss_mib"] = mib(server.rss())
     if runtime_rounds:
@@ -493,6 +506,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety bench h
     del runtime  # its session's memory is not needed by the phases below
 
     if not args.no_overload:
+        say(f"overload phase: a second server with a queue of {plan.overload_queue}")
         port = free_port()
         batch_size = max(1, plan.overload_queue)
         env = service_env(
@@ -508,6 +522,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety bench h
             report["overload"] = run_async(run_overload(server, bodies, plan, plan.overload_queue + batch_size))
 
     if args.naive_checkpoint is not None:
+        say(f"naive baseline: transformers pipeline at c={plan.naive_concurrency}")
         port = free_port()
         cmd = [
             sys.executable,
