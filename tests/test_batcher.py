@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -523,6 +524,83 @@ def test_a_lone_short_request_to_an_idle_batcher_is_encoded_on_the_loop_when_ask
     assert where["1"] == loop_thread and where["4"] == loop_thread, threads
     for ident in ("9", "2", "3", "5"):
         assert where[ident].startswith("safety-encode"), threads
+
+
+@pytest.mark.parametrize("raised", [StopIteration, asyncio.CancelledError])
+def test_predict_raising_what_a_future_cannot_hold_fails_that_batch_only(raised: type[BaseException]) -> None:
+    """StopIteration cannot be set on a future and CancelledError would end the batcher's loop: either
+    raised by predict fails its batch (InferenceFailed) and the next request is answered."""
+    model = FakeModel()
+    calls = 0
+
+    def predict(encoded: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise raised
+        return model.predict(encoded)
+
+    async def main() -> list[str]:
+        b = batcher(model.encode, predict)
+        await b.start()
+        outcomes = []
+        try:
+            for ident in (1, 2):
+                try:
+                    await asyncio.wait_for(b.submit([item(ident)]), GUARD_S)
+                    outcomes.append("answered")
+                except InferenceFailed:
+                    outcomes.append("failed")
+        finally:
+            await b.stop()
+        return outcomes
+
+    assert asyncio.run(main()) == ["failed", "answered"]
+
+
+def test_a_batcher_dropped_without_stop_ends_its_inference_thread() -> None:
+    def alive() -> int:
+        return sum(t.name == "safety-inference" for t in threading.enumerate())
+
+    before = alive()
+
+    async def main() -> None:
+        model = FakeModel()
+        for _ in range(5):
+            b = batcher(model.encode, model.predict)
+            await b.start()
+            await b.submit([item(1)])
+            assert b._task is not None
+            b._task.cancel()  # never stopped: only dropped
+            await asyncio.gather(b._task, return_exceptions=True)
+            del b
+
+    asyncio.run(main())
+    gc.collect()
+    deadline = time.monotonic() + GUARD_S
+    while alive() > before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert alive() == before
+
+
+def test_inline_lone_chars_zero_never_encodes_on_the_loop() -> None:
+    model = FakeModel()
+    threads: list[str] = []
+
+    def encode(examples: Any) -> Any:
+        threads.append(threading.current_thread().name)
+        return model.encode([item(1) for _ in examples])
+
+    async def main() -> None:
+        b = batcher(encode, model.predict)  # inline_lone_chars: 0
+        await b.start()
+        try:
+            await b.submit([Example(utterance="")])  # 0 characters: still not inline
+        finally:
+            await b.stop()
+
+    asyncio.run(main())
+    assert threads and threads[0].startswith("safety-encode"), threads
 
 
 def test_admission_refuses_what_would_wait_longer_than_max_queue_wait() -> None:

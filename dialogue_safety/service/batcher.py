@@ -32,8 +32,10 @@ import logging
 import queue
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import suppress
+from typing import Any
 
 from dialogue_safety.core.batch_budget import token_budget_batches
 from dialogue_safety.core.encoding import EncodedExample
@@ -257,7 +259,7 @@ class MicroBatcher:
         """One short example and an idle batcher (no batch running, nothing queued or being encoded):
         encoding it here costs less than the hop to the encoding thread and back, and no other request
         is waiting for the loop meanwhile (``inline_lone_chars``)."""
-        if len(examples) != 1 or self._running_batch or self._encoding or self.depth:
+        if not self.inline_lone_chars or len(examples) != 1 or self._running_batch or self._encoding or self.depth:
             return False
         example = examples[0]
         chars = len(example.utterance) + sum(len(turn.text) for turn in example.history)
@@ -391,16 +393,19 @@ class _InferenceThread:
 
     def __init__(self) -> None:
         self._jobs: queue.SimpleQueue[_Job | None] | None = None
+        self._end: weakref.finalize[..., Any] | None = None
 
     def start(self) -> None:
-        self._jobs = queue.SimpleQueue()
-        threading.Thread(target=_serve_jobs, args=(self._jobs,), name="safety-inference", daemon=True).start()
+        jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._jobs = jobs
+        threading.Thread(target=_serve_jobs, args=(jobs,), name="safety-inference", daemon=True).start()
+        self._end = weakref.finalize(self, jobs.put, None)  # a batcher dropped without stop() ends its thread too
 
     def stop(self) -> None:
         """The thread ends after the job it runs, if any (whose awaiting caller was cancelled first)."""
-        if self._jobs is not None:
-            self._jobs.put(None)
-        self._jobs = None
+        if self._end is not None:
+            self._end()  # puts the end of the jobs once
+        self._jobs = self._end = None
 
     async def run(
         self, predict: PredictFn, encoded: list[EncodedExample], calls: Sequence[Iterable[int]]
@@ -427,6 +432,8 @@ def _serve_jobs(jobs: queue.SimpleQueue[_Job | None]) -> None:
         error: BaseException | None = None
         try:
             result = _predict_calls(predict, encoded, calls)
+        except (StopIteration, asyncio.CancelledError) as exc:  # neither may be set on a future as a failure
+            error = RuntimeError(f"inference raised {type(exc).__name__}")
         except BaseException as exc:  # the awaiting batch fails, not this thread
             error = exc
         with suppress(RuntimeError):  # the loop closed meanwhile: nobody waits for this job any more
