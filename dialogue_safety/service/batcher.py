@@ -386,6 +386,13 @@ class MicroBatcher:
         return _shutting_down(self.retry_after_s)
 
 
+# one batch's predictions, (items, padded tokens, seconds) of each call, and when the last call ended
+_Result = tuple[list[Prediction], list[tuple[int, int, float]], float]
+_Job = tuple[
+    asyncio.AbstractEventLoop, "asyncio.Future[_Result]", PredictFn, list[EncodedExample], Sequence[Iterable[int]]
+]
+
+
 class _InferenceThread:
     """The one thread inference runs in, off the event loop. A job goes over a queue and its result comes
     back with one ``call_soon_threadsafe`` (no executor future chained to an asyncio one: the lone request's
@@ -407,21 +414,13 @@ class _InferenceThread:
             self._end()  # puts the end of the jobs once
         self._jobs = self._end = None
 
-    async def run(
-        self, predict: PredictFn, encoded: list[EncodedExample], calls: Sequence[Iterable[int]]
-    ) -> tuple[list[Prediction], list[tuple[int, int, float]], float]:
+    async def run(self, predict: PredictFn, encoded: list[EncodedExample], calls: Sequence[Iterable[int]]) -> _Result:
         if self._jobs is None:
             raise RuntimeError("the inference thread is not running")
         loop = asyncio.get_running_loop()
         future: asyncio.Future[_Result] = loop.create_future()
         self._jobs.put((loop, future, predict, encoded, calls))
         return await future
-
-
-_Result = tuple[list[Prediction], list[tuple[int, int, float]], float]
-_Job = tuple[
-    asyncio.AbstractEventLoop, "asyncio.Future[_Result]", PredictFn, list[EncodedExample], Sequence[Iterable[int]]
-]
 
 
 def _serve_jobs(jobs: queue.SimpleQueue[_Job | None]) -> None:
@@ -460,9 +459,7 @@ def _calls(encoded: Sequence[EncodedExample], max_batch_tokens: int, max_batch_s
     return [list(idx) for idx in token_budget_batches(widths, max_batch_tokens, max_batch_size, rows)]
 
 
-def _predict_calls(
-    predict: PredictFn, encoded: list[EncodedExample], calls: Sequence[Iterable[int]]
-) -> tuple[list[Prediction], list[tuple[int, int, float]], float]:
+def _predict_calls(predict: PredictFn, encoded: list[EncodedExample], calls: Sequence[Iterable[int]]) -> _Result:
     """Run the inference calls of one batch (in the inference thread): predictions in the batch's
     order, (items, padded tokens, seconds) of each call, and when the last call ended."""
     predictions: list[Prediction | None] = [None] * len(encoded)
