@@ -1,7 +1,8 @@
 """``dialogue-safety bench runtime``: how fast the classifier runs, per engine, on this machine.
 
-Engines: torch eager (when a checkpoint is known), onnxruntime fp32, optimized and int8 on CPU,
-and fp16 on CUDA when onnxruntime-gpu and a GPU are present. For each engine:
+Engines: torch eager and the naive exports of the checkpoint (``--checkpoint``, the card's source checkpoint,
+or one rebuilt from the model directory's weights: :mod:`dialogue_safety.export.weights_back`), onnxruntime
+fp32, optimized and int8 on CPU, and fp16 on CUDA when onnxruntime-gpu and a GPU are present. For each engine:
 
 * **single**: p50/p99 latency of ``predict([dialogue])`` over real dialogues, tokenisation
   included (what one chatbot turn costs), plus the model-only p50;
@@ -185,6 +186,8 @@ class TorchEngine(RowsEngine):
 
 
 NAIVE_ENGINES = ("naive-fp32", "naive-int8")
+#: a checkpoint rebuilt from the model directory's weights carries this file (the report says so)
+REBUILT_MARK = ".rebuilt-from-model-dir"
 UNCHECKED_INT8 = "int8-unchecked"  # what the int8 check costs: the int8 graph answering alone
 
 
@@ -503,6 +506,19 @@ def _source_checkpoint(model_dir: Path) -> Path | None:
     return Path(source) if source and is_checkpoint(source) else None
 
 
+def _rebuilt_checkpoint(model_dir: Path, out: Path) -> Path | None:
+    """The checkpoint rebuilt from the model directory's own weights (the shipped directory has none):
+    what the naive exports and torch eager start from (:mod:`dialogue_safety.export.weights_back`); None
+    without torch (the report then says the naive exports were skipped)."""
+    try:
+        from dialogue_safety.export.weights_back import checkpoint_from_model_dir
+    except ImportError:
+        return None
+    checkpoint_from_model_dir(model_dir, out)
+    (out / REBUILT_MARK).touch()
+    return out
+
+
 @contextlib.contextmanager
 def subject_for(args: argparse.Namespace, variant_names: Sequence[str]) -> Iterator[Subject]:
     """Resolve --model / --checkpoint / --geometry (/ --smoke) to a model directory, exporting if needed."""
@@ -512,7 +528,10 @@ def subject_for(args: argparse.Namespace, variant_names: Sequence[str]) -> Itera
             ckpt = _random_checkpoint(args.geometry, tmp / "checkpoint")
             yield Subject(_export(ckpt, tmp / "model", variant_names), ckpt, f"random:{args.geometry} (random weights)")
         elif args.model is not None:
-            yield Subject(args.model, args.checkpoint or _source_checkpoint(args.model), str(args.model))
+            checkpoint = args.checkpoint or _source_checkpoint(args.model)
+            if checkpoint is None and set(variant_names) & {"torch", *NAIVE_ENGINES}:
+                checkpoint = _rebuilt_checkpoint(args.model, tmp / "checkpoint")
+            yield Subject(args.model, checkpoint, str(args.model))
         elif args.checkpoint is not None:
             yield Subject(_export(args.checkpoint, tmp / "model", variant_names), args.checkpoint, str(args.checkpoint))
         elif args.smoke:
@@ -521,7 +540,11 @@ def subject_for(args: argparse.Namespace, variant_names: Sequence[str]) -> Itera
         else:
             from dialogue_safety.core.model_dir import default_model_dir
 
-            yield Subject(default_model_dir(), None, str(default_model_dir()))
+            model_dir = default_model_dir()
+            checkpoint = _source_checkpoint(model_dir)
+            if checkpoint is None and set(variant_names) & {"torch", *NAIVE_ENGINES}:
+                checkpoint = _rebuilt_checkpoint(model_dir, tmp / "checkpoint")
+            yield Subject(model_dir, checkpoint, str(model_dir))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -623,9 +646,18 @@ def run(
             "fraction_of_avx2_fma_peak: cores x nominal clock x 32",
         }
     if "torch" in variant_names and subject.checkpoint is None:
-        report["notes"].append("torch eager skipped: no checkpoint (pass --checkpoint DIR)")
+        report["notes"].append(
+            "torch eager skipped: no checkpoint (pass --checkpoint DIR, or --model DIR to rebuild one)"
+        )
     if set(NAIVE_ENGINES) & set(variant_names) and subject.checkpoint is None:
-        report["notes"].append("naive exports skipped: no checkpoint (pass --checkpoint DIR)")
+        report["notes"].append(
+            "naive exports skipped: no checkpoint (pass --checkpoint DIR, or --model DIR to rebuild one)"
+        )
+    if subject.checkpoint is not None and (subject.checkpoint / REBUILT_MARK).exists():
+        report["notes"].append(
+            "torch eager and the naive exports start from a checkpoint rebuilt from the model directory's own "
+            "weights (as served; pass --checkpoint DIR for the original)"
+        )
     if "fp16" in variant_names and not cuda_available():
         report["notes"].append("fp16 skipped: needs onnxruntime-gpu and a CUDA device")
     if data_note.startswith("SYNTHETIC"):
@@ -863,9 +895,10 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         "--variants",
         default="torch,naive-fp32,naive-int8,fp32,optimized,int8,int8-unchecked,fp16",
         help="engines (default: %(default)s); torch (eager), naive-fp32/naive-int8: torch.onnx.export and "
-        "onnxruntime's quantize_dynamic with their defaults, of the model's checkpoint (--checkpoint, or the card's "
-        "source checkpoint when it exists); int8-unchecked: the int8 graph without the card's fp32 check of the "
-        "dialogues it scores near the threshold (what the check costs)",
+        "onnxruntime's quantize_dynamic with their defaults, of the model's checkpoint (--checkpoint, the card's "
+        "source checkpoint when it exists, else one rebuilt from the model directory's weights); "
+        "int8-unchecked: the int8 graph without the card's fp32 check of the dialogues it scores near the "
+        "threshold (what the check costs)",
     )
     p.add_argument("--data-dir", default=None, help="data directory with the DiaSafety and ConvAbuse test splits")
     p.add_argument("--examples", type=int, default=None, help="dialogues in the realistic set at most")
