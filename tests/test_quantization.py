@@ -127,10 +127,11 @@ def test_export_writes_the_calibration_set_and_the_int8_choice(exported: onnx_ex
         and selection["candidates"][name]["batch_dependence"]["steady"]
     ]
     assert selection["passed"] == bool(passed) and selection["fp32_seconds"] > 0
-    if passed:  # the first (in order) within COST_MARGIN of the cheapest to serve: int8 + fp32 for the checked share
+    assert selection["candidates"]["all"]["portable"] and not selection["candidates"]["static"]["portable"]
+    if passed:  # by the served cost (int8 + fp32 for the checked share) and portability: choose_candidate
         cost = {n: selection["candidates"][n]["served_seconds"] for n in passed}
-        cheapest = min(cost.values())
-        assert selection["chosen"] == next(n for n in passed if cost[n] <= cheapest * (1 + quantization.COST_MARGIN))
+        portable = {n: selection["candidates"][n]["portable"] for n in passed}
+        assert selection["chosen"] == quantization.choose_candidate(cost, portable)
         entry = selection["candidates"][selection["chosen"]]
         assert cost[selection["chosen"]] == pytest.approx(
             served_seconds(entry["seconds"], entry["check"]["checked_fraction"], selection["fp32_seconds"]),
@@ -230,14 +231,41 @@ def test_nbits8_is_blockwise_int8_on_the_optimized_graph(exported: onnx_export.E
     assert np.max(np.abs(int8 - fp32)) < 0.05
 
 
+def test_the_choice_prefers_the_cheapest_then_a_portable_recipe_unless_8_bit_is_clearly_cheaper() -> None:
+    choose = quantization.choose_candidate
+    margin, portable_margin = quantization.COST_MARGIN, quantization.PORTABLE_MARGIN
+    assert margin < portable_margin
+    # among recipes alike, the first within COST_MARGIN of the cheapest
+    assert choose({"a": 1.0, "b": 1.0 - margin / 2}, {"a": False, "b": False}) == "a"
+    assert choose({"a": 1.0, "b": 1.0 - 2 * margin}, {"a": False, "b": False}) == "b"
+    # a portable recipe (the same on every CPU) stays unless an 8-bit one is PORTABLE_MARGIN cheaper
+    seven = {"eight": False, "seven": True}
+    assert choose({"eight": 1.0, "seven": 1.0 + portable_margin / 2}, seven) == "seven"
+    assert choose({"eight": 1.0, "seven": 1.0 / (1 - portable_margin) + 0.01}, seven) == "eight"
+    assert choose({"eight": 1.0}, {"eight": False}) == "eight"  # no portable one passed
+    # the cheapest of several portable ones (COST_MARGIN among them too), order kept for near ties
+    three = {"eight": False, "p1": True, "p2": True}
+    assert choose({"eight": 1.0, "p1": 1.05, "p2": 1.06}, three) == "p1"
+    assert choose({"eight": 1.0, "p1": 1.3, "p2": 1.05}, three) == "p2"
+    # the 7-bit preset is portable, its 8-bit twin is not (runtime.portable_int8 owns the rule)
+    from dialogue_safety.core.runtime import portable_int8
+
+    assert portable_int8(variants.INT8_PRESETS["static-split-lean-7bit"])
+    assert not portable_int8(variants.INT8_PRESETS["static-split-lean"])
+    assert "static-split-lean-7bit" in variants.INT8_CANDIDATES
+
+
 def test_8_bit_int8_recipes_fall_back_to_an_exact_variant_on_x86_without_vnni() -> None:
     from dialogue_safety.core.runtime import exact_cpu_fallback, int8_supported
 
-    for preset in ("dynamic", "nbits8", "static", "vnni"):
+    for preset in ("dynamic", "nbits8", "static", "vnni", "static-split-lean"):
         card = ModelCard(name="m", version="0", export={"recipes": {"int8": dict(variants.INT8_PRESETS[preset])}})
         assert int8_supported(card, "flags\t: fpu sse2 avx2 fma")[0] is False, preset  # AVX2 only: can saturate
         assert int8_supported(card, "flags\t: fpu avx2 avx512f avx512_vnni")[0] is True, preset
         assert int8_supported(card, "Features\t: fp asimd asimddp")[0] is True, preset  # ARM: exact int8 kernels
+    for preset in ("all", "attention", "static-split-lean-7bit"):  # 7-bit weights: served everywhere
+        card = ModelCard(name="m", version="0", export={"recipes": {"int8": dict(variants.INT8_PRESETS[preset])}})
+        assert int8_supported(card, "flags\t: fpu sse2 avx2 fma")[0] is True, preset
     # the fallback is the faster of the two fp32-exact variants in the export's timings
     card = ModelCard(name="m", version="0", export={"comparison": {"seconds": {"fp32": 5.0, "optimized": 6.0}}})
     assert exact_cpu_fallback(card) == "fp32"
@@ -619,7 +647,8 @@ def _qdq_linear(weight_axis: int = 1, bias_through_identity: bool = False, subgr
     initializers = [
         numpy_helper.from_array(np.array(0.01, np.float32), "xs"),
         numpy_helper.from_array(np.array(128, np.uint8), "xz"),
-        numpy_helper.from_array(rng.integers(-127, 127, (4, 4)).astype(np.int8), "wq"),
+        # 7-bit weights: the integer kernels are exact on every CPU (8-bit ones saturate on x86 without VNNI)
+        numpy_helper.from_array(rng.integers(-64, 65, (4, 4)).astype(np.int8), "wq"),
         numpy_helper.from_array(rng.uniform(0.001, 0.1, 4).astype(np.float32), "ws"),
         numpy_helper.from_array(np.zeros(4, np.int8), "wz"),
         numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "bias"),
@@ -685,3 +714,46 @@ def test_the_scores_transpose_does_not_trust_a_stale_shape_annotation() -> None:
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     assert scores_transpose(model) == 0
+
+
+def _integer_matmul_error(weight_max: int, seed: int = 0) -> float:
+    """Max |error| of onnxruntime's MatMulIntegerToFloat on this CPU against exact integer arithmetic, for uint8
+    activations over their whole range and int8 weights within ±weight_max (the extremes included)."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    k, n = 384, 256
+    a = rng.integers(0, 256, size=(64, k)).astype(np.uint8)
+    a[0] = 255  # a row of the largest activations against a column of the largest weights
+    b = rng.integers(-weight_max, weight_max + 1, size=(k, n)).astype(np.int8)
+    b[:, 0] = weight_max
+    inits = [
+        numpy_helper.from_array(b, "b"),
+        numpy_helper.from_array(np.array(0.05, np.float32), "a_scale"),
+        numpy_helper.from_array(np.full(n, 0.01, np.float32), "b_scale"),
+        numpy_helper.from_array(np.array(128, np.uint8), "a_zero"),
+    ]
+    node = helper.make_node(
+        "MatMulIntegerToFloat", ["a", "b", "a_scale", "b_scale", "a_zero"], ["y"], domain=variants.graphs.MS_DOMAIN
+    )
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("a", TensorProto.UINT8, [None, k])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid(variants.graphs.MS_DOMAIN, 1)]
+    session = ort.InferenceSession(helper.make_model(graph, opset_imports=opsets).SerializeToString())
+    got = session.run(None, {"a": a})[0]
+    exact = ((a.astype(np.int64) - 128) @ b.astype(np.int64)) * 0.05 * 0.01
+    return float(np.abs(got - exact).max())
+
+
+def test_7_bit_integer_products_are_exact_on_this_cpu_and_8_bit_ones_where_the_runtime_serves_them() -> None:
+    from dialogue_safety.core.runtime import cpu_has_vnni
+
+    assert _integer_matmul_error(64) < 1e-3  # what a portable (7-bit) recipe relies on, on every CPU
+    if cpu_has_vnni() is not False:  # VNNI (or not x86): 8-bit weights are served, so they must be exact here
+        assert _integer_matmul_error(127) < 1e-3

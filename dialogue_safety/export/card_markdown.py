@@ -6,6 +6,7 @@ from typing import Any
 
 from dialogue_safety.core.model_card import ModelCard
 from dialogue_safety.core.model_dir import ARTIFACT_FILE, CARD_FILE, CARD_MARKDOWN_FILE
+from dialogue_safety.export.quantization import PORTABLE_MARGIN
 
 
 def _fmt(value: Any) -> str:
@@ -248,6 +249,10 @@ def int8_candidate_verdict(entry: dict[str, Any], *, chosen: bool = False, stron
     if "error" in entry:
         return f"cannot be derived here: {entry['error']}"
     verdict = str(entry["gate"]["why"])
+    if "portable" in entry:
+        verdict = (
+            "7-bit weights, served on every CPU; " if entry["portable"] else "8-bit weights, VNNI or ARM; "
+        ) + verdict
     check = entry.get("check") or {}
     if check.get("band"):
         verdict += (
@@ -310,6 +315,17 @@ def _int8_selection_section(export: dict[str, Any]) -> list[str]:
         f"- int8 recipe: **{selection['chosen']}**"
         + ("" if selection.get("passed") else " (none passed on validation: int8 is not the CPU default)")
     )
+    if any("portable" in entry for entry in candidates.values()):
+        lines.append(
+            "- of the candidates that pass, the cheapest to serve; a portable one (7-bit weights) unless an 8-bit one "
+            f"is at least {100 * PORTABLE_MARGIN:g} % cheaper: 8-bit weights saturate on x86 CPUs without VNNI, "
+            "where fp32 is served instead"
+            + (
+                ""
+                if selection.get("export_cpu_vnni") is not False
+                else " (this export ran on such a CPU: its 8-bit candidates were judged as they compute there)"
+            )
+        )
     verify = export.get("int8_verify")
     if verify:
         lines.append(

@@ -30,6 +30,7 @@ from dialogue_safety.core import variants
 from dialogue_safety.core.encoding import DialogueEncoder
 from dialogue_safety.core.model_card import ModelCard
 from dialogue_safety.core.model_dir import CALIBRATION_FILE
+from dialogue_safety.core.runtime import cpu_has_vnni, portable_int8
 from dialogue_safety.core.schema import LabelledExample
 from dialogue_safety.core.scoring import near_thresholds
 from dialogue_safety.core.variants.calibration import save_calibration
@@ -187,6 +188,28 @@ TIMING_PASSES = 2
 COST_MARGIN = 0.05
 
 
+#: a portable candidate (7-bit weights: the same on every CPU, :func:`dialogue_safety.core.runtime.portable_int8`) is
+#: kept unless an 8-bit one is at least this much cheaper to serve: an 8-bit recipe serves only on CPUs with VNNI (x86)
+#: or ARM, and elsewhere the runtime serves fp32 instead, about twice as slow (0.4.0 on validation, VNNI: 7-bit
+#: static-split-lean needs a 0.04 band, 3.5 % checked, ~3 % dearer than 8-bit's 0.02; without VNNI: int8 or fp32)
+PORTABLE_MARGIN = 0.10
+
+
+def choose_candidate(cost: Mapping[str, float], portable: Mapping[str, bool]) -> str:
+    """Of the passing candidates (``cost``: served seconds, in the order of preference), the first within
+    :data:`COST_MARGIN` of the cheapest; then a portable one instead of an 8-bit one unless the 8-bit one is at least
+    :data:`PORTABLE_MARGIN` cheaper (the first portable one within :data:`COST_MARGIN` of the cheapest portable)."""
+    cheapest = min(cost.values())
+    chosen = next(n for n in cost if cost[n] <= cheapest * (1 + COST_MARGIN))
+    if portable.get(chosen):
+        return chosen
+    kept = {n: c for n, c in cost.items() if portable.get(n)}
+    if not kept:
+        return chosen
+    best = next(n for n in kept if kept[n] <= min(kept.values()) * (1 + COST_MARGIN))
+    return best if cost[chosen] > kept[best] * (1 - PORTABLE_MARGIN) else chosen
+
+
 def served_seconds(int8_seconds: float, checked_fraction: float, fp32_seconds: float) -> float:
     """What serving a candidate costs on the validation dialogues: int8 scores every dialogue, and the
     fp32 check scores the ``checked_fraction`` near a threshold again."""
@@ -227,6 +250,8 @@ def select_int8_recipe(
         record["note"] = "no validation data: the first candidate was taken unjudged"
         return record
     record["splits"] = {name: len(examples) for name, examples in held_out.items()}
+    # 8-bit candidates are judged as this CPU computes them: saturating u8*s8 pairs on x86 without VNNI
+    record["export_cpu_vnni"] = cpu_has_vnni()
     gold = gold_labels(held_out)
     reference, threshold, fp32_seconds = score_variants(model_dir, held_out, ["fp32"], passes=TIMING_PASSES)
     record["fp32_seconds"] = fp32_seconds["fp32"]
@@ -250,6 +275,7 @@ def select_int8_recipe(
             "check": check,
             "batch_dependence": batch,
             "seconds": seconds.get("int8"),
+            "portable": portable_int8(candidates[name]),
         }
         if check["band"] is not None:
             served = served_seconds(seconds["int8"], check["checked_fraction"], record["fp32_seconds"])
@@ -271,9 +297,8 @@ def select_int8_recipe(
         if "error" not in record["candidates"].get(names[0], {}):
             variants.ensure_variant(model_dir, "int8", card, force=True)
         return record
-    cost = {n: float(record["candidates"][n].get("served_seconds", float("inf"))) for n in passing}
-    cheapest = min(cost.values())
-    chosen = next(n for n in passing if cost[n] <= cheapest * (1 + COST_MARGIN))  # passing keeps the order
+    cost = {n: float(record["candidates"][n].get("served_seconds", float("inf"))) for n in passing}  # in order
+    chosen = choose_candidate(cost, {n: record["candidates"][n]["portable"] for n in passing})
     band = record["candidates"][chosen]["check"]["band"]
     recipes["int8"] = dict(candidates[chosen])
     if band > 0:

@@ -142,6 +142,9 @@ INT8_PRESETS.update(
         "static": dict(_STATIC),
         "static-split": dict(_STATIC_SPLIT),
         "static-split-lean": dict(_STATIC_SPLIT_LEAN),
+        # the same with 7-bit weights: u8 x s7 products cannot saturate AVX2's 16-bit pairs, so it computes the
+        # same on x86 CPUs without VNNI (and on ARM) as where it was validated (runtime.int8_supported)
+        "static-split-lean-7bit": {**_STATIC_SPLIT_LEAN, "reduce_range": True},
         "static-percentile": {**_STATIC, "calibrate_method": "Percentile", "percentile": 99.999},
         "static-entropy": {**_STATIC, "calibrate_method": "Entropy"},
         # the most sensitive inputs (measured: docs/runtime.md): the GELU outputs that feed the
@@ -198,7 +201,9 @@ def needs_calibration(recipe: Mapping[str, Any]) -> bool:
 #: verdicts with a narrower band (its largest score error is about half of static's), static checks more
 #: dialogues with fp32. The Percentile/Entropy presets are left out: their histogram calibration holds every
 #: activation of the padded calibration rows in memory (~12 GB for MiniLM-L6).
-INT8_CANDIDATES: tuple[str, ...] = ("dynamic", "static-split-lean", "static", "nbits8")
+#: static-split-lean-7bit is the portable one (7-bit weights: the same on x86 without VNNI, where an 8-bit recipe is
+#: not served): preferred unless an 8-bit candidate is clearly cheaper (export.quantization.PORTABLE_MARGIN).
+INT8_CANDIDATES: tuple[str, ...] = ("dynamic", "static-split-lean", "static-split-lean-7bit", "static", "nbits8")
 
 # How each variant is made from its source. ``from`` names another variant or "artifact".
 # The card's export.recipes (written by `dialogue-safety export`) overrides these, so what the
