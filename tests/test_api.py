@@ -591,6 +591,11 @@ def test_unset_the_queue_wait_bound_follows_the_machine_and_polite_clients_at_ca
             t.start()
         for t in clients:
             t.join(60)
+        after = c.get("/v1/model").json()["serving"]  # the bound follows the speed batches ran at
+    assert after["full_batch_now_ms"] is not None
+    assert after["max_queue_wait_ms"] == pytest.approx(
+        max(serving["max_queue_wait_ms"], 3 * after["full_batch_now_ms"]), abs=0.2
+    )
     assert measured > 0
     assert serving["max_queue_wait_source"] == "measured"
     assert 400 <= serving["full_batch_ms"] < 2000  # 64 x 8 ms, and scheduling

@@ -710,6 +710,27 @@ def test_the_wait_limit_leaves_room_for_this_batch_its_recent_slowness_and_the_l
     assert est.wait_limit_s(10.0) == 0.5  # at least half: fresh items always run
 
 
+def test_a_bound_derived_from_the_machine_follows_the_speed_batches_run_at_never_under_warm_up() -> None:
+    from dialogue_safety.service.latency import QUEUE_WAIT_BATCHES
+
+    derived = LatencyEstimator(max_batch_size=8, max_queue_wait_s=1.0, follow_machine=True)
+    derived.learn_batch(items=8, padded=100, elapsed=0.2, predicted=None)  # as fast as warm-up said: unchanged
+    assert derived.max_queue_wait_s == 1.0
+    for _ in range(30):  # under load a full batch takes 0.5 s: the bound becomes three of them
+        derived.learn_batch(items=8, padded=100, elapsed=0.5, predicted=None)
+    assert derived.max_queue_wait_s == pytest.approx(QUEUE_WAIT_BATCHES * 0.5, rel=0.01)
+    derived.learn_batch(items=4, padded=50, elapsed=0.25, predicted=None)  # half full: scaled to a full batch
+    assert derived.full_batch_s == pytest.approx(0.5, rel=0.01)
+    assert derived.latency_bound_s == pytest.approx(derived.max_queue_wait_s + derived.batch_s)
+    for _ in range(60):  # the load goes: back to the warm-up's bound, not under it
+        derived.learn_batch(items=8, padded=100, elapsed=0.05, predicted=None)
+    assert derived.max_queue_wait_s == 1.0
+    fixed = LatencyEstimator(max_batch_size=8, max_queue_wait_s=1.0)  # SAFETY_MAX_QUEUE_WAIT_MS: never moves
+    for _ in range(30):
+        fixed.learn_batch(items=8, padded=100, elapsed=0.5, predicted=None)
+    assert fixed.max_queue_wait_s == 1.0
+
+
 def test_a_stall_is_forgotten_and_the_slowness_factor_is_capped() -> None:
     est = LatencyEstimator(max_batch_size=8, max_queue_wait_s=1.0)
     now = time.perf_counter()

@@ -81,9 +81,7 @@ def test_a_card_without_geometry_is_refused(shipped: Path, tmp_path: Path) -> No
         checkpoint_from_model_dir(broken, tmp_path / "ckpt")
 
 
-def test_bench_runtime_rebuilds_the_checkpoint_when_only_the_model_dir_is_there(
-    shipped: Path, tmp_path: Path
-) -> None:
+def test_bench_runtime_rebuilds_the_checkpoint_when_only_the_model_dir_is_there(shipped: Path, tmp_path: Path) -> None:
     model_dir = tmp_path / "model"  # the card's source checkpoint does not exist on this machine
     shutil.copytree(shipped, model_dir)
     card = json.loads((model_dir / "model_card.json").read_text())

@@ -500,6 +500,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety bench h
         phases, runtime_rounds = measure_in_turns(server.url, examples, bodies, batch_bodies, plan, runtime, say)
         report["service"] = [asdict(ph) for ph in phases]
         report["service_rss_mib"] = mib(server.rss())
+        report["serving"] = _serving(server.url)  # the queue-wait bound in force after the load, and its source
     if runtime_rounds:
         report["runtime_rounds"] = runtime_rounds
         report["runtime"] = runtime_summary(runtime_rounds)
@@ -585,6 +586,17 @@ def _per_round(report: dict[str, Any], concurrency: int) -> list[tuple[dict[str,
         for ph in report.get("service", [])
         if ph["name"] == "classify" and ph["concurrency"] == concurrency and ph["round_no"] in runtime
     ]
+
+
+def _serving(url: str) -> dict[str, Any] | None:
+    """The served model's ``serving`` section of ``GET /v1/model`` (None when it cannot be read)."""
+    try:
+        answer = httpx.get(f"{url}/v1/model", timeout=10.0)
+        answer.raise_for_status()
+        serving = answer.json().get("serving")
+    except (httpx.HTTPError, ValueError):
+        return None
+    return serving if isinstance(serving, dict) else None
 
 
 def _median_target(values: list[float], limit: float, *, at_most: bool, digits: int = 3) -> dict[str, Any]:

@@ -550,6 +550,8 @@ def _build_router(state: ServiceState) -> APIRouter:
             # where the bound comes from: the setting, or (unset) full batches as measured at warm-up
             "max_queue_wait_source": "setting" if state.settings.max_queue_wait_ms is not None else "measured",
             "full_batch_ms": _ms_or_none(served.full_batch_s),
+            # a full batch at the speed batches run now (a derived bound keeps at least three of them)
+            "full_batch_now_ms": _ms_or_none(batcher.estimator.full_batch_s),
             "latency_bound_ms": _ms_or_none(batcher.estimator.latency_bound_s),
             # int8 answers alone unless a check band is set: then dialogues it scores this near a threshold
             # are scored again with fp32 (checked_items since this model was loaded)

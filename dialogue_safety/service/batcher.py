@@ -78,7 +78,8 @@ class Announcement:
 class MicroBatcher:
     """Merge submissions into batches for ``predict`` (one inference call: one prediction per item, in
     order). ``settings``: batch size and tokens, wait for company, queue size, Retry-After;
-    ``max_queue_wait_s``: the time bound in force (None: ``queue_size`` only)."""
+    ``max_queue_wait_s``: the time bound in force (None: ``queue_size`` only); ``follow_machine``: it was derived
+    from the machine at warm-up and follows the speed batches run at (never under the warm-up's value)."""
 
     def __init__(
         self,
@@ -90,6 +91,7 @@ class MicroBatcher:
         observer: BatchObserver | None = None,
         inline_encode_items: int = 0,
         inline_lone_chars: int = 0,
+        follow_machine: bool = False,
     ) -> None:
         if max_queue_wait_s is not None and max_queue_wait_s <= 0:
             raise ValueError("max_queue_wait_s must be > 0 (or None: bounded by queue_size only)")
@@ -99,10 +101,9 @@ class MicroBatcher:
         self.max_wait_s = settings.max_wait_s
         self.queue_size = settings.queue_size
         self.retry_after_s = settings.retry_after_s
-        self.max_queue_wait_s = max_queue_wait_s
         self.inline_encode_items = inline_encode_items  # submissions this small are encoded on the loop (0: never)
         self.inline_lone_chars = inline_lone_chars  # ... and a lone request this short to an idle batcher (0: never)
-        self.estimator = LatencyEstimator(self.max_batch_size, max_queue_wait_s)
+        self.estimator = LatencyEstimator(self.max_batch_size, max_queue_wait_s, follow_machine=follow_machine)
         self._encoder = EncodeCoalescer(encode, self.estimator.learn_encoding, self._shutting_down)
         self._observer: BatchObserver = observer or NullObserver()
         self._queue: BatchQueue | None = None
@@ -168,6 +169,12 @@ class MicroBatcher:
     @property
     def running(self) -> bool:
         return self._accepting and self._task is not None and not self._task.done()
+
+    @property
+    def max_queue_wait_s(self) -> float | None:
+        """The queue-wait bound in force (a bound derived from the machine follows it: ``follow_machine``,
+        :class:`dialogue_safety.service.latency.LatencyEstimator`)."""
+        return self.estimator.max_queue_wait_s
 
     @property
     def depth(self) -> int:

@@ -189,6 +189,7 @@ class ServiceState:
             max_queue_wait_s=max_queue_wait_s,
             observer=self.metrics,
             inline_lone_chars=LONE_INLINE_CHARS,
+            follow_machine=s.max_queue_wait_s is None,
         )
         await batcher.start()
         previous = self.batcher
