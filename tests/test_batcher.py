@@ -725,6 +725,14 @@ def test_a_bound_derived_from_the_machine_follows_the_speed_batches_run_at_never
     for _ in range(60):  # the load goes: back to the warm-up's bound, not under it
         derived.learn_batch(items=8, padded=100, elapsed=0.05, predicted=None)
     assert derived.max_queue_wait_s == 1.0
+    before = derived.full_batch_s
+    derived.learn_batch(items=8, padded=100, elapsed=30.0, predicted=0.05)  # a stall: not a measure of speed
+    assert derived.full_batch_s == before and derived.max_queue_wait_s == 1.0
+    for _ in range(30):  # a very slow machine: at most MAX_SLOWNESS times the warm-up's bound
+        derived.learn_batch(items=8, padded=100, elapsed=5.0, predicted=None)
+    assert derived.max_queue_wait_s == pytest.approx(MAX_SLOWNESS * 1.0)
+    derived.full_batch_at -= SLOWNESS_WINDOW_S + 1  # no batch at least half full for a while: the warm-up's bound
+    assert derived.max_queue_wait_s == 1.0
     fixed = LatencyEstimator(max_batch_size=8, max_queue_wait_s=1.0)  # SAFETY_MAX_QUEUE_WAIT_MS: never moves
     for _ in range(30):
         fixed.learn_batch(items=8, padded=100, elapsed=0.5, predicted=None)

@@ -331,6 +331,9 @@ def test_int8_with_8bit_weights_needs_vnni() -> None:
     assert int8_supported(eight_bit, zen3)[0] is False
     assert int8_supported(eight_bit, zen4)[0] is True and int8_supported(eight_bit, arm)[0] is True
     assert int8_supported(seven_bit, zen3)[0] is True
+    unsaid = ModelCard(export={"recipes": {"int8": {"kind": "quantize_dynamic"}}})  # the quantisers' default: 8-bit
+    assert int8_supported(unsaid, zen3)[0] is False
+    assert int8_supported(ModelCard(), zen3)[0] is True  # no recipe in the card: the default one, 7-bit weights
 
 
 def test_an_image_keeps_one_variant_and_never_derives_at_start(

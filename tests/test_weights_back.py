@@ -28,16 +28,33 @@ DIALOGUES = [
 
 
 @pytest.fixture(scope="module")
-def shipped(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def distinct_checkpoint(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny checkpoint with every parameter made distinct (a fresh model's biases are all 0 and its LayerNorm
+    weights all 1: a bias or LayerNorm read from the wrong place would go unnoticed)."""
+    from tokenizers import Tokenizer
+
+    from dialogue_safety.training.checkpoint import save_checkpoint
+
+    model, _, card = load_checkpoint(tiny_checkpoint)
+    generator = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(0.1 * torch.randn(param.shape, generator=generator))
+    tokenizer = Tokenizer.from_file(str(tiny_checkpoint / "tokenizer.json"))
+    return save_checkpoint(tmp_path_factory.mktemp("distinct"), model, tokenizer, card)
+
+
+@pytest.fixture(scope="module")
+def shipped(distinct_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("weights_back") / "model"
-    export_checkpoint(tiny_checkpoint, out, variant_names=["fp32"], ship=True)
+    export_checkpoint(distinct_checkpoint, out, variant_names=["fp32"], ship=True)
     return out
 
 
-def test_the_rebuilt_checkpoint_is_the_shipped_model(shipped: Path, tiny_checkpoint: Path, tmp_path: Path) -> None:
+def test_the_rebuilt_checkpoint_is_the_shipped_model(shipped: Path, distinct_checkpoint: Path, tmp_path: Path) -> None:
     rebuilt = checkpoint_from_model_dir(shipped, tmp_path / "ckpt")
     model, encoder, card = load_checkpoint(rebuilt)
-    original, _, _ = load_checkpoint(tiny_checkpoint)
+    original, _, _ = load_checkpoint(distinct_checkpoint)
     assert card.model_id == ModelCard.load(shipped).model_id
     mine, theirs = model.state_dict(), original.state_dict()
     assert set(mine) == set(theirs)
@@ -94,3 +111,20 @@ def test_bench_runtime_rebuilds_the_checkpoint_when_only_the_model_dir_is_there(
     assert {e["engine"] for e in report["engines"]} == {"naive-fp32", "naive-int8", "onnxruntime fp32"}
     assert any("rebuilt from the model directory" in n for n in report["notes"])
     assert "vs_naive-int8" in report["ratios"]
+
+
+def test_bench_runtime_skips_the_naive_exports_with_the_reason_when_no_checkpoint_can_be_rebuilt(
+    shipped: Path, tmp_path: Path
+) -> None:
+    model_dir = tmp_path / "model"
+    shutil.copytree(shipped, model_dir)
+    card = json.loads((model_dir / "model_card.json").read_text())
+    card["export"]["source_checkpoint"] = str(tmp_path / "gone")
+    del card["export"]["geometry"]
+    (model_dir / "model_card.json").write_text(json.dumps(card))
+    out = tmp_path / "bench.json"
+    argv = ["runtime", "--smoke", "--model", str(model_dir), "--variants", "naive-fp32,fp32", "-q", "--no-sweep"]
+    assert bench_main([*argv, "--no-long", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert {e["engine"] for e in report["engines"]} == {"onnxruntime fp32"}
+    assert any("no checkpoint could be rebuilt" in n and "export.geometry" in n for n in report["notes"])

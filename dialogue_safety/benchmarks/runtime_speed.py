@@ -471,6 +471,7 @@ class Subject:
     model_dir: Path
     checkpoint: Path | None
     description: str
+    notes: tuple[str, ...] = ()  # what the report should say about how the subject was found
 
 
 def _random_checkpoint(geometry: str, out: Path) -> Path:
@@ -506,17 +507,32 @@ def _source_checkpoint(model_dir: Path) -> Path | None:
     return Path(source) if source and is_checkpoint(source) else None
 
 
-def _rebuilt_checkpoint(model_dir: Path, out: Path) -> Path | None:
+def _rebuilt_checkpoint(model_dir: Path, out: Path) -> tuple[Path | None, tuple[str, ...]]:
     """The checkpoint rebuilt from the model directory's own weights (the shipped directory has none):
-    what the naive exports and torch eager start from (:mod:`dialogue_safety.export.weights_back`); None
-    without torch (the report then says the naive exports were skipped)."""
+    what the naive exports and torch eager start from (:mod:`dialogue_safety.export.weights_back`), and a
+    note; None, with the reason, without torch or when the graph cannot be read back (those engines are
+    then skipped, as without a checkpoint)."""
     try:
+        from dialogue_safety.export.onnx_export import ExportError
         from dialogue_safety.export.weights_back import checkpoint_from_model_dir
-    except ImportError:
-        return None
-    checkpoint_from_model_dir(model_dir, out)
+    except ImportError as exc:
+        return None, (f"no checkpoint could be rebuilt from the model directory ({exc})",)
+    try:
+        checkpoint_from_model_dir(model_dir, out)
+    except ExportError as exc:
+        return None, (f"no checkpoint could be rebuilt from the model directory: {exc}",)
     (out / REBUILT_MARK).touch()
-    return out
+    return out, ()
+
+
+def _model_dir_subject(model_dir: Path, checkpoint: Path | None, variant_names: Sequence[str], tmp: Path) -> Subject:
+    """A model directory and its checkpoint: the one given, the card's source checkpoint, or (when the
+    engines need one) one rebuilt from the directory's weights."""
+    checkpoint = checkpoint or _source_checkpoint(model_dir)
+    notes: tuple[str, ...] = ()
+    if checkpoint is None and set(variant_names) & {"torch", *NAIVE_ENGINES}:
+        checkpoint, notes = _rebuilt_checkpoint(model_dir, tmp / "checkpoint")
+    return Subject(model_dir, checkpoint, str(model_dir), notes)
 
 
 @contextlib.contextmanager
@@ -528,10 +544,7 @@ def subject_for(args: argparse.Namespace, variant_names: Sequence[str]) -> Itera
             ckpt = _random_checkpoint(args.geometry, tmp / "checkpoint")
             yield Subject(_export(ckpt, tmp / "model", variant_names), ckpt, f"random:{args.geometry} (random weights)")
         elif args.model is not None:
-            checkpoint = args.checkpoint or _source_checkpoint(args.model)
-            if checkpoint is None and set(variant_names) & {"torch", *NAIVE_ENGINES}:
-                checkpoint = _rebuilt_checkpoint(args.model, tmp / "checkpoint")
-            yield Subject(args.model, checkpoint, str(args.model))
+            yield _model_dir_subject(args.model, args.checkpoint, variant_names, tmp)
         elif args.checkpoint is not None:
             yield Subject(_export(args.checkpoint, tmp / "model", variant_names), args.checkpoint, str(args.checkpoint))
         elif args.smoke:
@@ -540,11 +553,7 @@ def subject_for(args: argparse.Namespace, variant_names: Sequence[str]) -> Itera
         else:
             from dialogue_safety.core.model_dir import default_model_dir
 
-            model_dir = default_model_dir()
-            checkpoint = _source_checkpoint(model_dir)
-            if checkpoint is None and set(variant_names) & {"torch", *NAIVE_ENGINES}:
-                checkpoint = _rebuilt_checkpoint(model_dir, tmp / "checkpoint")
-            yield Subject(model_dir, checkpoint, str(model_dir))
+            yield _model_dir_subject(default_model_dir(), None, variant_names, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -653,6 +662,7 @@ def run(
         report["notes"].append(
             "naive exports skipped: no checkpoint (pass --checkpoint DIR, or --model DIR to rebuild one)"
         )
+    report["notes"] += list(subject.notes)
     if subject.checkpoint is not None and (subject.checkpoint / REBUILT_MARK).exists():
         report["notes"].append(
             "torch eager and the naive exports start from a checkpoint rebuilt from the model directory's own "

@@ -67,7 +67,7 @@ def portable_int8(recipe: Mapping[str, Any]) -> bool:
     """Whether an int8 recipe computes the same on every CPU: 7-bit weights (``reduce_range``). With 8-bit
     weights, x86 CPUs without VNNI add u8*s8 products in saturating 16-bit pairs (AVX2 ``vpmaddubsw``; measured
     on an AVX2-only EPYC: one integer MatMul of random 8-bit operands off by up to 62 where 7-bit ones are exact)."""
-    return bool(recipe.get("reduce_range", True))
+    return bool(recipe.get("reduce_range", False))  # the quantisers' default too: 8-bit weights
 
 
 def int8_supported(card: ModelCard, cpuinfo: str | None = None) -> tuple[bool, str]:
@@ -76,7 +76,11 @@ def int8_supported(card: ModelCard, cpuinfo: str | None = None) -> tuple[bool, s
     A recipe with 8-bit weights (``reduce_range`` false) is exact only with VNNI; on an x86 CPU
     without it the u8*s8 products can saturate, so the validated F1 would not hold.
     """
-    recipe = (card.export.get("recipes") or {}).get("int8") or {}
+    recipe = (card.export.get("recipes") or {}).get("int8")
+    if recipe is None:  # the card names none: the default recipe is derived (core.variants)
+        from dialogue_safety.core.variants import recipe_for
+
+        recipe = recipe_for("int8", card)
     if portable_int8(recipe):
         return True, "7-bit weights run the same on every CPU"
     if cpu_has_vnni(cpuinfo) is False:

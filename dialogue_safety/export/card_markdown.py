@@ -263,7 +263,12 @@ def int8_candidate_verdict(entry: dict[str, Any], *, chosen: bool = False, stron
     batch = entry.get("batch_dependence") or {}
     if check.get("band") is not None and entry.get("served_seconds") is not None and batch.get("steady", True):
         verdict += f"; served in {entry['served_seconds']:.1f} s"
-    if batch and not batch.get("steady", True):
+    if entry.get("judged_without_vnni"):
+        verdict += (
+            f"; {strong}not kept{strong}: judged on a CPU without VNNI, where its 8-bit products saturate (a VNNI CPU "
+            "computes it exactly, a CPU without VNNI does not serve it)"
+        )
+    elif batch and not batch.get("steady", True):
         verdict += (
             f"; {strong}refused{strong}: a dialogue's score moves by up to {batch['max_abs_score_diff']:.2g} with "
             f"the batch it is computed in ({batch['changed_decisions']} of {batch['dialogues']} labels changed)"
@@ -323,7 +328,8 @@ def _int8_selection_section(export: dict[str, Any]) -> list[str]:
             + (
                 ""
                 if selection.get("export_cpu_vnni") is not False
-                else " (this export ran on such a CPU: its 8-bit candidates were judged as they compute there)"
+                else " (this export ran on such a CPU: its 8-bit candidates, judged on saturating products, are "
+                "not kept)"
             )
         )
     verify = export.get("int8_verify")

@@ -198,7 +198,8 @@ PORTABLE_MARGIN = 0.10
 def choose_candidate(cost: Mapping[str, float], portable: Mapping[str, bool]) -> str:
     """Of the passing candidates (``cost``: served seconds, in the order of preference), the first within
     :data:`COST_MARGIN` of the cheapest; then a portable one instead of an 8-bit one unless the 8-bit one is at least
-    :data:`PORTABLE_MARGIN` cheaper (the first portable one within :data:`COST_MARGIN` of the cheapest portable)."""
+    :data:`PORTABLE_MARGIN` cheaper than the cheapest portable one (the portable one taken: the first within
+    :data:`COST_MARGIN` of the cheapest portable)."""
     cheapest = min(cost.values())
     chosen = next(n for n in cost if cost[n] <= cheapest * (1 + COST_MARGIN))
     if portable.get(chosen):
@@ -206,8 +207,9 @@ def choose_candidate(cost: Mapping[str, float], portable: Mapping[str, bool]) ->
     kept = {n: c for n, c in cost.items() if portable.get(n)}
     if not kept:
         return chosen
-    best = next(n for n in kept if kept[n] <= min(kept.values()) * (1 + COST_MARGIN))
-    return best if cost[chosen] > kept[best] * (1 - PORTABLE_MARGIN) else chosen
+    cheapest_portable = min(kept.values())
+    best = next(n for n in kept if kept[n] <= cheapest_portable * (1 + COST_MARGIN))
+    return best if cost[chosen] > cheapest_portable * (1 - PORTABLE_MARGIN) else chosen
 
 
 def served_seconds(int8_seconds: float, checked_fraction: float, fp32_seconds: float) -> float:
@@ -289,8 +291,14 @@ def select_int8_recipe(
             batch["max_abs_score_diff"],
             entry.get("served_seconds"),
         )
-        if check["band"] is not None and batch["steady"]:
+        if (
+            check["band"] is not None
+            and batch["steady"]
+            and (entry["portable"] or record["export_cpu_vnni"] is not False)
+        ):
             passing.append(name)
+        elif check["band"] is not None and batch["steady"]:  # judged on saturating products no served CPU computes
+            entry["judged_without_vnni"] = True
     if not passing:
         recipes["int8"] = dict(candidates[names[0]])
         card.save(model_dir)

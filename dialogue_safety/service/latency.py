@@ -25,7 +25,9 @@ Unless the operator sets it, ``max_queue_wait_s`` itself follows the machine:
 idle, under load the clients, the event loop and the encoding share its cores (an AVX2-only 2-core EPYC under
 ``bench http``: 730 ms for a full batch after the load against 650 ms at warm-up, and 8 of 30 polite 32-item
 batches refused with the warm-up's bound alone), so that polite clients at capacity are not refused on a slow machine
-(the docs' rule: keep the bound at three full batches or more). It never drops under the warm-up's bound.
+(the docs' rule: keep the bound at three full batches or more). It never drops under the warm-up's bound and never
+rises over ``MAX_SLOWNESS`` times it; a stalled batch (over ``MAX_SLOWNESS`` times its prediction) does not count,
+and without a batch at least half full for ``SLOWNESS_WINDOW_S`` it is the warm-up's bound again.
 """
 
 from __future__ import annotations
@@ -55,11 +57,12 @@ class LatencyEstimator:
 
     def __init__(self, max_batch_size: int, max_queue_wait_s: float | None, *, follow_machine: bool = False) -> None:
         self.max_batch_size = max_batch_size
-        self.max_queue_wait_s = max_queue_wait_s
+        self._queue_wait_s = max_queue_wait_s  # the setting, or the warm-up's bound (max_queue_wait_s)
         # a bound derived from the machine (SAFETY_MAX_QUEUE_WAIT_MS unset) keeps following it: at least
         # QUEUE_WAIT_BATCHES full batches at the speed batches run now, never under the warm-up's bound
-        self.floor_queue_wait_s = max_queue_wait_s if follow_machine else None
+        self.follow_machine = follow_machine and max_queue_wait_s is not None
         self.full_batch_s: float | None = None  # running mean time of a full batch (batches at least half full, scaled)
+        self.full_batch_at = 0.0  # perf_counter() when the last batch at least half full updated it
         self.seconds_per_token: float | None = None  # EWMA over the batches run so far
         self.item_tokens = TYPICAL_ITEM_TOKENS  # running mean of tokens per item (items not encoded yet)
         self.encode_seconds_per_item = 0.0  # running mean of encoding time per item
@@ -104,13 +107,26 @@ class LatencyEstimator:
         if fullness < 0.5:  # small batches: mostly fixed cost, neither "one batch" nor a fair test of the estimate
             return False
         self.batch_s = elapsed if self.batch_s is None else 0.8 * self.batch_s + 0.2 * elapsed
-        full = elapsed / fullness
-        self.full_batch_s = full if self.full_batch_s is None else 0.8 * self.full_batch_s + 0.2 * full
-        if self.floor_queue_wait_s is not None:  # under load a batch takes longer than at warm-up: so may the wait
-            self.max_queue_wait_s = max(self.floor_queue_wait_s, QUEUE_WAIT_BATCHES * self.full_batch_s)
+        if not predicted or elapsed <= predicted * MAX_SLOWNESS:  # a stall is no measure of the machine's speed
+            full = elapsed / fullness  # a batch of this traffic, full
+            self.full_batch_s = full if self.full_batch_s is None else 0.8 * self.full_batch_s + 0.2 * full
+            self.full_batch_at = time.perf_counter()
         if predicted:
             self.slowness.append((time.perf_counter(), elapsed / predicted))
         return True
+
+    @property
+    def max_queue_wait_s(self) -> float | None:
+        """How long an accepted item may wait (None: no time bound). Derived from the machine
+        (``follow_machine``): the warm-up's bound, or ``QUEUE_WAIT_BATCHES`` full batches at the speed batches
+        of the current traffic ran within ``SLOWNESS_WINDOW_S`` if that is longer, at most ``MAX_SLOWNESS`` times
+        the warm-up's bound (light traffic since, or a faster machine: back to the warm-up's bound)."""
+        floor = self._queue_wait_s
+        if not self.follow_machine or floor is None or self.full_batch_s is None:
+            return floor
+        if time.perf_counter() - self.full_batch_at > SLOWNESS_WINDOW_S:
+            return floor
+        return min(MAX_SLOWNESS * floor, max(floor, QUEUE_WAIT_BATCHES * self.full_batch_s))
 
     # -- predicting -----------------------------------------------------------------------------
     def predict_s(self, padded_tokens: int) -> float | None:
