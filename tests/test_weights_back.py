@@ -88,7 +88,7 @@ def test_a_graph_missing_a_weight_is_refused_by_name(shipped: Path, tmp_path: Pa
         checkpoint_from_model_dir(broken, tmp_path / "ckpt")
 
 
-def test_a_card_without_geometry_is_refused(shipped: Path, tmp_path: Path) -> None:
+def test_a_card_without_geometry_is_refused(shipped: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     broken = tmp_path / "model"
     shutil.copytree(shipped, broken)
     card = json.loads((broken / "model_card.json").read_text())
@@ -96,6 +96,12 @@ def test_a_card_without_geometry_is_refused(shipped: Path, tmp_path: Path) -> No
     (broken / "model_card.json").write_text(json.dumps(card))
     with pytest.raises(ExportError, match="export.geometry"):
         checkpoint_from_model_dir(broken, tmp_path / "ckpt")
+    from dialogue_safety.export.weights_back import main
+
+    assert main([str(broken), str(tmp_path / "ckpt")]) == 2  # the command says why, no traceback
+    assert "export.geometry" in capsys.readouterr().err
+    assert main([str(shipped), str(tmp_path / "ckpt")]) == 0 and load_checkpoint(tmp_path / "ckpt")[2].model_id
+    assert main([str(tmp_path / "absent"), str(tmp_path / "ckpt2")]) == 2
 
 
 def test_bench_runtime_rebuilds_the_checkpoint_when_only_the_model_dir_is_there(shipped: Path, tmp_path: Path) -> None:

@@ -134,3 +134,26 @@ def _check_logits(
         raise ExportError(
             f"{model_dir}: the rebuilt model's logits differ from the fp32 graph's by {diff:.3g} (> {tolerance})"
         )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m dialogue_safety.export.weights_back MODEL_DIR OUT``: write the checkpoint rebuilt from MODEL_DIR's
+    weights to OUT (e.g. to export the shipped model again: ``dialogue-safety export OUT MODEL_DIR ...``)."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(prog="python -m dialogue_safety.export.weights_back", description=main.__doc__)
+    parser.add_argument("model_dir", type=Path, help="an exported model directory (model.onnx, tokenizer.json, card)")
+    parser.add_argument("out", type=Path, help="the checkpoint directory to write")
+    args = parser.parse_args(argv)
+    try:
+        path = checkpoint_from_model_dir(args.model_dir, args.out)
+    except (ExportError, FileNotFoundError, ValueError) as exc:
+        print(f"{parser.prog}: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {path} (the weights of {args.model_dir}, logits checked against its fp32 graph)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
