@@ -154,7 +154,9 @@ def test_errors_appear_next_to_what_caused_them(browser: Any, game: LiveServer) 
     page.fill("#attack-text", "y" * 4001)
     page.click("#submit-attack")
     page.wait_for_function("document.getElementById('attack-error').textContent !== ''")
-    assert "4000" in page.inner_text("#attack-error") and page.inner_text("#score-error") in ("", "")
+    assert "4000" in page.inner_text("#attack-error")
+    preview = page.inner_text("#score-error")  # the live preview scores the draft 300 ms after typing: on a slow
+    assert preview == "" or "4001 characters" in preview  # machine its own error may show, next to the preview
     assert page.inner_text("#task-error") == "" and page.inner_text("#join-error") == ""
     # the error is rendered right under the submit button
     button, error = page.locator("#submit-attack").bounding_box(), page.locator("#attack-error").bounding_box()
