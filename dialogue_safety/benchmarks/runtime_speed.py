@@ -186,8 +186,6 @@ class TorchEngine(RowsEngine):
 
 
 NAIVE_ENGINES = ("naive-fp32", "naive-int8")
-#: a checkpoint rebuilt from the model directory's weights carries this file (the report says so)
-REBUILT_MARK = ".rebuilt-from-model-dir"
 UNCHECKED_INT8 = "int8-unchecked"  # what the int8 check costs: the int8 graph answering alone
 
 
@@ -509,9 +507,9 @@ def _source_checkpoint(model_dir: Path) -> Path | None:
 
 def _rebuilt_checkpoint(model_dir: Path, out: Path) -> tuple[Path | None, tuple[str, ...]]:
     """The checkpoint rebuilt from the model directory's own weights (the shipped directory has none):
-    what the naive exports and torch eager start from (:mod:`dialogue_safety.export.weights_back`), and a
-    note; None, with the reason, without torch or when the graph cannot be read back (those engines are
-    then skipped, as without a checkpoint)."""
+    what the naive exports and torch eager start from (:mod:`dialogue_safety.export.weights_back`), and the
+    report's note saying so; None, with the reason, without torch or when the graph cannot be read back
+    (those engines are then skipped, as without a checkpoint)."""
     try:
         from dialogue_safety.export.onnx_export import ExportError
         from dialogue_safety.export.weights_back import checkpoint_from_model_dir
@@ -521,8 +519,10 @@ def _rebuilt_checkpoint(model_dir: Path, out: Path) -> tuple[Path | None, tuple[
         checkpoint_from_model_dir(model_dir, out)
     except ExportError as exc:
         return None, (f"no checkpoint could be rebuilt from the model directory: {exc}",)
-    (out / REBUILT_MARK).touch()
-    return out, ()
+    return out, (
+        "torch eager and the naive exports start from a checkpoint rebuilt from the model directory's own "
+        "weights (as served; pass --checkpoint DIR for the original)",
+    )
 
 
 def _model_dir_subject(model_dir: Path, checkpoint: Path | None, variant_names: Sequence[str], tmp: Path) -> Subject:
@@ -663,11 +663,6 @@ def run(
             "naive exports skipped: no checkpoint (pass --checkpoint DIR, or --model DIR to rebuild one)"
         )
     report["notes"] += list(subject.notes)
-    if subject.checkpoint is not None and (subject.checkpoint / REBUILT_MARK).exists():
-        report["notes"].append(
-            "torch eager and the naive exports start from a checkpoint rebuilt from the model directory's own "
-            "weights (as served; pass --checkpoint DIR for the original)"
-        )
     if "fp16" in variant_names and not cuda_available():
         report["notes"].append("fp16 skipped: needs onnxruntime-gpu and a CUDA device")
     if data_note.startswith("SYNTHETIC"):

@@ -291,14 +291,11 @@ def select_int8_recipe(
             batch["max_abs_score_diff"],
             entry.get("served_seconds"),
         )
-        if (
-            check["band"] is not None
-            and batch["steady"]
-            and (entry["portable"] or record["export_cpu_vnni"] is not False)
-        ):
-            passing.append(name)
-        elif check["band"] is not None and batch["steady"]:  # judged on saturating products no served CPU computes
-            entry["judged_without_vnni"] = True
+        if check["band"] is not None and batch["steady"]:
+            if entry["portable"] or record["export_cpu_vnni"] is not False:
+                passing.append(name)
+            else:  # judged on saturating products, which no CPU that serves it computes
+                entry["judged_without_vnni"] = True
     if not passing:
         recipes["int8"] = dict(candidates[names[0]])
         card.save(model_dir)

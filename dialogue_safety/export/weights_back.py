@@ -84,7 +84,8 @@ def checkpoint_from_model_dir(model_dir: str | Path, out: str | Path) -> Path:
     missing = [k for k in GEOMETRY_KEYS if k not in geometry]
     if missing:
         raise ExportError(f"{model_dir}: the card's export.geometry lacks {missing}; re-export the checkpoint")
-    graph = onnx.load(str(variants.ensure_variant(model_dir, "fp32", card)))
+    fp32 = variants.ensure_variant(model_dir, "fp32", card)
+    graph = onnx.load(str(fp32))
     epsilons = [
         a.f for n in graph.graph.node if n.op_type == "LayerNormalization" for a in n.attribute if a.name == "epsilon"
     ]
@@ -111,19 +112,19 @@ def checkpoint_from_model_dir(model_dir: str | Path, out: str | Path) -> Path:
                 f"{model_dir}: {name} is {value.shape} in the graph, {tuple(wanted[name].shape)} in the model"
             )
     model.load_state_dict({k: torch.tensor(params[k]) for k in wanted}, strict=True)
-    _check_logits(model, model_dir, card, graph)
+    _check_logits(model, model_dir, card, fp32)
     return save_checkpoint(out, model, Tokenizer.from_file(str(model_dir / TOKENIZER_FILE)), card)
 
 
 def _check_logits(
-    model: BertForSequenceClassification, model_dir: Path, card: ModelCard, graph: onnx.ModelProto
+    model: BertForSequenceClassification, model_dir: Path, card: ModelCard, fp32: Path
 ) -> None:
     import onnxruntime as ort
 
     encoder = DialogueEncoder.from_file(model_dir / TOKENIZER_FILE, card.encoding_config)
     rows = [row for e in encoder.encode_batch(list(PROBES)) for row in (e, e.alone) if row is not None]
     feeds = pad_batch(rows, encoder.pad_id)
-    session = ort.InferenceSession(graph.SerializeToString(), providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(str(fp32), providers=["CPUExecutionProvider"])
     names = {i.name for i in session.get_inputs()}
     expected = session.run(["logits"], {k: v for k, v in feeds.items() if k in names})[0]
     with torch.no_grad():
