@@ -116,9 +116,7 @@ def checkpoint_from_model_dir(model_dir: str | Path, out: str | Path) -> Path:
     return save_checkpoint(out, model, Tokenizer.from_file(str(model_dir / TOKENIZER_FILE)), card)
 
 
-def _check_logits(
-    model: BertForSequenceClassification, model_dir: Path, card: ModelCard, fp32: Path
-) -> None:
+def _check_logits(model: BertForSequenceClassification, model_dir: Path, card: ModelCard, fp32: Path) -> None:
     import onnxruntime as ort
 
     encoder = DialogueEncoder.from_file(model_dir / TOKENIZER_FILE, card.encoding_config)
