@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from dialogue_safety.benchmarks.flops import cpu_peak, flops_per_token, non_embedding_parameters
+from dialogue_safety.benchmarks.op_profile import against, kernel_split, needed_gemm_speedup, weight_nodes
 from dialogue_safety.cli.bench import main as bench_main
 from dialogue_safety.training.modeling import GEOMETRIES
 
@@ -46,7 +47,22 @@ def test_smoke_run_writes_json_and_markdown(
     assert {(c["batch"], c["seq_len"]) for c in report["sweep"]} >= {(1, 16), (4, 16)}
     assert report["dialogues"]["n"] > 0 and report["targets"] == {"note": "smoke run: no targets apply"}
     assert report["machine"]["flop_per_cycle_avx2_fma"] == 32
+    ops = report["ops"]  # where the time goes: every CPU onnxruntime file profiled once (unchecked = int8's)
+    assert set(ops["engines"]) == {"naive-fp32", "naive-int8", "fp32", "optimized", "int8"}
+    assert ops["shapes"]["single"]["rows"] == 1 and ops["shapes"]["batch"]["rows"] > 1
+    for by_shape in ops["engines"].values():
+        for split in by_shape.values():
+            assert split["gemm_ms"] > 0 and split["rest_ms"] > 0  # every model multiplies by weights
+            assert split["kernels_ms"] == pytest.approx(split["gemm_ms"] + split["rest_ms"], abs=0.002)
+    assert set(ops["vs"]["naive-fp32"]) == {"naive-int8", "fp32", "optimized", "int8"}
+    assert "DynamicQuantizeMatMul" in ops["engines"]["naive-int8"]["batch"]["gemm_ops"]  # the naive int8's products
+    assert set(ops["needed_gemm_speedup"]) == {
+        "batched_vs_naive_fp32",
+        "single_p50_vs_naive_fp32",
+        "int8_batched_vs_naive_int8",
+    }
     printed = capsys.readouterr().out
+    assert "Where the time goes" in printed
     assert "| engine | characters | windows |" in printed
     assert "Ratios against naive-fp32" in printed
     assert "| engine |" in printed and json.loads(printed[: printed.index("\n\n###")])["benchmark"] == "runtime"
@@ -67,3 +83,62 @@ def test_flops_per_token_matches_the_formula() -> None:
     assert flops_per_token(geometry, 49) == pytest.approx(2 * params + 4 * 6 * 384 * 49)
     peak = cpu_peak(2)
     assert peak["cores"] == 2 and peak["flop_per_cycle_avx2_fma"] == 32
+
+
+def test_kernel_split_sums_the_profiled_kernels_per_call() -> None:
+    def kernel(node: str, op: str, us: float) -> dict[str, object]:
+        return {"cat": "Node", "name": f"{node}_kernel_time", "dur": us, "args": {"op_name": op}}
+
+    events = [
+        kernel("q", "MatMulIntegerToFloat", 300),
+        kernel("scores", "MatMul", 100),  # a product of activations: not a weight GEMM
+        kernel("ln", "LayerNormalization", 60),
+        kernel("q", "MatMulIntegerToFloat", 500),
+        kernel("ln", "LayerNormalization", 40),
+        {"cat": "Node", "name": "q_fence_before", "dur": 999, "args": {"op_name": "MatMulIntegerToFloat"}},
+        {"cat": "Session", "name": "model_run", "dur": 2000},
+    ]
+    split = kernel_split(events, runs=2, weights=frozenset({"q"}))
+    assert split["gemm_ms"] == 0.4 and split["rest_ms"] == 0.1  # (300 + 500) / 2 µs; (100 + 60 + 40) / 2
+    assert split["kernels_ms"] == 0.5 and split["gemm_share"] == 0.8
+    assert split["rest_by_op_ms"] == {"MatMul": 0.05, "LayerNormalization": 0.05}
+    assert split["gemm_ops"] == ["MatMulIntegerToFloat"]
+    with pytest.raises(ValueError):
+        kernel_split(events, runs=0, weights=frozenset())
+
+
+def test_bound_and_needed_gemm_speedup_by_hand() -> None:
+    base = {"gemm_ms": 80.0, "rest_ms": 20.0}  # the naive fp32: 100 ms, 80 % in weight GEMMs
+    int8 = {"gemm_ms": 40.0, "rest_ms": 30.0}
+    got = against(int8, base)
+    assert got == {"kernels_x": 1.43, "gemm_speedup": 2.0, "rest_x": 1.5, "bound_x": 1.67}  # 100/70, 100/(40+20)
+    assert needed_gemm_speedup(base, 2.0) == 2.67  # budget 50 ms - 20 of the rest: 80 / 30
+    assert needed_gemm_speedup(base, 5.0) is None  # budget 20 ms: the rest alone fills it
+    assert needed_gemm_speedup(base, 1.0) == 1.0
+
+
+def test_weight_nodes_are_products_with_initializers(tmp_path: Path) -> None:
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.ones((4, 4), dtype=np.float32), "w")
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["a"], name="dense"),
+        helper.make_node("MatMul", ["a", "x"], ["b"], name="scores"),  # activations only
+        helper.make_node(
+            "Constant", [], ["c"], name="const", value=numpy_helper.from_array(np.ones((4, 4), np.float32))
+        ),
+        helper.make_node("MatMul", ["b", "c"], ["d"], name="from_constant"),
+        helper.make_node("Add", ["d", "w"], ["y"], name="bias_like"),  # reads a weight, not a product
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 4])],
+        [w],
+    )
+    path = tmp_path / "g.onnx"
+    onnx.save(helper.make_model(graph), str(path))
+    assert weight_nodes(path) == {"dense", "from_constant"}

@@ -54,6 +54,7 @@ from dialogue_safety.benchmarks.flops import (
     non_embedding_parameters,
     sequence_flops,
 )
+from dialogue_safety.benchmarks.op_profile import BATCH_ROWS, engine_ops, ops_markdown
 from dialogue_safety.core.batch_budget import MAX_BATCH_TOKENS, token_budget_batches
 from dialogue_safety.core.encoding import DialogueEncoder, EncodedExample, pad_batch
 from dialogue_safety.core.model_card import ModelCard
@@ -105,6 +106,10 @@ class Engine:
     def run_padded(self, feeds: dict[str, np.ndarray]) -> Any:
         raise NotImplementedError
 
+    def onnx_file(self) -> tuple[Path, Callable[[], Any]] | None:
+        """The ONNX file a CPU onnxruntime engine runs and a factory of its session options (None: not one)."""
+        return None
+
 
 class OnnxEngine(Engine):
     """``one_pass``: a decomposed model without its second pass over the utterances alone (every head
@@ -132,6 +137,12 @@ class OnnxEngine(Engine):
         self.encoder, self.card = self.clf.encoder, self.clf.card
         self.file_bytes = self.clf.path.stat().st_size
         self._names = {i.name for i in self.clf.session.get_inputs()}
+        self._options = (threads, spin)
+
+    def onnx_file(self) -> tuple[Path, Callable[[], Any]] | None:
+        from dialogue_safety.core.runtime import CPU, session_options
+
+        return (self.clf.path, lambda: session_options(*self._options)) if self.provider == CPU else None
 
     def set_batching(self, max_batch_tokens: int, max_batch_size: int) -> None:
         self.clf.max_batch_tokens, self.clf.max_batch_size = max_batch_tokens, max_batch_size
@@ -226,11 +237,21 @@ class NaiveOnnxEngine(RowsEngine):
         from dialogue_safety.training.checkpoint import load_checkpoint
 
         _, self.encoder, self.card = load_checkpoint(checkpoint)
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        self.session = ort.InferenceSession(str(path), self._options(threads), providers=["CPUExecutionProvider"])
         self.name, self.variant, self.provider = name, name, "CPUExecutionProvider"
         self.file_bytes = path.stat().st_size
+        self._path, self._threads = path, threads
+
+    @staticmethod
+    def _options(threads: int) -> Any:
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()  # onnxruntime's defaults but the thread count
+        options.intra_op_num_threads = threads
+        return options
+
+    def onnx_file(self) -> tuple[Path, Callable[[], Any]] | None:
+        return self._path, lambda: self._options(self._threads)
 
     def run_padded(self, feeds: dict[str, np.ndarray]) -> Any:
         return self.session.run(["logits"], feeds)
@@ -695,6 +716,9 @@ def run(
         if not args.no_sweep:
             say(f"  {name}: sweep")
             report["sweep"] += sweep(engine, plan, geometry, encoder.tokenizer.get_vocab_size(), peak)
+    if not args.no_ops:
+        say("  where the time goes: onnxruntime's profile of model-only calls, every engine in turn")
+        report["ops"] = measure_ops(loaded, encoded, encoder.pad_id, bool(args.smoke))
     del loaded
     report["machine"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     if naive:
@@ -703,6 +727,33 @@ def run(
     report["ratios"] = ratios(report)
     report["targets"] = targets(report)
     return report
+
+
+def measure_ops(
+    loaded: Sequence[tuple[str, Engine]], encoded: Sequence[EncodedExample], pad_id: int, smoke: bool
+) -> dict[str, Any] | None:
+    """The report's ops block (:mod:`dialogue_safety.benchmarks.op_profile`) for the CPU onnxruntime engines
+    (each file once: ``int8-unchecked`` runs the int8 one), on the dialogues nearest the median length:
+    the nearest alone, and the ``BATCH_ROWS`` nearest padded together. None without such an engine."""
+    files: dict[str, tuple[Path, Callable[[], Any]]] = {}
+    for name, engine in loaded:
+        found = engine.onnx_file()
+        if found is not None and all(found[0] != f for f, _ in files.values()):
+            files[name] = found
+    if not files or not encoded:
+        return None
+    p50 = int(np.percentile([len(e) for e in encoded], 50))
+    near = sorted(range(len(encoded)), key=lambda i: (abs(len(encoded[i]) - p50), i))
+    feeds = {
+        "single": pad_batch([encoded[near[0]]], pad_id),
+        "batch": pad_batch([encoded[i] for i in near[:BATCH_ROWS]], pad_id),
+    }
+    targets = {
+        "batched_vs_naive_fp32": ("naive-fp32", "batch", TARGET_VS_NAIVE_FP32),
+        "single_p50_vs_naive_fp32": ("naive-fp32", "single", 1 / TARGET_SINGLE_FRACTION),
+        "int8_batched_vs_naive_int8": ("naive-int8", "batch", TARGET_INT8_VS_NAIVE_INT8),
+    }
+    return engine_ops(files, feeds, smoke, targets)
 
 
 def ratios(report: dict[str, Any]) -> dict[str, Any]:
@@ -864,6 +915,8 @@ def markdown(report: dict[str, Any]) -> str:
                 f"| {engine} | {r['chars']} | {r['windows']} | {r['rows']} | {r['tokens']} | {r['p50_ms']} "
                 f"| {r['ms_per_window']} | {r['x_first']} |"
             )
+    if report.get("ops"):
+        lines += ["", *ops_markdown(report["ops"])]
     tg = report.get("targets", {})
     for key in ("batched_vs_naive_fp32", "single_p50_vs_naive_fp32", "int8_batched_vs_naive_int8"):
         if key in tg:
@@ -924,6 +977,12 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     )
     p.add_argument("--no-sweep", action="store_true", help="skip the batch × length sweep")
     p.add_argument("--no-long", action="store_true", help="skip the long messages (500 to 16,000 characters)")
+    p.add_argument(
+        "--no-ops",
+        action="store_true",
+        help="skip where the time goes (onnxruntime's per-kernel profile: weight GEMMs against the rest, and the "
+        "GEMM speed-up each ratio target needs)",
+    )
     p.add_argument("--smoke", action="store_true", help="every step for a moment on a tiny model (tests)")
     p.add_argument("--json", type=Path, default=None, help="also write the JSON report here")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
