@@ -63,6 +63,7 @@ def test_smoke_run_writes_json_and_markdown(
     }
     printed = capsys.readouterr().out
     assert "Where the time goes" in printed
+    assert ops["cpu_default"] == report["cpu_variant"] and f"the CPU default's ({report['cpu_variant']})" in printed
     assert "| engine | characters | windows |" in printed
     assert "Ratios against naive-fp32" in printed
     assert "| engine |" in printed and json.loads(printed[: printed.index("\n\n###")])["benchmark"] == "runtime"

@@ -54,7 +54,7 @@ WEIGHT_INPUT = {
     "Attention": 1,  # onnxruntime's fused attention reads the Q/K/V weights: counted whole
 }
 BATCH_ROWS = 64  # the batched shape: one length-sorted batch of the bench's sorted-64 policy
-PROFILE_RUNS = {"single": 60, "batch": 4}  # profiled calls per shape (after WARMUP_RUNS untimed ones)
+PROFILE_RUNS = {"single": 100, "batch": 8}  # profiled calls per shape (after WARMUP_RUNS untimed ones)
 SMOKE_RUNS = {"single": 2, "batch": 1}
 WARMUP_RUNS = 2
 ROUNDS = 4  # turns of every engine per shape
@@ -255,8 +255,10 @@ def ops_markdown(ops: Mapping[str, Any]) -> list[str]:
                 f"| {name} | {shape} | {sp['kernels_ms']} | {sp['gemm_ms']} | {sp['rest_ms']} | {sp['gemm_share']} "
                 f"| {a.get('kernels_x', '—')} | {a.get('gemm_speedup', '—')} | {a.get('bound_x', '—')} | {top} |"
             )
+    default = ops.get("cpu_default")
     for key, need in ops.get("needed_gemm_speedup", {}).items():
         value = need["value"]
+        measured = ops["vs"].get(need["baseline"], {}).get(default, {}).get(need["shape"], {}).get("gemm_speedup")
         lines.append(
             f"- {key} ({need['ratio']:g}x {need['baseline']}, {need['shape']}): needs weight GEMMs "
             + (
@@ -265,5 +267,6 @@ def ops_markdown(ops: Mapping[str, Any]) -> list[str]:
                 else f"{value}x the baseline's"
             )
             + " with the baseline's other kernels"
+            + (f"; the CPU default's ({default}): {measured}x" if measured is not None else "")
         )
     return lines

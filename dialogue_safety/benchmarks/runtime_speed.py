@@ -718,7 +718,7 @@ def run(
             report["sweep"] += sweep(engine, plan, geometry, encoder.tokenizer.get_vocab_size(), peak)
     if not args.no_ops:
         say("  where the time goes: onnxruntime's profile of model-only calls, every engine in turn")
-        report["ops"] = measure_ops(loaded, encoded, encoder.pad_id, bool(args.smoke))
+        report["ops"] = measure_ops(loaded, encoded, encoder.pad_id, bool(args.smoke), card.cpu_variant)
     del loaded
     report["machine"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     if naive:
@@ -730,11 +730,16 @@ def run(
 
 
 def measure_ops(
-    loaded: Sequence[tuple[str, Engine]], encoded: Sequence[EncodedExample], pad_id: int, smoke: bool
+    loaded: Sequence[tuple[str, Engine]],
+    encoded: Sequence[EncodedExample],
+    pad_id: int,
+    smoke: bool,
+    cpu_default: str,
 ) -> dict[str, Any] | None:
     """The report's ops block (:mod:`dialogue_safety.benchmarks.op_profile`) for the CPU onnxruntime engines
     (each file once: ``int8-unchecked`` runs the int8 one), on the dialogues nearest the median length:
-    the nearest alone, and the ``BATCH_ROWS`` nearest padded together. None without such an engine."""
+    the nearest alone, and the ``BATCH_ROWS`` nearest padded together; ``cpu_default``: the card's CPU
+    variant, whose GEMM speed-ups the targets' lines quote. None without such an engine."""
     files: dict[str, tuple[Path, Callable[[], Any]]] = {}
     for name, engine in loaded:
         found = engine.onnx_file()
@@ -753,7 +758,7 @@ def measure_ops(
         "single_p50_vs_naive_fp32": ("naive-fp32", "single", 1 / TARGET_SINGLE_FRACTION),
         "int8_batched_vs_naive_int8": ("naive-int8", "batch", TARGET_INT8_VS_NAIVE_INT8),
     }
-    return engine_ops(files, feeds, smoke, targets)
+    return {**engine_ops(files, feeds, smoke, targets), "cpu_default": cpu_default}
 
 
 def ratios(report: dict[str, Any]) -> dict[str, Any]:
