@@ -49,6 +49,12 @@ def test_http_benchmark_smoke(
     assert c1["rounds"] == [round(v, 3) for v in over]
     assert c1["value"] == pytest.approx(sum(over) / 2, abs=1e-3)  # the median of two rounds
     assert c1["met"] == (c1["value"] <= 1.0)
+    floor = [p for p in report["service"] if p["name"] == "health"]  # GET /health at c=1 in each round
+    assert [(p["round_no"], p["concurrency"]) for p in floor] == [(1, 1), (2, 1)]
+    less = report["targets"]["c1_p50_over_runtime_less_floor_ms"]["rounds"]
+    assert less == [round(o - p["p50_ms"], 3) for o, p in zip(over, floor, strict=True)]
+    assert report["targets"]["c1_http_floor_ms"]["rounds"] == [p["p50_ms"] for p in floor]
+    assert "| GET /health p50 ms |" in printed
     assert report["runtime"]["language_check"] is True  # the service's default: the same work on both sides
     assert report["runtime"]["single_p50_ms"] == pytest.approx(
         sum(r["single_p50_ms"] for r in report["runtime_rounds"]) / 2, abs=1e-3

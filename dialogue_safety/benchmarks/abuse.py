@@ -64,6 +64,7 @@ from dialogue_safety.benchmarks.local_server import (
     service_env,
 )
 from dialogue_safety.core.model_dir import default_model_dir
+from dialogue_safety.service.api import HEALTH_PATH
 
 # what a client sees when the server closes its connection (a cap, a timeout) mid-request
 CLOSED = (OSError, TimeoutError, asyncio.IncompleteReadError, IndexError, ValueError)
@@ -110,17 +111,17 @@ class Prober:
     async def connect(self) -> None:
         """Open the keep-alive connections (one request each) before the attack starts."""
         await self._client.post("/v1/classify", SMALL)
-        await _get(self._health, "/health")
+        await self._health.request("GET", HEALTH_PATH)
 
     async def run(self) -> None:
         client, health = self._client, self._health
         try:
             while not self._stop.is_set():
-                for path, body, sink in (("/v1/classify", SMALL, self.classify), ("/health", None, self.health)):
+                for path, body, sink in (("/v1/classify", SMALL, self.classify), (HEALTH_PATH, None, self.health)):
                     start = time.perf_counter()
                     try:
                         if body is None:
-                            status = await _get(health, path)
+                            status, _ = await health.request("GET", path)
                         else:
                             status, _ = await client.post(path, body)
                     except CLOSED:
@@ -137,19 +138,6 @@ class Prober:
 
     def stop(self) -> None:
         self._stop.set()
-
-
-async def _get(client: RawHttpClient, path: str) -> int:
-    reader, writer = await client._connect()
-    writer.write(f"GET {path} HTTP/1.1\r\nHost: {HOST}\r\n\r\n".encode())
-    status = int((await reader.readline()).split(b" ", 2)[1])
-    length = 0
-    while (line := await reader.readline()) not in (b"\r\n", b""):
-        name, _, value = line.partition(b":")
-        if name.strip().lower() == b"content-length":
-            length = int(value)
-    await reader.readexactly(length)
-    return status
 
 
 class RssSampler:

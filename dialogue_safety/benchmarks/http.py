@@ -46,7 +46,7 @@ from pydantic import TypeAdapter
 from dialogue_safety.benchmarks.dialogues import load_dialogues  # one owner of the benchmark data
 from dialogue_safety.benchmarks.emit import emit_report
 from dialogue_safety.benchmarks.http_client import HOST
-from dialogue_safety.benchmarks.http_report import markdown
+from dialogue_safety.benchmarks.http_report import FLOOR_PHASE, markdown
 from dialogue_safety.benchmarks.load_generator import (
     Phase,
     PhaseRecorder,
@@ -68,6 +68,7 @@ from dialogue_safety.benchmarks.local_server import (
 )
 from dialogue_safety.core.model_dir import default_model_dir, model_dir_problem
 from dialogue_safety.core.schema import Example
+from dialogue_safety.service.api import HEALTH_PATH
 from dialogue_safety.service.settings import ServiceSettings
 
 RETRY_AFTER_S = float(ServiceSettings.model_fields["retry_after_s"].default)  # what a 429 asks a client to wait
@@ -277,8 +278,8 @@ def measure_in_turns(
             singles: list[float] = []
             if 1 in levels:
                 levels.remove(1)
-                c1, singles = run_async(paired_singles(url, examples, bodies, plan, runtime, round_no))
-                phases.append(c1)
+                c1, singles, floor = run_async(paired_singles(url, examples, bodies, plan, runtime, round_no))
+                phases += [c1, floor]
             else:
                 singles = runtime.singles(examples, duration_s=plan.runtime_duration_s, at_least=20)
             items_per_s = runtime.batched(examples, duration_s=plan.runtime_duration_s, batch=plan.runtime_batch)
@@ -291,10 +292,13 @@ def measure_in_turns(
 
 async def paired_singles(
     url: str, examples: Sequence[Example], bodies: list[bytes], plan: HttpPlan, runtime: RuntimeReference, round_no: int
-) -> tuple[Phase, list[float]]:
+) -> tuple[Phase, list[float], Phase]:
     """HTTP c=1 and the runtime's one-example ``predict`` in alternating slices over the same dialogues:
-    the c=1 phase over all its slices, and the runtime's latencies (seconds)."""
-    recorder = PhaseRecorder()
+    the c=1 phase over all its slices, the runtime's latencies (seconds), and the **HTTP floor**: ``GET
+    /health`` at c=1 through the same server and client (a quarter of each slice's c=1 time), what any
+    answer costs before the classifier does anything; c=1 over the runtime less the floor is the classify
+    path's own cost (validation, queueing, the inference thread's hand-offs, the answer)."""
+    recorder, floor = PhaseRecorder(), PhaseRecorder()
     singles: list[float] = []
     slices = max(1, plan.c1_slices)
     for _ in range(slices):
@@ -314,7 +318,20 @@ async def paired_singles(
             recorder=recorder,
             first_body=first,
         )
-    return recorder.phase("classify", 1, round_no=round_no), singles
+        await closed_loop(
+            url,
+            HEALTH_PATH,
+            [b""],
+            name=FLOOR_PHASE,
+            concurrency=1,
+            duration_s=plan.duration_s / slices / 4,
+            max_requests=plan.max_requests,
+            client=plan.client,
+            round_no=round_no,
+            recorder=floor,
+            method="GET",
+        )
+    return recorder.phase("classify", 1, round_no=round_no), singles, floor.phase(FLOOR_PHASE, 1, round_no=round_no)
 
 
 async def run_overload(server: Server, bodies: list[bytes], plan: HttpPlan, capacity: int) -> dict[str, Any]:
@@ -619,6 +636,15 @@ def targets(report: dict[str, Any], plan: HttpPlan) -> dict[str, Any]:
         )
         out["c1_p50_vs_runtime_single"] = {
             "value": round(statistics.median(ph["p50_ms"] / r["single_p50_ms"] for r, ph in c1), 3)
+        }
+    floors = {ph["round_no"]: ph["p50_ms"] for ph in phases if ph["name"] == FLOOR_PHASE and ph["p50_ms"] is not None}
+    paired = [(r, ph, floors[r["round_no"]]) for r, ph in c1 if r["round_no"] in floors]
+    if paired:  # how much of c=1's excess any HTTP answer costs, and what the classify path adds to it
+        out["c1_http_floor_ms"] = _median_target([f for _, _, f in paired], 1.0, at_most=True)
+        out["c1_p50_over_runtime_less_floor_ms"] = {
+            "value": round(statistics.median(ph["p50_ms"] - r["single_p50_ms"] - f for r, ph, f in paired), 3),
+            "rounds": [round(ph["p50_ms"] - r["single_p50_ms"] - f, 3) for r, ph, f in paired],
+            "note": f"c=1 over the runtime less GET {HEALTH_PATH} at c=1: the classify path's own cost",
         }
     c64 = [(r, ph) for r, ph in _per_round(report, 64) if r["batched_items_per_s"]]
     if c64:

@@ -34,11 +34,16 @@ class RawHttpClient:
         return self._reader, self._writer
 
     async def post(self, path: str, body: bytes, headers: bytes = b"") -> tuple[int, bytes]:
+        return await self.request("POST", path, body, headers)
+
+    async def request(self, method: str, path: str, body: bytes = b"", headers: bytes = b"") -> tuple[int, bytes]:
+        """(status, body) of one request on the kept-alive connection (``body`` with a JSON content type)."""
         try:
             async with asyncio.timeout(self.timeout_s):
                 reader, writer = await self._connect()
                 writer.write(
-                    b"POST "
+                    method.encode()
+                    + b" "
                     + path.encode()
                     + b" HTTP/1.1\r\nHost: "
                     + self.host.encode()

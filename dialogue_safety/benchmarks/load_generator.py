@@ -112,8 +112,10 @@ async def closed_loop(
     round_no: int = 0,
     recorder: PhaseRecorder | None = None,
     first_body: int = 0,
+    method: str = "POST",
 ) -> Phase:
-    """``concurrency`` workers, each sending its next request when the last one answers, until
+    """``concurrency`` workers, each sending its next request (``method``; a GET sends no body) when the
+    last one answers, until
     ``duration_s`` has passed or ``max_requests`` were sent (whichever comes first).
     ``backoff_on_429_s``: how long a worker waits after a 429 before its next request (a client
     honouring the service's ``Retry-After``; 0: at once, as an abusive client would). ``recorder``:
@@ -150,7 +152,7 @@ async def closed_loop(
         async with httpx.AsyncClient(base_url=url, limits=limits, timeout=timeout_s, headers=headers) as hc:
 
             async def post_httpx(body: bytes) -> int:
-                return (await hc.post(path, content=body)).status_code
+                return (await hc.request(method, path, content=body if method != "GET" else None)).status_code
 
             await asyncio.gather(*(drive(post_httpx, i * 7919) for i in range(concurrency)))
     else:
@@ -158,7 +160,7 @@ async def closed_loop(
 
         async def worker(rc: RawHttpClient, offset: int) -> None:
             async def post_raw(body: bytes) -> int:
-                return (await rc.post(path, body))[0]
+                return (await rc.request(method, path, body if method != "GET" else b""))[0]
 
             try:
                 await drive(post_raw, offset)

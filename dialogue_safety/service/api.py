@@ -63,6 +63,7 @@ from dialogue_safety.service.state import (
 from dialogue_safety.service.telemetry import RequestMetricsMiddleware
 
 log = logging.getLogger("dialogue_safety.service.api")
+HEALTH_PATH = "/health"  # liveness: answered without the model (the HTTP benchmarks' floor)
 CLIENT_CLOSED = 499  # nginx's "client closed request": the caller left, nobody reads the answer
 
 
@@ -564,7 +565,7 @@ def _build_router(state: ServiceState) -> APIRouter:
         return card
 
     @ops.get(
-        "/health",
+        HEALTH_PATH,
         response_model=Status,
         summary="Liveness: the process serves HTTP",
         responses={503: {"model": ErrorResponse, "description": "the model failed to load"}},
