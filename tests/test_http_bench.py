@@ -55,6 +55,8 @@ def test_http_benchmark_smoke(
     assert less == [round(o - p["p50_ms"], 3) for o, p in zip(over, floor, strict=True)]
     assert report["targets"]["c1_http_floor_ms"]["rounds"] == [p["p50_ms"] for p in floor]
     assert "| GET /health p50 ms |" in printed
+    gap = report["targets"]["runtime_single_after_gap_over_back_to_back_ms"]["rounds"]  # the model after a pause
+    assert gap == [round(r["single_after_gap_p50_ms"] - r["single_p50_ms"], 3) for r in report["runtime_rounds"]]
     assert report["runtime"]["language_check"] is True  # the service's default: the same work on both sides
     assert report["runtime"]["single_p50_ms"] == pytest.approx(
         sum(r["single_p50_ms"] for r in report["runtime_rounds"]) / 2, abs=1e-3

@@ -73,6 +73,7 @@ from dialogue_safety.service.settings import ServiceSettings
 
 RETRY_AFTER_S = float(ServiceSettings.model_fields["retry_after_s"].default)  # what a 429 asks a client to wait
 # the runtime reference does the service's work: with the language of each utterance when the service says it
+PACED_GAP_S = 0.002  # the idle pause before each "after a gap" runtime single: about a c=1 client's round trip
 LANGUAGE_CHECK = bool(ServiceSettings.model_fields["language_check"].default)
 
 # -- data ---------------------------------------------------------------------------------------------
@@ -97,15 +98,18 @@ class RuntimeReference:
         self.max_batch_tokens = max_batch_tokens
 
     def singles(
-        self, examples: Sequence[Example], *, duration_s: float, first: int = 0, at_least: int = 5
+        self, examples: Sequence[Example], *, duration_s: float, first: int = 0, at_least: int = 5, gap_s: float = 0.0
     ) -> list[float]:
-        """Seconds of one-example ``predict`` calls (encoding included) for ``duration_s``, from ``examples[first]``."""
+        """Seconds of one-example ``predict`` calls (encoding included) for ``duration_s``, from ``examples[first]``;
+        ``gap_s``: an idle pause before each call (not timed), as a c=1 client's round trip leaves the server."""
         clf = self.clf
         out: list[float] = []
         deadline = time.perf_counter() + duration_s
         for i in range(first, first + 100_000):
             if time.perf_counter() > deadline and len(out) >= at_least:
                 break
+            if gap_s:
+                time.sleep(gap_s)
             start = time.perf_counter()
             clf.predict([examples[i % len(examples)]])
             out.append(time.perf_counter() - start)
@@ -124,7 +128,16 @@ class RuntimeReference:
             items += len(chunk)
         return items / (time.perf_counter() - started)
 
-    def report(self, singles: list[float], batched_items_per_s: float, *, batch: int, round_no: int) -> dict[str, Any]:
+    def report(
+        self,
+        singles: list[float],
+        batched_items_per_s: float,
+        *,
+        batch: int,
+        round_no: int,
+        paced: Sequence[float] = (),
+    ) -> dict[str, Any]:
+        """One round's figures; ``paced``: single latencies measured after an idle gap (:data:`PACED_GAP_S`)."""
         clf = self.clf
         return {
             "round_no": round_no,
@@ -134,6 +147,8 @@ class RuntimeReference:
             "single_p50_ms": ms(percentile(singles, 50)),
             "single_p99_ms": ms(percentile(singles, 99)),
             "single_requests": len(singles),
+            "single_after_gap_p50_ms": ms(percentile(paced, 50)),
+            "gap_ms": PACED_GAP_S * 1000,
             "batch_size": batch,
             "max_batch_tokens": self.max_batch_tokens,
             "language_check": clf.language_check,
@@ -145,8 +160,9 @@ def runtime_summary(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     """The runtime reference over its rounds: the medians of the per-round figures."""
     summary = dict(rounds[-1])
     del summary["round_no"]
-    for key in ("single_p50_ms", "single_p99_ms", "batched_items_per_s"):
-        summary[key] = round(statistics.median(r[key] for r in rounds), 3)
+    for key in ("single_p50_ms", "single_p99_ms", "batched_items_per_s", "single_after_gap_p50_ms"):
+        values = [r[key] for r in rounds if r.get(key) is not None]
+        summary[key] = round(statistics.median(values), 3) if values else None
     summary["single_requests"] = sum(r["single_requests"] for r in rounds)
     summary["rounds"] = len(rounds)
     return summary
@@ -276,14 +292,17 @@ def measure_in_turns(
         say(f"round {round_no}/{plan.rounds}: {where}")
         if runtime is not None:
             singles: list[float] = []
+            paced: list[float] = []
             if 1 in levels:
                 levels.remove(1)
-                c1, singles, floor = run_async(paired_singles(url, examples, bodies, plan, runtime, round_no))
+                c1, singles, paced, floor = run_async(paired_singles(url, examples, bodies, plan, runtime, round_no))
                 phases += [c1, floor]
             else:
                 singles = runtime.singles(examples, duration_s=plan.runtime_duration_s, at_least=20)
             items_per_s = runtime.batched(examples, duration_s=plan.runtime_duration_s, batch=plan.runtime_batch)
-            runtime_rounds.append(runtime.report(singles, items_per_s, batch=plan.runtime_batch, round_no=round_no))
+            runtime_rounds.append(
+                runtime.report(singles, items_per_s, batch=plan.runtime_batch, round_no=round_no, paced=paced)
+            )
         phases += run_async(run_classify_phases(url, bodies, plan, round_no, levels))
     say(f"batch phase: {plan.batch_concurrency} clients x {plan.batch_items} items")
     phases.append(run_async(run_batch_phase(url, batch_bodies, plan)))
@@ -292,18 +311,24 @@ def measure_in_turns(
 
 async def paired_singles(
     url: str, examples: Sequence[Example], bodies: list[bytes], plan: HttpPlan, runtime: RuntimeReference, round_no: int
-) -> tuple[Phase, list[float], Phase]:
+) -> tuple[Phase, list[float], list[float], Phase]:
     """HTTP c=1 and the runtime's one-example ``predict`` in alternating slices over the same dialogues:
-    the c=1 phase over all its slices, the runtime's latencies (seconds), and the **HTTP floor**: ``GET
-    /health`` at c=1 through the same server and client (a quarter of each slice's c=1 time), what any
-    answer costs before the classifier does anything; c=1 over the runtime less the floor is the classify
-    path's own cost (validation, queueing, the inference thread's hand-offs, the answer)."""
+    the c=1 phase over all its slices, the runtime's latencies (seconds, back to back), the runtime's
+    latencies after an idle gap of :data:`PACED_GAP_S` (half as long a share: what the model alone loses
+    to the pause a c=1 client's round trip leaves between calls), and the **HTTP floor**: ``GET /health``
+    at c=1 through the same server and client (a quarter of each slice's c=1 time), what any answer costs
+    before the classifier does anything; c=1 over the runtime less the floor is the classify path's own
+    cost (validation, queueing, the inference thread's hand-offs, the answer, the model after a pause)."""
     recorder, floor = PhaseRecorder(), PhaseRecorder()
     singles: list[float] = []
+    paced: list[float] = []
     slices = max(1, plan.c1_slices)
     for _ in range(slices):
         first = len(singles)
         singles += runtime.singles(examples, duration_s=plan.runtime_duration_s / slices, first=first)
+        paced += runtime.singles(
+            examples, duration_s=plan.runtime_duration_s / slices / 2, first=first, gap_s=PACED_GAP_S
+        )
         await closed_loop(
             url,
             "/v1/classify",
@@ -331,7 +356,12 @@ async def paired_singles(
             recorder=floor,
             method="GET",
         )
-    return recorder.phase("classify", 1, round_no=round_no), singles, floor.phase(FLOOR_PHASE, 1, round_no=round_no)
+    return (
+        recorder.phase("classify", 1, round_no=round_no),
+        singles,
+        paced,
+        floor.phase(FLOOR_PHASE, 1, round_no=round_no),
+    )
 
 
 async def run_overload(server: Server, bodies: list[bytes], plan: HttpPlan, capacity: int) -> dict[str, Any]:
@@ -645,6 +675,13 @@ def targets(report: dict[str, Any], plan: HttpPlan) -> dict[str, Any]:
             "value": round(statistics.median(ph["p50_ms"] - r["single_p50_ms"] - f for r, ph, f in paired), 3),
             "rounds": [round(ph["p50_ms"] - r["single_p50_ms"] - f, 3) for r, ph, f in paired],
             "note": f"c=1 over the runtime less GET {HEALTH_PATH} at c=1: the classify path's own cost",
+        }
+    gaps = [(r, ph) for r, ph in c1 if r.get("single_after_gap_p50_ms") is not None]
+    if gaps:  # what the model alone loses to the pause between a c=1 client's requests
+        out["runtime_single_after_gap_over_back_to_back_ms"] = {
+            "value": round(statistics.median(r["single_after_gap_p50_ms"] - r["single_p50_ms"] for r, _ in gaps), 3),
+            "rounds": [round(r["single_after_gap_p50_ms"] - r["single_p50_ms"], 3) for r, _ in gaps],
+            "note": f"the runtime's single p50 after a {PACED_GAP_S * 1000:g}-ms idle pause, less back to back",
         }
     c64 = [(r, ph) for r, ph in _per_round(report, 64) if r["batched_items_per_s"]]
     if c64:
