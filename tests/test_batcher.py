@@ -18,7 +18,7 @@ from dialogue_safety.core.errors import NotReady
 from dialogue_safety.core.schema import Example, Label, Prediction
 from dialogue_safety.service.batcher import Announcement, MicroBatcher
 from dialogue_safety.service.errors import InferenceFailed, Overloaded
-from dialogue_safety.service.latency import MAX_SLOWNESS, SLOWNESS_WINDOW_S, LatencyEstimator
+from dialogue_safety.service.latency import BOUND_HALF_LIFE_S, MAX_SLOWNESS, SLOWNESS_WINDOW_S, LatencyEstimator
 from dialogue_safety.service.settings import ServiceSettings
 
 GUARD_S = 10.0  # only against hangs; never asserted on
@@ -732,8 +732,10 @@ def test_a_bound_derived_from_the_machine_follows_the_speed_batches_run_at_never
     for _ in range(30):  # a very slow machine: at most MAX_SLOWNESS times the warm-up's bound
         derived.learn_batch(items=8, padded=100, elapsed=5.0, predicted=None)
     assert derived.max_queue_wait_s == pytest.approx(MAX_SLOWNESS * 1.0)
-    derived.full_batch_at -= SLOWNESS_WINDOW_S + 1  # no batch at least half full for a while: the warm-up's bound
-    assert derived.max_queue_wait_s == 1.0
+    derived.full_batch_at -= SLOWNESS_WINDOW_S + BOUND_HALF_LIFE_S  # no load since: the excess halves ...
+    assert derived.max_queue_wait_s == pytest.approx(1.0 + (MAX_SLOWNESS - 1.0) / 2, rel=0.01)
+    derived.full_batch_at -= 20 * BOUND_HALF_LIFE_S  # ... and halves again: back to the warm-up's bound
+    assert derived.max_queue_wait_s == pytest.approx(1.0, abs=1e-5)
     fixed = LatencyEstimator(max_batch_size=8, max_queue_wait_s=1.0)  # SAFETY_MAX_QUEUE_WAIT_MS: never moves
     for _ in range(30):
         fixed.learn_batch(items=8, padded=100, elapsed=0.5, predicted=None)
@@ -918,6 +920,27 @@ def test_the_token_budget_counts_every_window_of_a_long_utterance() -> None:
     # counted as items (what the budget was before windows), all three would have fitted in one call
     _, model, obs = run(body, WindowedModel(), max_batch_tokens=30)
     assert model.batches == [[1], [2, 3]] and obs.batches == [(1, 30), (2, 20)]
+
+
+def test_a_followed_bound_admits_two_batches_ahead_when_batches_run_late() -> None:
+    """64 closed-loop clients and batches of 64: an item can have the running batch and a full one ahead of it.
+    Batches that run 1.3x their prediction (the admission charges that slowness) must not get it refused."""
+    from dialogue_safety.service.latency import QUEUE_WAIT_BATCHES
+
+    def loaded(follow: bool) -> LatencyEstimator:
+        est = LatencyEstimator(max_batch_size=64, max_queue_wait_s=1.5, follow_machine=follow)
+        for _ in range(40):  # under load a full batch of 2,560 tokens takes 0.8 s, predicted 0.8 / 1.3
+            est.learn_batch(items=64, padded=2560, elapsed=0.8, predicted=0.8 / 1.3, lag=0.02)
+        return est
+
+    followed, fixed = loaded(True), loaded(False)
+    assert followed.slowness_factor() == pytest.approx(1.3)
+    assert followed.max_queue_wait_s == pytest.approx(QUEUE_WAIT_BATCHES * 0.8 * 1.3 + 0.02, rel=0.01)
+    ahead = followed.predict_s(2 * 2560)  # two full batches at the measured speed
+    assert ahead is not None
+    assert followed.refusal(ahead, retry_after_s=1) is None
+    fixed_ahead = fixed.predict_s(2 * 2560)  # the same machine with the bound fixed at three warm-up batches
+    assert fixed_ahead is not None and fixed.refusal(fixed_ahead, retry_after_s=1) is not None
 
 
 def test_the_default_queue_wait_is_three_full_batches_at_least_one_second() -> None:

@@ -21,13 +21,19 @@ of more items than one batch is not held to the bound for the time its own first
 Unless the operator sets it, ``max_queue_wait_s`` itself follows the machine:
 :func:`default_queue_wait_s` (at least ``QUEUE_WAIT_BATCHES`` full batches as measured at warm-up by
 :func:`measure_full_batch_s`, and at least ``MIN_QUEUE_WAIT_S``), and, as batches run, at least
-``QUEUE_WAIT_BATCHES`` full batches at the speed they run now (``follow_machine``): at warm-up the machine is
-idle, under load the clients, the event loop and the encoding share its cores (an AVX2-only 2-core EPYC under
-``bench http``: 730 ms for a full batch after the load against 650 ms at warm-up, and 8 of 30 polite 32-item
-batches refused with the warm-up's bound alone), so that polite clients at capacity are not refused on a slow machine
-(the docs' rule: keep the bound at three full batches or more). It never drops under the warm-up's bound and never
-rises over ``MAX_SLOWNESS`` times it; a stalled batch (over ``MAX_SLOWNESS`` times its prediction) does not count,
-and without a batch at least half full for ``SLOWNESS_WINDOW_S`` it is the warm-up's bound again.
+``QUEUE_WAIT_BATCHES`` full batches at the speed they run now, as late as the recent batches ran against their
+prediction (the slowness the admission charges) plus the event loop's lag (``follow_machine``): at warm-up the
+machine is idle, under load the clients, the event loop and the encoding share its cores (an AVX2-only 2-core
+EPYC under ``bench http``: 730–865 ms for a full batch under load against 514–650 ms at warm-up, and 8 of 30
+polite 32-item batches refused with the warm-up's bound alone), so that polite clients at capacity are not
+refused on a slow machine (the docs' rule: keep the bound at three full batches or more). The slowness belongs
+in it: admission admits an item when (its expected wait + one batch) x slowness + lag fits the bound, so with
+64 closed-loop clients and batches of 64 (up to two batches ahead of an item) a bound of three batches without
+it refused 7–20 of ~650 requests at c=64 whenever batches ran 1.3x their prediction. It never drops under the
+warm-up's bound and never rises over ``MAX_SLOWNESS`` times it; a stalled batch (over ``MAX_SLOWNESS`` times its
+prediction) is no measure of a full batch's time; after ``SLOWNESS_WINDOW_S`` without a batch at least half
+full, its excess over the warm-up's bound halves every ``BOUND_HALF_LIFE_S`` (light traffic between bursts
+does not throw away what the last burst measured; a machine that turned fast forgets it within minutes).
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ MAX_SLOWNESS = 3.0  # the slowness factor at most (a stall must not make every e
 TYPICAL_ITEM_TOKENS = 64.0  # tokens per item assumed before any was encoded
 MIN_QUEUE_WAIT_S = 1.0  # the queue-wait bound at least, when derived from the machine
 QUEUE_WAIT_BATCHES = 3  # ... and at least this many full batches as measured at warm-up
+BOUND_HALF_LIFE_S = 60.0  # a followed bound's excess over the warm-up's, without load: halves this often
 
 
 class LatencyEstimator:
@@ -119,14 +126,18 @@ class LatencyEstimator:
     def max_queue_wait_s(self) -> float | None:
         """How long an accepted item may wait (None: no time bound). Derived from the machine
         (``follow_machine``): the warm-up's bound, or ``QUEUE_WAIT_BATCHES`` full batches at the speed batches
-        of the current traffic ran within ``SLOWNESS_WINDOW_S`` if that is longer, at most ``MAX_SLOWNESS`` times
-        the warm-up's bound (light traffic since, or a faster machine: back to the warm-up's bound)."""
+        of the current traffic run, times their recent slowness, plus the loop's lag, if that is longer; at
+        most ``MAX_SLOWNESS`` times the warm-up's bound; without a batch at least half full for
+        ``SLOWNESS_WINDOW_S``, the excess over the warm-up's bound halves every ``BOUND_HALF_LIFE_S``."""
         floor = self._queue_wait_s
         if not self.follow_machine or floor is None or self.full_batch_s is None:
             return floor
-        if time.perf_counter() - self.full_batch_at > SLOWNESS_WINDOW_S:
-            return floor
-        return min(MAX_SLOWNESS * floor, max(floor, QUEUE_WAIT_BATCHES * self.full_batch_s))
+        now = QUEUE_WAIT_BATCHES * self.full_batch_s * self.slowness_factor() + max(self.loop_lag, default=0.0)
+        excess = max(0.0, min(MAX_SLOWNESS * floor, now) - floor)
+        idle = time.perf_counter() - self.full_batch_at - SLOWNESS_WINDOW_S
+        if idle > 0:
+            excess *= 0.5 ** (idle / BOUND_HALF_LIFE_S)
+        return floor + excess
 
     # -- predicting -----------------------------------------------------------------------------
     def predict_s(self, padded_tokens: int) -> float | None:
