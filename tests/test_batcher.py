@@ -943,6 +943,23 @@ def test_a_followed_bound_admits_two_batches_ahead_when_batches_run_late() -> No
     assert fixed_ahead is not None and fixed.refusal(fixed_ahead, retry_after_s=1) is not None
 
 
+def test_a_stall_does_not_move_the_followed_bound_and_no_load_decays_it_from_where_it_stood() -> None:
+    from dialogue_safety.service.latency import QUEUE_WAIT_BATCHES
+
+    est = LatencyEstimator(max_batch_size=64, max_queue_wait_s=1.5, follow_machine=True)
+    for _ in range(40):  # batches of 0.8 s that run 1.3x their prediction
+        est.learn_batch(items=64, padded=2560, elapsed=0.8, predicted=0.8 / 1.3, lag=0.02)
+    loaded = est.max_queue_wait_s
+    assert loaded == pytest.approx(QUEUE_WAIT_BATCHES * 0.8 * 1.3 + 0.02, rel=0.01)
+    est.learn_batch(items=64, padded=2560, elapsed=30.0, predicted=0.8)  # a stall: 37x its prediction
+    assert est.max_queue_wait_s == pytest.approx(loaded, rel=0.01)  # neither its time nor its slowness count
+    assert est.slowness_factor() == MAX_SLOWNESS  # dispatch still allows for it
+    est.full_batch_at -= SLOWNESS_WINDOW_S + 0.01  # the load ended: the decay starts from the bound as it stood
+    assert est.max_queue_wait_s == pytest.approx(loaded, rel=0.01)
+    est.full_batch_at -= BOUND_HALF_LIFE_S
+    assert est.max_queue_wait_s == pytest.approx(1.5 + (loaded - 1.5) / 2, rel=0.01)
+
+
 def test_the_default_queue_wait_is_three_full_batches_at_least_one_second() -> None:
     from dialogue_safety.service.latency import default_queue_wait_s
 

@@ -143,3 +143,35 @@ def test_weight_nodes_are_products_with_initializers(tmp_path: Path) -> None:
     path = tmp_path / "g.onnx"
     onnx.save(helper.make_model(graph), str(path))
     assert weight_nodes(path) == {"dense", "from_constant"}
+
+
+def test_the_quantisation_of_a_products_input_counts_with_the_product(tmp_path: Path) -> None:
+    """A naive DynamicQuantizeMatMul quantises inside the product; a static graph's QuantizeLinear before it
+    must land on the same side of the split (one read by anything else stays in the rest)."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    inits = [
+        numpy_helper.from_array(np.ones((4, 4), dtype=np.int8), "w"),
+        numpy_helper.from_array(np.array(0.1, dtype=np.float32), "s"),
+        numpy_helper.from_array(np.array(0, dtype=np.uint8), "z"),
+        numpy_helper.from_array(np.array(0.1, dtype=np.float32), "ws"),
+    ]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"], name="q_for_dense"),
+        helper.make_node("MatMulInteger", ["xq", "w", "z"], ["a"], name="dense"),
+        helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq2"], name="q_shared"),
+        helper.make_node("MatMulInteger", ["xq2", "w", "z"], ["b"], name="dense2"),
+        helper.make_node("Cast", ["xq2"], ["c"], name="other_reader", to=TensorProto.INT32),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 4])],
+        [helper.make_tensor_value_info(n, TensorProto.INT32, [4, 4]) for n in ("a", "b", "c")],
+        inits,
+    )
+    path = tmp_path / "q.onnx"
+    onnx.save(helper.make_model(graph), str(path))
+    assert weight_nodes(path) == {"q_for_dense", "dense", "dense2"}

@@ -2,13 +2,14 @@
 "ops" block).
 
 onnxruntime's own profiler times every kernel of model-only calls on a padded batch of real dialogues
-(one row, and ``BATCH_ROWS`` rows, at the dialogues' median length), in a session with the engine's file and
+(one row, and one length-sorted batch, at the dialogues' median length), in a session with the engine's file and
 options. Kernels are split in two:
 
 * **weight GEMMs**: the matrix products with the model's weights: a matmul-family kernel
   (:data:`WEIGHT_INPUT`) whose weight operand is an initializer in the graph onnxruntime runs (saved next
   to the trace), fp32 or int8, the quantisation of its input included when one kernel does both
-  (``DynamicQuantizeMatMul``);
+  (``DynamicQuantizeMatMul``) and so is a quantisation node read only by such products (a static graph's
+  ``QuantizeLinear``);
 * **the rest**: attention's products of activations, softmax, LayerNorm, GELU, adds, (de)quantisation,
   gathers, reshapes.
 
@@ -31,7 +32,7 @@ import shutil
 import statistics
 import tempfile
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +54,7 @@ WEIGHT_INPUT = {
     "QAttention": 1,
     "Attention": 1,  # onnxruntime's fused attention reads the Q/K/V weights: counted whole
 }
-BATCH_ROWS = 64  # the batched shape: one length-sorted batch of the bench's sorted-64 policy
+INPUT_QUANTISERS = frozenset({"QuantizeLinear", "DynamicQuantizeLinear"})  # activations quantised for a product
 PROFILE_RUNS = {"single": 100, "batch": 8}  # profiled calls per shape (after WARMUP_RUNS untimed ones)
 SMOKE_RUNS = {"single": 2, "batch": 1}
 WARMUP_RUNS = 2
@@ -62,20 +63,33 @@ ROUNDS = 4  # turns of every engine per shape
 
 def weight_nodes(graph_path: Path) -> frozenset[str]:
     """Names of the nodes of an ONNX graph (the one onnxruntime runs, saved by it) that multiply by a weight
-    matrix: a :data:`WEIGHT_INPUT` op whose weight operand is an initializer or a Constant's output."""
+    matrix: a :data:`WEIGHT_INPUT` op whose weight operand is an initializer or a Constant's output, and the
+    quantisation of their input (:data:`INPUT_QUANTISERS` read only by such products): a naive
+    ``DynamicQuantizeMatMul`` quantises inside the product, a static graph in a node before it, and both
+    belong to what int8 weights cost."""
     import onnx
 
     graph = onnx.load(str(graph_path), load_external_data=False).graph
     constants = {t.name for t in graph.initializer} | {
         o for n in graph.node if n.op_type == "Constant" for o in n.output
     }
-    return frozenset(
+    products = {
         n.name
         for n in graph.node
         if n.op_type in WEIGHT_INPUT
         and len(n.input) > WEIGHT_INPUT[n.op_type]
         and n.input[WEIGHT_INPUT[n.op_type]] in constants
-    )
+    }
+    readers: dict[str, set[str]] = defaultdict(set)
+    for n in graph.node:
+        for name in n.input:
+            readers[name].add(n.name)
+    quantisers = {
+        n.name
+        for n in graph.node
+        if n.op_type in INPUT_QUANTISERS and (read := set().union(*(readers[o] for o in n.output))) and read <= products
+    }
+    return frozenset(products | quantisers)
 
 
 def kernel_split(events: Iterable[Mapping[str, Any]], runs: int, weights: frozenset[str]) -> dict[str, Any]:
@@ -192,13 +206,15 @@ def engine_ops(
     models: Mapping[str, tuple[Path, Any]],
     feeds: Mapping[str, Mapping[str, np.ndarray]],
     smoke: bool,
+    baselines: Sequence[str],
     targets: Mapping[str, tuple[str, str, float]],
 ) -> dict[str, Any]:
     """The ops block of the runtime report. ``models``: engine name -> (ONNX file, a factory of its session
-    options); ``feeds``: shape name (``single``, ``batch``) -> inputs; ``targets``: name -> (baseline engine,
-    shape, ratio) of the ratio targets to translate into needed GEMM speed-ups. Returns ``{"shapes": {shape:
-    {"rows", "tokens"}}, "runs", "engines": {name: {shape: split}}, "vs": {baseline: {name: {shape:
-    against}}}, "needed_gemm_speedup": {target: {"baseline", "shape", "ratio", "value"}}}``."""
+    options); ``feeds``: shape name (``single``, ``batch``) -> inputs; ``baselines``: the engines every other
+    is compared with (when profiled); ``targets``: name -> (baseline engine, shape, ratio) of the ratio targets
+    to translate into needed GEMM speed-ups. Returns ``{"shapes": {shape: {"rows", "tokens"}}, "runs",
+    "engines": {name: {shape: split}}, "vs": {baseline: {name: {shape: against}}}, "needed_gemm_speedup":
+    {target: {"baseline", "shape", "ratio", "value"}}}``."""
     runs = SMOKE_RUNS if smoke else PROFILE_RUNS
     out: dict[str, Any] = {
         "shapes": {
@@ -211,7 +227,7 @@ def engine_ops(
     for shape, f in feeds.items():
         for name, split in profile_sessions(models, f, runs[shape], ROUNDS).items():
             out["engines"][name][shape] = split
-    for base_name in ("naive-fp32", "naive-int8"):
+    for base_name in baselines:
         base = out["engines"].get(base_name)
         if base is None:
             continue

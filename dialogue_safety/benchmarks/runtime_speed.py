@@ -54,7 +54,7 @@ from dialogue_safety.benchmarks.flops import (
     non_embedding_parameters,
     sequence_flops,
 )
-from dialogue_safety.benchmarks.op_profile import BATCH_ROWS, engine_ops, ops_markdown
+from dialogue_safety.benchmarks.op_profile import engine_ops, ops_markdown
 from dialogue_safety.core.batch_budget import MAX_BATCH_TOKENS, token_budget_batches
 from dialogue_safety.core.encoding import DialogueEncoder, EncodedExample, pad_batch
 from dialogue_safety.core.model_card import ModelCard
@@ -82,6 +82,7 @@ class RuntimePlan:
 
 FULL = RuntimePlan(500, 3, 4000, (1, 8, 32, 64), (16, 32, 64, 128), 1.0, 20)
 SMOKE = RuntimePlan(4, 1, 16, (1, 4), (16,), 0.0, 1)
+SORTED_BATCH = 64  # the length-sorted policy's batch size (and the ops profile's batched shape)
 LONG_MESSAGE_CHARS: tuple[int, ...] = (500, 1000, 4000, 16000)  # the first is the reference
 TARGET_LONG_RATIO = 10.0  # a 4,000-character message costs at most this many 500-character ones
 
@@ -693,7 +694,7 @@ def run(
     for name, make in engines:  # all loaded first: the measurements below take turns
         say(f"  {name}: loading")
         loaded.append((name, make()))
-    policies = {"sorted64": (10**9, 64), "token_budget": (args.max_batch_tokens, 256)}
+    policies = {"sorted64": (10**9, SORTED_BATCH), "token_budget": (args.max_batch_tokens, 256)}
     say(f"  single dialogues and throughput, {max(1, plan.repeats)} rounds of every engine in turn")
     measured = measure_interleaved(loaded, examples, lengths, policies, plan, geometry, peak, say)
     report["interleaved"] = (
@@ -738,7 +739,7 @@ def measure_ops(
 ) -> dict[str, Any] | None:
     """The report's ops block (:mod:`dialogue_safety.benchmarks.op_profile`) for the CPU onnxruntime engines
     (each file once: ``int8-unchecked`` runs the int8 one), on the dialogues nearest the median length:
-    the nearest alone, and the ``BATCH_ROWS`` nearest padded together; ``cpu_default``: the card's CPU
+    the nearest alone, and the ``SORTED_BATCH`` nearest padded together; ``cpu_default``: the card's CPU
     variant, whose GEMM speed-ups the targets' lines quote. None without such an engine."""
     files: dict[str, tuple[Path, Callable[[], Any]]] = {}
     for name, engine in loaded:
@@ -751,14 +752,14 @@ def measure_ops(
     near = sorted(range(len(encoded)), key=lambda i: (abs(len(encoded[i]) - p50), i))
     feeds = {
         "single": pad_batch([encoded[near[0]]], pad_id),
-        "batch": pad_batch([encoded[i] for i in near[:BATCH_ROWS]], pad_id),
+        "batch": pad_batch([encoded[i] for i in near[:SORTED_BATCH]], pad_id),
     }
     targets = {
         "batched_vs_naive_fp32": ("naive-fp32", "batch", TARGET_VS_NAIVE_FP32),
         "single_p50_vs_naive_fp32": ("naive-fp32", "single", 1 / TARGET_SINGLE_FRACTION),
         "int8_batched_vs_naive_int8": ("naive-int8", "batch", TARGET_INT8_VS_NAIVE_INT8),
     }
-    return {**engine_ops(files, feeds, smoke, targets), "cpu_default": cpu_default}
+    return {**engine_ops(files, feeds, smoke, NAIVE_ENGINES, targets), "cpu_default": cpu_default}
 
 
 def ratios(report: dict[str, Any]) -> dict[str, Any]:

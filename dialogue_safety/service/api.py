@@ -587,6 +587,10 @@ def _build_router(state: ServiceState) -> APIRouter:
 
     @ops.get("/metrics", summary="Prometheus metrics", response_class=Response)
     async def metrics() -> Response:
+        # the promise as it stands now: a bound that follows the machine also moves between batches (it decays)
+        bound = state.served.batcher.estimator.latency_bound_s if state.served is not None else None
+        if bound is not None:
+            state.metrics.observe_latency_bound(bound)
         return Response(state.metrics.render(), media_type=state.metrics.content_type)
 
     router = APIRouter()

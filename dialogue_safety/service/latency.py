@@ -31,9 +31,10 @@ in it: admission admits an item when (its expected wait + one batch) x slowness 
 64 closed-loop clients and batches of 64 (up to two batches ahead of an item) a bound of three batches without
 it refused 7–20 of ~650 requests at c=64 whenever batches ran 1.3x their prediction. It never drops under the
 warm-up's bound and never rises over ``MAX_SLOWNESS`` times it; a stalled batch (over ``MAX_SLOWNESS`` times its
-prediction) is no measure of a full batch's time; after ``SLOWNESS_WINDOW_S`` without a batch at least half
-full, its excess over the warm-up's bound halves every ``BOUND_HALF_LIFE_S`` (light traffic between bursts
-does not throw away what the last burst measured; a machine that turned fast forgets it within minutes).
+prediction) is no measure of the machine and moves neither its full batch nor its slowness; after
+``SLOWNESS_WINDOW_S`` without a batch at least half full, its excess over the warm-up's bound, as it stood at the
+last such batch, halves every ``BOUND_HALF_LIFE_S`` (light traffic between bursts does not throw away what the
+last burst measured; a machine that turned fast forgets it within minutes).
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ class LatencyEstimator:
         self.follow_machine = follow_machine and max_queue_wait_s is not None
         self.full_batch_s: float | None = None  # running mean time of a full batch (batches at least half full, scaled)
         self.full_batch_at = 0.0  # perf_counter() when the last batch at least half full updated it
+        self._followed_s = 0.0  # the followed bound as it stood then (what it decays from without load)
         self.seconds_per_token: float | None = None  # EWMA over the batches run so far
         self.item_tokens = TYPICAL_ITEM_TOKENS  # running mean of tokens per item (items not encoded yet)
         self.encode_seconds_per_item = 0.0  # running mean of encoding time per item
@@ -114,12 +116,14 @@ class LatencyEstimator:
         if fullness < 0.5:  # small batches: mostly fixed cost, neither "one batch" nor a fair test of the estimate
             return False
         self.batch_s = elapsed if self.batch_s is None else 0.8 * self.batch_s + 0.2 * elapsed
-        if not predicted or elapsed <= predicted * MAX_SLOWNESS:  # a stall is no measure of the machine's speed
+        stalled = bool(predicted) and elapsed > predicted * MAX_SLOWNESS  # no measure of the machine's speed
+        if predicted:
+            self.slowness.append((time.perf_counter(), elapsed / predicted))
+        if not stalled:
             full = elapsed / fullness  # a batch of this traffic, full
             self.full_batch_s = full if self.full_batch_s is None else 0.8 * self.full_batch_s + 0.2 * full
             self.full_batch_at = time.perf_counter()
-        if predicted:
-            self.slowness.append((time.perf_counter(), elapsed / predicted))
+            self._followed_s = self._follow_now()
         return True
 
     @property
@@ -132,12 +136,18 @@ class LatencyEstimator:
         floor = self._queue_wait_s
         if not self.follow_machine or floor is None or self.full_batch_s is None:
             return floor
-        now = QUEUE_WAIT_BATCHES * self.full_batch_s * self.slowness_factor() + max(self.loop_lag, default=0.0)
-        excess = max(0.0, min(MAX_SLOWNESS * floor, now) - floor)
         idle = time.perf_counter() - self.full_batch_at - SLOWNESS_WINDOW_S
-        if idle > 0:
-            excess *= 0.5 ** (idle / BOUND_HALF_LIFE_S)
-        return floor + excess
+        if idle <= 0:
+            return max(floor, min(MAX_SLOWNESS * floor, self._follow_now()))
+        # no load for a while: decay from the bound as it stood at the last batch at least half full
+        excess = max(0.0, min(MAX_SLOWNESS * floor, self._followed_s) - floor)
+        return floor + excess * 0.5 ** (idle / BOUND_HALF_LIFE_S)
+
+    def _follow_now(self) -> float:
+        """``QUEUE_WAIT_BATCHES`` full batches at the current speed, times the recent slowness (stalls left
+        out: they are no measure of the machine), plus the loop's lag."""
+        full = self.full_batch_s or 0.0
+        return QUEUE_WAIT_BATCHES * full * self.slowness_factor(without_stalls=True) + max(self.loop_lag, default=0.0)
 
     # -- predicting -----------------------------------------------------------------------------
     def predict_s(self, padded_tokens: int) -> float | None:
@@ -166,12 +176,13 @@ class LatencyEstimator:
             return None
         return self.max_queue_wait_s + self.batch_s
 
-    def slowness_factor(self) -> float:
+    def slowness_factor(self, *, without_stalls: bool = False) -> float:
         """The worst ratio of actual to predicted batch time over the recent batches at least half full
-        (the last ``RECENT_BATCHES`` within ``SLOWNESS_WINDOW_S``), between 1 and ``MAX_SLOWNESS``."""
+        (the last ``RECENT_BATCHES`` within ``SLOWNESS_WINDOW_S``), between 1 and ``MAX_SLOWNESS``;
+        ``without_stalls``: leaving out stalled batches (over ``MAX_SLOWNESS`` times their prediction)."""
         since = time.perf_counter() - SLOWNESS_WINDOW_S
-        worst = max((ratio for at, ratio in self.slowness if at >= since), default=1.0)
-        return min(MAX_SLOWNESS, max(1.0, worst))
+        recent = (r for at, r in self.slowness if at >= since and not (without_stalls and r > MAX_SLOWNESS))
+        return min(MAX_SLOWNESS, max(1.0, max(recent, default=1.0)))
 
     def late_after_s(self, padded_tokens: int) -> float | None:
         """How long an item of a batch of ``padded_tokens`` about to run may have waited
