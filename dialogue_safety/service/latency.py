@@ -116,7 +116,7 @@ class LatencyEstimator:
         if fullness < 0.5:  # small batches: mostly fixed cost, neither "one batch" nor a fair test of the estimate
             return False
         self.batch_s = elapsed if self.batch_s is None else 0.8 * self.batch_s + 0.2 * elapsed
-        stalled = bool(predicted) and elapsed > predicted * MAX_SLOWNESS  # no measure of the machine's speed
+        stalled = predicted is not None and predicted > 0 and elapsed > predicted * MAX_SLOWNESS  # no measure of speed
         if predicted:
             self.slowness.append((time.perf_counter(), elapsed / predicted))
         if not stalled:
