@@ -71,7 +71,7 @@ class LatencyEstimator:
         self.follow_machine = follow_machine and max_queue_wait_s is not None
         self.full_batch_s: float | None = None  # running mean time of a full batch (batches at least half full, scaled)
         self.full_batch_at = 0.0  # perf_counter() when the last batch at least half full updated it
-        self._followed_s = 0.0  # the followed bound as it stood then (what it decays from without load)
+        self._followed_s = 0.0  # the followed bound that batch set (what it decays from without load)
         self.seconds_per_token: float | None = None  # EWMA over the batches run so far
         self.item_tokens = TYPICAL_ITEM_TOKENS  # running mean of tokens per item (items not encoded yet)
         self.encode_seconds_per_item = 0.0  # running mean of encoding time per item
@@ -123,31 +123,25 @@ class LatencyEstimator:
             full = elapsed / fullness  # a batch of this traffic, full
             self.full_batch_s = full if self.full_batch_s is None else 0.8 * self.full_batch_s + 0.2 * full
             self.full_batch_at = time.perf_counter()
-            self._followed_s = self._follow_now()
+            # the followed bound, computed here once per batch (admission reads it for every submission):
+            # three full batches at this speed, times the recent slowness (stalls left out), plus the loop's lag
+            slowness = self.slowness_factor(without_stalls=True)
+            self._followed_s = QUEUE_WAIT_BATCHES * self.full_batch_s * slowness + max(self.loop_lag, default=0.0)
         return True
 
     @property
     def max_queue_wait_s(self) -> float | None:
         """How long an accepted item may wait (None: no time bound). Derived from the machine
-        (``follow_machine``): the warm-up's bound, or ``QUEUE_WAIT_BATCHES`` full batches at the speed batches
-        of the current traffic run, times their recent slowness, plus the loop's lag, if that is longer; at
-        most ``MAX_SLOWNESS`` times the warm-up's bound; without a batch at least half full for
-        ``SLOWNESS_WINDOW_S``, the excess over the warm-up's bound halves every ``BOUND_HALF_LIFE_S``."""
+        (``follow_machine``): the warm-up's bound, or, if longer, the bound as the last batch at least half full
+        set it (``QUEUE_WAIT_BATCHES`` full batches at the speed batches of the current traffic run, times their
+        recent slowness, plus the loop's lag); at most ``MAX_SLOWNESS`` times the warm-up's bound; without such a
+        batch for ``SLOWNESS_WINDOW_S``, the excess over the warm-up's bound halves every ``BOUND_HALF_LIFE_S``."""
         floor = self._queue_wait_s
         if not self.follow_machine or floor is None or self.full_batch_s is None:
             return floor
-        idle = time.perf_counter() - self.full_batch_at - SLOWNESS_WINDOW_S
-        if idle <= 0:
-            return max(floor, min(MAX_SLOWNESS * floor, self._follow_now()))
-        # no load for a while: decay from the bound as it stood at the last batch at least half full
         excess = max(0.0, min(MAX_SLOWNESS * floor, self._followed_s) - floor)
-        return floor + excess * 0.5 ** (idle / BOUND_HALF_LIFE_S)
-
-    def _follow_now(self) -> float:
-        """``QUEUE_WAIT_BATCHES`` full batches at the current speed, times the recent slowness (stalls left
-        out: they are no measure of the machine), plus the loop's lag."""
-        full = self.full_batch_s or 0.0
-        return QUEUE_WAIT_BATCHES * full * self.slowness_factor(without_stalls=True) + max(self.loop_lag, default=0.0)
+        idle = time.perf_counter() - self.full_batch_at - SLOWNESS_WINDOW_S
+        return floor + (excess if idle <= 0 else excess * 0.5 ** (idle / BOUND_HALF_LIFE_S))
 
     # -- predicting -----------------------------------------------------------------------------
     def predict_s(self, padded_tokens: int) -> float | None:
