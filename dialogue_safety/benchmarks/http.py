@@ -48,7 +48,7 @@ from pydantic import TypeAdapter
 from dialogue_safety.benchmarks.dialogues import load_dialogues  # one owner of the benchmark data
 from dialogue_safety.benchmarks.emit import emit_report
 from dialogue_safety.benchmarks.http_client import HOST
-from dialogue_safety.benchmarks.http_report import FLOOR_PHASE, markdown
+from dialogue_safety.benchmarks.http_report import FLOOR_PHASE, floors_by_round, markdown
 from dialogue_safety.benchmarks.load_generator import (
     Phase,
     PhaseRecorder,
@@ -654,6 +654,15 @@ def _median_target(values: list[float], limit: float, *, at_most: bool, digits: 
     return {"value": round(value, digits), "limit": limit, "met": met, "rounds": [round(v, digits) for v in values]}
 
 
+def _median_info(values: list[float], note: str, digits: int = 3) -> dict[str, Any]:
+    """An informative figure (no limit): the median over the rounds, each round's value beside it."""
+    return {
+        "value": round(statistics.median(values), digits),
+        "rounds": [round(v, digits) for v in values],
+        "note": note,
+    }
+
+
 def targets(report: dict[str, Any], plan: HttpPlan) -> dict[str, Any]:
     """The design targets, checked where the run measured what they need (informative in --smoke). The
     service is compared with the runtime round by round (both measured in turns); the value is the median
@@ -669,26 +678,24 @@ def targets(report: dict[str, Any], plan: HttpPlan) -> dict[str, Any]:
         out["c1_p50_vs_runtime_single"] = {
             "value": round(statistics.median(ph["p50_ms"] / r["single_p50_ms"] for r, ph in c1), 3)
         }
-    floors = {ph["round_no"]: ph["p50_ms"] for ph in phases if ph["name"] == FLOOR_PHASE and ph["p50_ms"] is not None}
+    floors = floors_by_round(phases)
     paired = [(r, ph, floors[r["round_no"]]) for r, ph in c1 if r["round_no"] in floors]
     if paired:  # how much of c=1's excess any HTTP answer costs, and what the classify path adds to it
-        out["c1_http_floor_ms"] = {
-            "value": round(statistics.median(f for _, _, f in paired), 3),
-            "rounds": [round(f, 3) for _, _, f in paired],
-            "note": f"GET {HEALTH_PATH} at c=1 through the same server and client: what any answer costs",
-        }
-        out["c1_p50_over_runtime_less_floor_ms"] = {
-            "value": round(statistics.median(ph["p50_ms"] - r["single_p50_ms"] - f for r, ph, f in paired), 3),
-            "rounds": [round(ph["p50_ms"] - r["single_p50_ms"] - f, 3) for r, ph, f in paired],
-            "note": f"c=1 over the runtime less GET {HEALTH_PATH} at c=1: the classify path's own cost",
-        }
-    gaps = [(r, ph) for r, ph in c1 if r.get("single_after_gap_p50_ms") is not None]
+        out["c1_http_floor_ms"] = _median_info(
+            [f for _, _, f in paired],
+            f"GET {HEALTH_PATH} at c=1 through the same server and client: what any answer costs",
+        )
+        out["c1_p50_over_runtime_less_floor_ms"] = _median_info(
+            [ph["p50_ms"] - r["single_p50_ms"] - f for r, ph, f in paired],
+            f"c=1 over the runtime less GET {HEALTH_PATH} at c=1: the classify path's own cost",
+        )
+    gaps = [
+        r["single_after_gap_p50_ms"] - r["single_p50_ms"] for r, _ in c1 if r.get("single_after_gap_p50_ms") is not None
+    ]
     if gaps:  # what the model alone loses to the pause between a c=1 client's requests
-        out["runtime_single_after_gap_over_back_to_back_ms"] = {
-            "value": round(statistics.median(r["single_after_gap_p50_ms"] - r["single_p50_ms"] for r, _ in gaps), 3),
-            "rounds": [round(r["single_after_gap_p50_ms"] - r["single_p50_ms"], 3) for r, _ in gaps],
-            "note": f"the runtime's single p50 after a {PACED_GAP_S * 1000:g}-ms idle pause, less back to back",
-        }
+        out["runtime_single_after_gap_over_back_to_back_ms"] = _median_info(
+            gaps, f"the runtime's single p50 after a {PACED_GAP_S * 1000:g}-ms idle pause, less back to back"
+        )
     c64 = [(r, ph) for r, ph in _per_round(report, 64) if r["batched_items_per_s"]]
     if c64:
         out["c64_vs_runtime_batched"] = _median_target(

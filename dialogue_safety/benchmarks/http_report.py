@@ -7,6 +7,11 @@ from typing import Any
 FLOOR_PHASE = "health"  # the phase of GET /health at c=1 in each round: what any HTTP answer costs here
 
 
+def floors_by_round(phases: list[dict[str, Any]]) -> dict[int, float]:
+    """{round: GET /health p50 ms} of the HTTP-floor phases that answered."""
+    return {ph["round_no"]: ph["p50_ms"] for ph in phases if ph["name"] == FLOOR_PHASE and ph["p50_ms"] is not None}
+
+
 def markdown(report: dict[str, Any]) -> str:
     lines = [
         f"HTTP benchmark — model `{report['model_dir']}`, data: {report['data']}, {report['machine']['cpus']} CPUs"
@@ -66,7 +71,7 @@ def _rounds(report: dict[str, Any]) -> list[str]:
     if not levels:
         return []
     top = levels[-1]
-    floors = {ph["round_no"]: ph["p50_ms"] for ph in report.get("service", []) if ph["name"] == FLOOR_PHASE}
+    floors = floors_by_round(report.get("service", []))
     lines = [
         f"| round | runtime single p50 ms | after a gap | c=1 p50 ms | c=1 over runtime ms | GET /health p50 ms "
         f"| runtime batched items/s | c={top} items/s | c={top} / runtime |",
