@@ -147,7 +147,7 @@ def test_bad_parlai_text_format_history_and_alternating_speakers() -> None:
     assert second.metadata["bot_persona"].split("\n")[1] == "your persona: my dad died when i was in high school."
     fifth = train[4]
     assert [t.speaker for t in fifth.history] == ["bot", "human", "bot"]
-    assert (fifth.source, fifth.family, fifth.round) == ("bad", LabelFamily.OFFENSIVE, None)
+    assert (fifth.source, fifth.family, fifth.round) == ("bad", LabelFamily.UNSAFE_IN_CONTEXT, None)
 
 
 def test_bad_flat_layout_eval_labels_and_escapes(tmp_path: Path) -> None:

@@ -42,6 +42,14 @@ NAMES = [
     "hickey2025",
     "hickey2024",
     "history_transplant",
+    "bad_fsb",
+    "toxicchat",
+    "safetext",
+    "medical_safety",
+    "conda",
+    "context_toxicity",
+    "edos",
+    "ghc",
     "hatecheck",
 ]
 
@@ -51,7 +59,13 @@ def test_source_names_and_entries() -> None:
     for source in SOURCES.values():
         assert source.licence and source.obtain and source.description
     assert SOURCES["diasafety"].family is LabelFamily.UNSAFE_IN_CONTEXT
-    assert {n for n, s in SOURCES.items() if s.family is LabelFamily.HATEFUL} == {"hatemoji", "dynahate", "hatecheck"}
+    assert {n for n, s in SOURCES.items() if s.family is LabelFamily.HATEFUL} == {
+        "hatemoji",
+        "dynahate",
+        "hatecheck",
+        "edos",
+        "ghc",
+    }
 
 
 def test_available_sources_on_complete_layouts() -> None:
@@ -117,6 +131,14 @@ def test_real_statuses(data_dir: Path) -> None:
         "bbf_multi_turn": "sample-only",
         "wtc": "sample-only",
         "bad": "sample-only",
+        "bad_fsb": "complete",
+        "toxicchat": "partial",
+        "safetext": "complete",
+        "medical_safety": "complete",
+        "conda": "complete",
+        "context_toxicity": "complete",
+        "edos": "complete",
+        "ghc": "complete",
         "olid": "complete",
         "diasafety": "complete",
         "convabuse": "complete",

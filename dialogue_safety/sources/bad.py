@@ -8,9 +8,10 @@ Fields: ``text`` (the dialogue so far, turns separated by newlines), ``labels`` 
 ``eval_labels``) ``__ok__``/``__notok__``, ``speaker_to_eval`` (``human``/``bot``),
 ``bot_persona``, ``episode_done``, ``id``.
 
-The last line of ``text`` is the utterance, earlier lines its history. Speakers alternate and
+The last line of ``text`` is the utterance, the :data:`BAD_NUM_TURNS` - 1 lines before it its
+history (ParlAI's ``bad_num_turns``; earlier turns are not read). Speakers alternate and
 the last line is spoken by ``speaker_to_eval``, which fixes the speaker of every history turn.
-``__notok__`` is OFFENSIVE, as in BBF. Accepted layouts under the data directory:
+``__notok__`` is OFFENSIVE, as in BBF, in the family :data:`FAMILY`. Accepted layouts under the data directory:
 ``bot_adversarial_dialogue/dialogue_datasets/bot_adversarial_dialogue_datasets_with_persona/``
 (ParlAI's data path), ``<dir>/bot_adversarial_dialogue_datasets_with_persona/`` or a flat
 ``<dir>/{train,valid,test}.txt`` with ``<dir>`` one of ``bot_adversarial_dialogue``,
@@ -43,6 +44,11 @@ FIXTURE_DIR = "bot-adversarial-dialogue-fixtures"
 PERSONA_DIR = "bot_adversarial_dialogue_datasets_with_persona"
 SPEAKERS = ("human", "bot")
 SPLIT_FILES = {"train": Split.TRAIN, "valid": Split.VALID, "test": Split.TEST}
+# BAD's label is about a turn in its dialogue (a bot's "totally agree" is unsafe after hate only): the
+# context's to decide, so with the decomposed verdict it teaches the context head (training/harmonise.py)
+FAMILY = LabelFamily.UNSAFE_IN_CONTEXT
+# turns read per example, the utterance included (ParlAI's bad_num_turns default, the published setting)
+BAD_NUM_TURNS = 4
 
 ErrorAt = Callable[[str], DatasetFormatError]
 
@@ -84,7 +90,7 @@ def example_from_fields(fields: dict[str, str], split: Split, error: ErrorAt) ->
     speaker = fields.get("speaker_to_eval", "")
     if speaker not in SPEAKERS:
         raise error(f"unknown speaker_to_eval {speaker!r} (expected human or bot)")
-    *history, utterance = unescape(fields["text"]).split("\n")
+    *history, utterance = unescape(fields["text"]).split("\n")[-BAD_NUM_TURNS:]
     if not utterance.strip():
         raise error("empty utterance (the last line of text)")
     n = len(history)
@@ -94,7 +100,7 @@ def example_from_fields(fields: dict[str, str], split: Split, error: ErrorAt) ->
         label=label,
         source=SOURCE,
         split=split,
-        family=LabelFamily.OFFENSIVE,
+        family=FAMILY,
         metadata={
             "speaker_to_eval": speaker,
             "bot_persona": unescape(fields.get("bot_persona", "")),

@@ -14,7 +14,8 @@ optional source is skipped with a warning; a missing required source raises
 :class:`SourceUnavailableError` naming the path; a malformed file always raises
 :class:`DatasetFormatError` naming the file, the line and the problem.
 
-Source names: bbf_single_turn, bbf_multi_turn, wtc, bad, olid, diasafety, convabuse, hatemoji,
+Source names: bbf_single_turn, bbf_multi_turn, wtc, bad, bad_fsb (BAD's validation split as JSON),
+toxicchat, safetext, medical_safety, conda, context_toxicity, edos, ghc, olid, diasafety, convabuse, hatemoji,
 dynahate, context_pairs (derived), identity_mentions (written), conan, yu2022, hickey2025,
 hickey2024 (replies to hateful turns, dialogue_safety/sources/counter_speech.py), history_transplant
 (derived), breakit (exported rounds of the break-it game), hatecheck. Statuses: ``complete``
@@ -35,18 +36,24 @@ from pathlib import Path
 from dialogue_safety.core.schema import LabelFamily, LabelledExample, Split
 from dialogue_safety.sources import (
     bad,
+    bad_fsb,
     bbf,
     breakit,
+    conda,
     context_pairs,
+    context_toxicity,
     convabuse,
     counter_speech,
     diasafety,
     dynahate,
     functional,
+    hate_posts,
     hatemoji,
     history_transplant,
     identity_mentions,
     olid,
+    toxicchat,
+    unsafe_advice,
     wtc,
 )
 from dialogue_safety.sources.data_dir import resolve_data_dir
@@ -126,7 +133,7 @@ SOURCES: dict[str, Source] = {
         ),
         Source(
             "bad",
-            LabelFamily.OFFENSIVE,
+            bad.FAMILY,
             "Bot-Adversarial Dialogue: human and bot turns of adversarial chats, judged in context",
             _PARLAI,
             "http://parl.ai/downloads/bot_adversarial_dialogue/dialogue_datasets_v0.2.tar.gz",
@@ -250,6 +257,79 @@ SOURCES: dict[str, Source] = {
             "derived at load time from olid, convabuse and conan; nothing to download",
             history_transplant.find,
             history_transplant.load,
+        ),
+        Source(
+            "bad_fsb",
+            bad.FAMILY,
+            "BAD's validation split (Few-Shot Bot JSON): human and bot turns of adversarial chats, last 4 turns, "
+            "re-split by dialogue",
+            "no data licence stated (ParlAI; cite Xu et al. 2021); the FSB repository is MIT",
+            "https://github.com/andreamad8/FSB (data/safety_layers/safety_adv.json, safety_safe_adv_valid.json)",
+            bad_fsb.find,
+            bad_fsb.load,
+        ),
+        Source(
+            "toxicchat",
+            LabelFamily.UNSAFE_IN_CONTEXT,
+            "ToxicChat: real user prompts to a chatbot (train split, human labels): toxic requests OFFENSIVE",
+            "CC BY-NC 4.0 (non-commercial, research use)",
+            "https://huggingface.co/datasets/lmsys/toxic-chat (via dmg-illc/JUDGE-BENCH data/toxic_chat/)",
+            toxicchat.find,
+            toxicchat.load,
+        ),
+        Source(
+            "safetext",
+            LabelFamily.UNSAFE_IN_CONTEXT,
+            "SafeText: physical-safety scenarios (user turn) with safe and unsafe advice (bot reply)",
+            "MIT",
+            "https://github.com/sharonlevy/SafeText (SafeText.json)",
+            unsafe_advice.find_safetext,
+            unsafe_advice.load_safetext,
+        ),
+        Source(
+            "medical_safety",
+            LabelFamily.UNSAFE_IN_CONTEXT,
+            "medical queries and chatbot/Reddit replies graded by a clinician: diagnosing or prescribing is unsafe",
+            "GPL-3.0 (repository licence)",
+            "https://github.com/GavinAbercrombie/medical-safety (data/medicheck-expert.csv)",
+            unsafe_advice.find_medical,
+            unsafe_advice.load_medical,
+        ),
+        Source(
+            "conda",
+            LabelFamily.OFFENSIVE,
+            "CONDA: Dota 2 chat utterances with their conversation, explicit/implicit toxicity, re-split by match",
+            "none stated upstream: research use with citation",
+            "https://github.com/usydnlp/CONDA (data/CONDA_{train,valid,test}.csv)",
+            conda.find,
+            conda.load,
+        ),
+        Source(
+            "context_toxicity",
+            LabelFamily.OFFENSIVE,
+            "Wikipedia Talk comments labelled toxic with and without their parent (CAT-SMALL, CAT-LARGE)",
+            "Apache-2.0 (repository); comment text from Wikipedia (CC BY-SA)",
+            "https://github.com/ipavlopoulos/context_toxicity (data/CAT_SMALL/, data/CAT_LARGE/)",
+            context_toxicity.find,
+            context_toxicity.load,
+        ),
+        Source(
+            "edos",
+            LabelFamily.HATEFUL,
+            "EDOS: sexism in Gab and Reddit posts (threats, objectification...), official splits",
+            "CC0 1.0",
+            "https://github.com/rewire-online/edos (data/edos_labelled_aggregated.csv)",
+            hate_posts.find_edos,
+            hate_posts.load_edos,
+        ),
+        Source(
+            "ghc",
+            LabelFamily.HATEFUL,
+            "Gab Hate Corpus: assaults on dignity and calls for violence (hateful), vulgarity (offensive)",
+            "not confirmed (OSF upstream believed CC BY 4.0): research only, never redistributed",
+            "https://osf.io/edua3/ (ghc_train.tsv, ghc_test.tsv)",
+            hate_posts.find_ghc,
+            hate_posts.load_ghc,
         ),
         Source(
             "hatecheck",
