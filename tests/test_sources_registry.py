@@ -36,6 +36,7 @@ NAMES = [
     "dynahate",
     "context_pairs",
     "identity_mentions",
+    "requests",
     "breakit",
     "conan",
     "yu2022",
@@ -84,6 +85,7 @@ def test_available_sources_on_sample_layouts() -> None:
         "bad": Status.SAMPLE,
         "dynahate": Status.PARTIAL,
         "identity_mentions": Status.COMPLETE,  # written in the repository: always there
+        "requests": Status.COMPLETE,
     }
     everything = available_sources(SAMPLES, include_missing=True)
     assert len(everything) == len(NAMES) and describe_source("hatecheck", SAMPLES).status is Status.MISSING
@@ -146,6 +148,7 @@ def test_real_statuses(data_dir: Path) -> None:
         "dynahate": "partial",
         "context_pairs": "complete",
         "identity_mentions": "complete",
+        "requests": "complete",
         "conan": "complete",
         "yu2022": "complete",
         "hickey2025": "complete",

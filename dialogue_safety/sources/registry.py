@@ -16,7 +16,7 @@ optional source is skipped with a warning; a missing required source raises
 
 Source names: bbf_single_turn, bbf_multi_turn, wtc, bad, bad_fsb (BAD's validation split as JSON),
 toxicchat, safetext, medical_safety, conda, context_toxicity, edos, ghc, olid, diasafety, convabuse, hatemoji,
-dynahate, context_pairs (derived), identity_mentions (written), conan, yu2022, hickey2025,
+dynahate, context_pairs (derived), identity_mentions (written), requests (written), conan, yu2022, hickey2025,
 hickey2024 (replies to hateful turns, dialogue_safety/sources/counter_speech.py), history_transplant
 (derived), breakit (exported rounds of the break-it game), hatecheck. Statuses: ``complete``
 (the official files), ``partial`` (real data with splits or rows missing; loaded normally;
@@ -52,6 +52,7 @@ from dialogue_safety.sources import (
     history_transplant,
     identity_mentions,
     olid,
+    requests,
     toxicchat,
     unsafe_advice,
     wtc,
@@ -203,6 +204,15 @@ SOURCES: dict[str, Source] = {
             "written in dialogue_safety/sources/identity_mentions.py; nothing to download",
             identity_mentions.find,
             identity_mentions.load,
+        ),
+        Source(
+            "requests",
+            LabelFamily.UNSAFE_IN_CONTEXT,
+            "written: harmful requests and safe look-alikes sharing their key word, with complying and refusing replies",
+            "this project's (Apache-2.0)",
+            "written in dialogue_safety/sources/requests.py; nothing to download",
+            requests.find,
+            requests.load,
         ),
         Source(
             "breakit",

@@ -1,0 +1,60 @@
+"""The written requests source: harmful requests OFFENSIVE and their look-alikes SAFE, every complying
+reply seen with both labels, split by key word, and nothing taken from an evaluation set."""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections import defaultdict
+from pathlib import Path
+
+from dialogue_safety.core.schema import Label, LabelFamily, Split
+from dialogue_safety.evaluation.context_flips import load_pairs
+from dialogue_safety.sources import requests
+from dialogue_safety.sources.registry import load_source
+
+PROBES = Path(__file__).with_name("test_model_probes.py")
+
+
+def _norm(text: str) -> str:
+    return re.sub(r"[^a-z0-9 ]+", "", text.lower()).strip()
+
+
+def test_requests_and_look_alikes_share_their_word_and_split(tmp_path: Path) -> None:
+    rows = load_source("requests", tmp_path)  # written: needs no data directory
+    assert {r.family for r in rows} == {LabelFamily.UNSAFE_IN_CONTEXT}
+    alone = [r for r in rows if r.metadata["kind"] == "request"]
+    assert all(not r.history for r in alone)
+    for word, (harmful, safe) in requests.PAIRS.items():
+        assert len(harmful) >= 2 and len(safe) >= 2
+        mine = [r for r in alone if r.metadata["word"] == word]
+        assert {r.utterance for r in mine if r.label is Label.OFFENSIVE} == set(harmful)
+        assert {r.utterance for r in mine if r.label is Label.SAFE} == set(safe)
+    splits_of_word: dict[str, set[Split]] = defaultdict(set)
+    for r in rows:
+        splits_of_word[r.metadata["word"]].add(r.split)
+    assert all(len(s) == 1 for s in splits_of_word.values()), "a word's examples must share one split"
+    assert set().union(*splits_of_word.values()) == set(Split)
+
+
+def test_every_complying_reply_has_both_labels_and_a_refusal_is_safe(tmp_path: Path) -> None:
+    rows = load_source("requests", tmp_path, splits=["train"])
+    labels: dict[str, set[Label]] = defaultdict(set)
+    for r in rows:
+        if r.metadata["kind"] == "comply":
+            labels[r.utterance].add(r.label)
+    assert set(labels) == set(requests.COMPLYING_REPLIES)
+    assert all(v == {Label.SAFE, Label.OFFENSIVE} for v in labels.values())
+    refusals = [r for r in rows if r.metadata["kind"] == "refuse"]
+    assert refusals and {r.label for r in refusals} == {Label.SAFE}
+    assert all(r.history[0].text in requests.PAIRS[r.metadata["word"]][0] for r in refusals)
+
+
+def test_no_probe_or_flip_suite_text_is_written_here() -> None:
+    written = {_norm(t) for harmful, safe in requests.PAIRS.values() for t in (*harmful, *safe)}
+    written |= {_norm(t) for t in (*requests.COMPLYING_REPLIES, *requests.REFUSING_REPLIES)}
+    constants = [n.value for n in ast.walk(ast.parse(PROBES.read_text())) if isinstance(n, ast.Constant)]
+    probes = {_norm(c) for c in constants if isinstance(c, str) and len(c) < 120}
+    flips = {_norm(t) for p in load_pairs() for t in (p.harmful_context, p.harmless_context, p.reply)}
+    assert probes and flips
+    assert not written & probes and not written & flips
