@@ -208,7 +208,7 @@ SOURCES: dict[str, Source] = {
         Source(
             "requests",
             LabelFamily.UNSAFE_IN_CONTEXT,
-            "written: harmful requests and safe look-alikes sharing their key word, with complying and refusing replies",
+            "written: harmful requests and safe look-alikes sharing their key word, complying and refusing replies",
             "this project's (Apache-2.0)",
             "written in dialogue_safety/sources/requests.py; nothing to download",
             requests.find,
