@@ -69,6 +69,7 @@ import emoji
 import numpy as np
 from tokenizers import Tokenizer
 
+from dialogue_safety.core.obfuscation import deobfuscate
 from dialogue_safety.core.schema import Example, Reading, Turn
 
 CONTEXT_MODES: tuple[str, ...] = ("segments", "concat", "utterance_only", "decomposed")
@@ -80,6 +81,7 @@ class EncodingConfig:
     max_utterance_tokens: int = 96
     normalise_emoji: bool = True
     normalise_unicode: bool = True
+    normalise_obfuscation: bool = False  # undo leetspeak, look-alike and letter-emoji disguises (core/obfuscation.py)
     speaker_markers: bool = False
     context_mode: str = "segments"
     max_history_turns: int | None = None  # keep only the newest N history turns (None: as many as fit)
@@ -146,7 +148,9 @@ def _emoji_name(chars: str, data: dict[str, Any]) -> str:
 
 
 def normalise_text(text: str, config: EncodingConfig) -> str:
-    """Apply the model's text normalisation (emoji names, NFKC, whitespace)."""
+    """Apply the model's text normalisation (disguises undone, emoji names, NFKC, whitespace)."""
+    if config.normalise_obfuscation:
+        text = deobfuscate(text)
     if config.normalise_emoji and not text.isascii():  # every emoji has a non-ASCII code point
         text = emoji.replace_emoji(text, replace=_emoji_name)  # pure Python per character: ~8 % of batched time
     if config.normalise_unicode:

@@ -1,0 +1,89 @@
+"""Undoing the common disguises of abusive words, so that the model reads the words themselves.
+
+``1d10t``, ``i d i o t``, ``ｉｄｉｏｔ``, ``🇮🇩🇮🇴🇹``, ``іdіоt`` (Cyrillic і and о), ``id\u200biot`` and
+``i̵d̵i̵o̵t̵`` are all "idiot" to a reader and were different token sequences to the model.
+:func:`deobfuscate` is part of the encoding contract (``EncodingConfig.normalise_obfuscation``,
+applied by :func:`dialogue_safety.core.encoding.normalise_text`), so training, serving,
+explanations and corpus scoring read the same text. Each rule is narrow so that ordinary text is
+left alone:
+
+* **invisible characters** (zero-width spaces and joiners, word joiner, BOM, soft hyphen,
+  variation selectors) are removed;
+* **letter emoji**: regional-indicator letters in runs other than a pair (a pair is a flag),
+  negative circled and negative squared letters become ASCII letters (circled, squared,
+  full-width and mathematical letters are folded by NFKC in the encoder);
+* **combining marks** on Latin letters (accents, strike-through, "Zalgo") are removed; the
+  uncased tokenizer drops accents anyway, and other scripts' marks are kept;
+* **look-alike letters**: Cyrillic and Greek letters that look like Latin ones become Latin
+  inside a word that also has a Latin letter (a word wholly in Cyrillic or Greek is left alone);
+* **digit and symbol swaps** (0 o, 1 i, 3 e, 4 a, 5 s, 7 t, @ a, $ s, ! i) inside a word where such a
+  character stands between two letters (``sh1t``, ``n1gg3r``, ``a$$hole``), never in numbers
+  or in words that only end in digits (``covid19``, ``mp3``, ``3rd``);
+* **spaced letters**: three or more single letters separated by one space, dot, dash, underscore
+  or asterisk are joined (``f.u.c.k``, ``i d i o t``);
+* **stretched letters**: a letter repeated three times or more is kept twice (``stuuupid`` becomes
+  ``stuupid``, ``soooo good`` becomes ``soo good``).
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+_INVISIBLE = re.compile("[\u00ad\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\ufeff\ufe00-\ufe0f]")
+_REGIONAL_RUN = re.compile("[\U0001f1e6-\U0001f1ff]+")
+_NEGATIVE_LETTERS = {
+    **{0x1F150 + i: chr(ord("a") + i) for i in range(26)},  # negative circled
+    **{0x1F170 + i: chr(ord("a") + i) for i in range(26)},  # negative squared
+}
+_CONFUSABLE = str.maketrans(
+    {
+        # Cyrillic
+        "а": "a", "в": "b", "е": "e", "к": "k", "м": "m", "н": "h", "о": "o", "р": "p", "с": "c",
+        "т": "t", "у": "y", "х": "x", "і": "i", "ј": "j", "ѕ": "s", "ԁ": "d", "ɡ": "g", "ո": "n",
+        "А": "A", "В": "B", "Е": "E", "К": "K", "М": "M", "Н": "H", "О": "O", "Р": "P", "С": "C",
+        "Т": "T", "Х": "X", "І": "I", "Ј": "J", "Ѕ": "S",
+        # Greek
+        "α": "a", "ο": "o", "ν": "v", "ι": "i", "κ": "k", "τ": "t", "υ": "u", "ρ": "p", "χ": "x",
+        "Α": "A", "Β": "B", "Ε": "E", "Ζ": "Z", "Η": "H", "Ι": "I", "Κ": "K", "Μ": "M", "Ν": "N",
+        "Ο": "O", "Ρ": "P", "Τ": "T", "Υ": "Y", "Χ": "X",
+    }
+)  # fmt: skip
+_CONFUSABLE_CHARS = frozenset(chr(c) for c in _CONFUSABLE)
+# combining marks (diacritics, overlays, "Zalgo") on a Latin letter; other scripts' marks are letters' parts
+_MARKS_ON_LATIN = re.compile("([A-Za-z])[\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f]+")
+_WORD = re.compile(r"\S+")
+_LEET = str.maketrans({"0": "o", "1": "i", "3": "e", "4": "a", "5": "s", "7": "t", "@": "a", "$": "s", "!": "i"})
+_LEET_BETWEEN_LETTERS = re.compile(r"[a-z][013457@$!]+[a-z]", re.IGNORECASE)
+_SPACED = re.compile(r"(?<![^\W\d_])(?:[^\W\d_][ .\-_*]){2,}[^\W\d_](?![^\W\d_])")
+_STRETCHED = re.compile(r"([^\W\d_])\1{2,}")
+
+
+def _regional(match: re.Match[str]) -> str:
+    run = match.group(0)
+    if len(run) == 2:
+        return run  # a flag
+    return "".join(chr(ord("a") + ord(c) - 0x1F1E6) for c in run)
+
+
+def _word(match: re.Match[str]) -> str:
+    word = match.group(0)
+    if not _CONFUSABLE_CHARS.isdisjoint(word) and any("a" <= c.lower() <= "z" for c in word):
+        word = word.translate(_CONFUSABLE)
+    if _LEET_BETWEEN_LETTERS.search(word):
+        word = word.translate(_LEET)
+    return word
+
+
+def deobfuscate(text: str) -> str:
+    """The text with the disguises in the module docstring undone (a fixed function of the text)."""
+    if not text.isascii():
+        text = _INVISIBLE.sub("", text)
+        text = _REGIONAL_RUN.sub(_regional, text)
+        text = "".join(_NEGATIVE_LETTERS.get(ord(c), c) for c in text)
+        decomposed = unicodedata.normalize("NFKD", text)
+        if _MARKS_ON_LATIN.search(decomposed):
+            text = unicodedata.normalize("NFC", _MARKS_ON_LATIN.sub(r"\1", decomposed))
+    text = _WORD.sub(_word, text)
+    text = _SPACED.sub(lambda m: re.sub(r"[ .\-_*]", "", m.group(0)), text)
+    return _STRETCHED.sub(r"\1\1", text)
