@@ -17,6 +17,7 @@ from dialogue_safety.core.schema import Example
         ("you are a sh1t", "you are a shit"),
         ("a$$hole", "asshole"),
         ("b!tch", "bitch"),
+        ("everyone h473$ you", "everyone hates you"),  # letters and swaps only
         ("i d i o t", "idiot"),  # spaced letters
         ("f.u.c.k you", "fuck you"),
         ("s-c-u-m", "scum"),
@@ -43,6 +44,7 @@ def test_disguises_are_undone(disguised: str, plain: str) -> None:
         "नमस्ते दुनिया",  # marks of other scripts are parts of their letters
         "I am a cat, e.g. this one",
         "It costs $5 or 4 euros!",
+        "wow!! 1337 is a number, so is 4k",
         "good morning",
     ],
 )

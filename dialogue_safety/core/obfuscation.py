@@ -16,9 +16,10 @@ left alone:
   uncased tokenizer drops accents anyway, and other scripts' marks are kept;
 * **look-alike letters**: Cyrillic and Greek letters that look like Latin ones become Latin
   inside a word that also has a Latin letter (a word wholly in Cyrillic or Greek is left alone);
-* **digit and symbol swaps** (0 o, 1 i, 3 e, 4 a, 5 s, 7 t, @ a, $ s, ! i) inside a word where such a
-  character stands between two letters (``sh1t``, ``n1gg3r``, ``a$$hole``), never in numbers
-  or in words that only end in digits (``covid19``, ``mp3``, ``3rd``);
+* **digit and symbol swaps** (0 o, 1 i, 3 e, 4 a, 5 s, 7 t, @ a, $ s, ! i) in a word where such a
+  character stands between two letters (``sh1t``, ``n1gg3r``, ``a$$hole``) or that is letters and
+  at least two swapped characters only, after a first letter (``h473$``), never in numbers or in
+  words with one swap at an end or a leading digit (``covid19``, ``mp3``, ``3rd``, ``10am``);
 * **spaced letters**: three or more single letters separated by one space, dot, dash, underscore
   or asterisk are joined (``f.u.c.k``, ``i d i o t``);
 * **stretched letters**: a letter repeated three times or more is kept twice (``stuuupid`` becomes
@@ -55,6 +56,10 @@ _MARKS_ON_LATIN = re.compile("([A-Za-z])[\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff
 _WORD = re.compile(r"\S+")
 _LEET = str.maketrans({"0": "o", "1": "i", "3": "e", "4": "a", "5": "s", "7": "t", "@": "a", "$": "s", "!": "i"})
 _LEET_BETWEEN_LETTERS = re.compile(r"[a-z][013457@$!]+[a-z]", re.IGNORECASE)
+# a word that starts with a letter and is letters and two or more swapped characters only ("h473$", "a55");
+# "!" is left out here because it ends ordinary words ("wow!!"); one swap alone, or a leading digit, is too
+# often a real token ("mp3", "3rd", "10am")
+_LEET_WORD = re.compile(r"(?=(?:.*[013457@$]){2})[a-z][a-z013457@$]+", re.IGNORECASE)
 _SPACED = re.compile(r"(?<![^\W\d_])(?:[^\W\d_][ .\-_*]){2,}[^\W\d_](?![^\W\d_])")
 _STRETCHED = re.compile(r"([^\W\d_])\1{2,}")
 
@@ -70,7 +75,7 @@ def _word(match: re.Match[str]) -> str:
     word = match.group(0)
     if not _CONFUSABLE_CHARS.isdisjoint(word) and any("a" <= c.lower() <= "z" for c in word):
         word = word.translate(_CONFUSABLE)
-    if _LEET_BETWEEN_LETTERS.search(word):
+    if _LEET_BETWEEN_LETTERS.search(word) or _LEET_WORD.fullmatch(word):
         word = word.translate(_LEET)
     return word
 

@@ -10,7 +10,8 @@ Suites: ``rounds`` (held-out and adversarial rounds), ``functional`` (HateCheck-
 ``context_flips`` (the same reply after a harmful and a harmless turn), ``history`` (benign-history
 recall, hostile-history flag rate, counter-speech: dialogue_safety/evaluation/history_robustness.py),
 ``long_messages`` (an offensive utterance inside 4,000 characters of harmless text:
-dialogue_safety/evaluation/long_messages.py) and
+dialogue_safety/evaluation/long_messages.py), ``obfuscation`` (offensive and harmless test utterances
+with disguised words: dialogue_safety/evaluation/obfuscation.py) and
 ``baseline`` (adds a TF-IDF + LR row/column to every table). See docs/evaluation.md.
 """
 
@@ -50,6 +51,7 @@ SUITES: tuple[str, ...] = (
     "context_flips",
     "history",
     "long_messages",
+    "obfuscation",
     "baseline",
     "peer",
 )
@@ -65,6 +67,15 @@ EVAL_SOURCES: tuple[str, ...] = (
     "bbf_multi_turn",
     "bad",
     "wtc",
+    "bad_fsb",  # BAD's validation split re-split by dialogue: its test part (human and bot turns)
+    "toxicchat",
+    "safetext",
+    "medical_safety",
+    "requests",
+    "conda",
+    "context_toxicity",
+    "edos",
+    "ghc",
 )
 FUNCTIONAL_SUITES: tuple[str, ...] = ("hatecheck",)
 EVAL_SPLITS: tuple[Split, ...] = (Split.VALID, Split.TEST)
@@ -320,6 +331,14 @@ def run_evaluation(
         results["long_messages"] = timed(
             "long_messages", lambda: long_messages.evaluate_long_messages(long_probes, scorers)
         )
+    if "obfuscation" in config.suites:
+        from dialogue_safety.evaluation import obfuscation
+
+        # its own sources among those asked for, or all of those asked for when none of its own is
+        chosen = [s for s in config.sources if s in obfuscation.SOURCES] or list(config.sources)
+        per_source = config.limit or obfuscation.PER_SOURCE
+        obfuscated = obfuscation.build_probes(data.split, config.seed, per_source, chosen)
+        results["obfuscation"] = timed("obfuscation", lambda: obfuscation.evaluate_obfuscation(obfuscated, scorers))
     results["skipped"] = {**results["skipped"], **data.skipped}
     results = jsonable(results)
     if out_dir is not None:

@@ -537,6 +537,16 @@ def long_messages_section(results: Mapping[str, Any]) -> list[str]:
     return [*out, markdown(data), ""]
 
 
+def obfuscation_section(results: Mapping[str, Any]) -> list[str]:
+    from dialogue_safety.evaluation.obfuscation import markdown
+
+    data = results.get("obfuscation")
+    out = ["## 8. Obfuscation (offensive and harmless utterances with disguised words)", ""]
+    if not data or not data.get("scorers"):
+        return [*out, "Not run (no offensive test utterances of its sources).", ""]
+    return [*out, markdown(data), ""]
+
+
 def render_report(results: Mapping[str, Any], plots: Mapping[str, str]) -> str:
     """The markdown page; ``plots`` maps plot keys to file names next to report.md."""
     lines = header_section(results, plots)
@@ -555,6 +565,8 @@ def render_report(results: Mapping[str, Any], plots: Mapping[str, str]) -> str:
         lines += history_section(results)
     if "long_messages" in suites:
         lines += long_messages_section(results)
+    if "obfuscation" in suites:
+        lines += obfuscation_section(results)
     lines += anchors_section(results)
     lines += [
         "---",
