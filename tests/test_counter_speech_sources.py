@@ -238,7 +238,7 @@ def _ex(label: Label, family: LabelFamily, history: tuple[str, ...] = (), **meta
 
 
 def test_decomposed_targets_keep_the_history_out_of_the_utterance_heads() -> None:
-    heads = list(HEAD_ORDER)
+    heads = list(HEAD_ORDER[:3])  # the attribute heads are masked for every row here
     examples = [
         _ex(Label.OFFENSIVE, LabelFamily.OFFENSIVE, ("hi",)),  # an insult after a greeting
         _ex(Label.SAFE, LabelFamily.OFFENSIVE, ("Group X are vermin.",)),  # harmless reply after hate

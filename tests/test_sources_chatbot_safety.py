@@ -243,6 +243,7 @@ def test_edos_official_splits_sexism_is_hateful_threat_and_objectification_flags
     assert threat.metadata["violence"] and threat.metadata["category"] == "1" and "sexual" not in threat.metadata
     assert toy.split is Split.VALID and toy.metadata["sexual"] and toy.metadata["vector"] == "2.3"
     assert (weather.split, weather.label, weather.metadata["category"]) == (Split.TEST, Label.SAFE, "")
+    assert toy.metadata["violence"] is False and weather.metadata["violence"] is False  # said on every row
 
 
 def test_ghc_hate_violence_and_vulgarity(tmp_path: Path) -> None:

@@ -40,6 +40,13 @@ class LabelFamily(StrEnum):
 UTTERANCE_UNLABELLED = "utterance_unlabelled"
 
 
+# LabelledExample.metadata keys of attributes some sources label on every row (a bool each): a
+# threat or call for violence, and a request for harmful help. They teach heads of their own
+# (training/harmonise.py), reported as categories beside the served score.
+VIOLENCE = "violence"
+UNSAFE_REQUEST = "unsafe_request"
+
+
 class Split(StrEnum):
     TRAIN = "train"
     VALID = "valid"

@@ -6,7 +6,7 @@ numeric prefixes ("1. threats, plans to harm and incitement", "2.3 dehumanising 
 sexual objectification"; "none" when not sexist), official ``split`` train / dev / test kept.
 Sexist is HATEFUL positive (gender is a protected attribute); not sexist is a HATEFUL negative
 (the abuse teacher decides whether it still teaches the offensive head 0). ``metadata``:
-``category`` / ``vector`` prefixes, ``violence`` for category 1, ``sexual`` for vector 2.3.
+``category`` / ``vector`` prefixes, ``violence`` (every row: category 1 or not), ``sexual`` for vector 2.3.
 
 ``ghc`` (Gab Hate Corpus, Kennedy et al. 2022; majority-vote ``GHC_train.tsv`` / ``GHC_test.tsv``,
 third-party copy, licence unconfirmed: research only): tab-separated ``text, hd, cv, vo`` with 0/1
@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from dialogue_safety.core.schema import Label, LabelFamily, LabelledExample, Split
+from dialogue_safety.core.schema import VIOLENCE, Label, LabelFamily, LabelledExample, Split
 from dialogue_safety.sources.files import CsvRow, read_csv
 from dialogue_safety.sources.layout import SourceFiles, existing_dirs, find_files, split_status
 from dialogue_safety.sources.splitting import parse_split, stable_fraction
@@ -58,8 +58,7 @@ def read_edos(path: Path, splits: frozenset[Split]) -> Iterator[LabelledExample]
         if label is Label.OFFENSIVE and not category:
             raise row.error(f"a sexist post without a category ({row['label_category']!r})")
         metadata: dict[str, object] = {"id": row["rewire_id"], "category": category, "vector": vector}
-        if category == "1":
-            metadata["violence"] = True
+        metadata[VIOLENCE] = category == "1"
         if vector == "2.3":
             metadata["sexual"] = True
         yield LabelledExample(
@@ -95,7 +94,7 @@ def read_ghc(path: Path, official: Split, splits: frozenset[Split]) -> Iterator[
             source=GHC,
             split=split,
             family=LabelFamily.HATEFUL if hateful else LabelFamily.OFFENSIVE,
-            metadata={"hd": hd, "cv": cv, "vo": vo, "violence": cv, "line": row.line},
+            metadata={"hd": hd, "cv": cv, "vo": vo, VIOLENCE: cv, "line": row.line},
         )
 
 

@@ -7,7 +7,8 @@ technical or everyday sense (kill a process, shoot a photo), a safe target (dest
 person), a definition, history or fiction, a public figure's public facts. Kinds
 (``metadata["kind"]``):
 
-* ``request``: the request alone, as a user's first turn: harmful OFFENSIVE, look-alike SAFE;
+* ``request``: the request alone, as a user's first turn: harmful OFFENSIVE, look-alike SAFE
+  (``metadata["unsafe_request"]`` says the same for the request head);
 * ``comply``: a compliant reply ("Sure, here's how ...") after the harmful request OFFENSIVE and
   after each look-alike SAFE: **every reply is seen with both labels**, so "sure, here is" predicts
   nothing alone and the context decides;
@@ -24,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from dialogue_safety.core.schema import Label, LabelFamily, LabelledExample, Split, Turn
+from dialogue_safety.core.schema import UNSAFE_REQUEST, Label, LabelFamily, LabelledExample, Split, Turn
 from dialogue_safety.sources.layout import SourceFiles, Status
 from dialogue_safety.sources.splitting import three_way_split
 
@@ -186,7 +187,7 @@ def _example(
         source=SOURCE,
         split=split,
         family=LabelFamily.UNSAFE_IN_CONTEXT,
-        metadata={"kind": kind, "word": word},
+        metadata={"kind": kind, "word": word, **({UNSAFE_REQUEST: label.is_positive} if kind == "request" else {})},
     )
 
 

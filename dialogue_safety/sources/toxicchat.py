@@ -11,7 +11,8 @@ sexual content, harassment, hate, violence or self-harm, as well as offensive te
 served definition's reading of a user turn to a chatbot. Each prompt is one user turn with no
 history; the family is UNSAFE_IN_CONTEXT (a harmful request is unsafe for what it asks a chatbot
 to do, not for its words), which with no history teaches the utterance heads. ``metadata``
-keeps ``jailbreaking`` and ``kind="request"``. No validation split upstream: 80/10/10 by a stable
+keeps ``jailbreaking``, ``kind="request"`` and ``unsafe_request`` (the toxicity label: every
+prompt is a request to the chatbot). No validation split upstream: 80/10/10 by a stable
 hash of the conversation id. The official test split, when a user supplies it in the same
 format (``toxic_chat_test.json``), is read as TEST whole.
 """
@@ -22,7 +23,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from dialogue_safety.core.schema import Label, LabelFamily, LabelledExample, Split
+from dialogue_safety.core.schema import UNSAFE_REQUEST, Label, LabelFamily, LabelledExample, Split
 from dialogue_safety.sources.errors import DatasetFormatError
 from dialogue_safety.sources.files import read_json
 from dialogue_safety.sources.layout import SourceFiles, Status, existing_dirs, find_files, split_status
@@ -70,7 +71,13 @@ def read_file(path: Path, splits: frozenset[Split], official_test: bool = False)
             source=SOURCE,
             split=split,
             family=LabelFamily.UNSAFE_IN_CONTEXT,
-            metadata={"id": key, "kind": "request", "jailbreaking": jailbreaking == "1", "speaker": USER},
+            metadata={
+                "id": key,
+                "kind": "request",
+                "jailbreaking": jailbreaking == "1",
+                "speaker": USER,
+                UNSAFE_REQUEST: toxicity == "1",
+            },
         )
 
 

@@ -48,6 +48,13 @@ unsafe_in_context -           0                   0                   0
 unsafe_in_context - (*)       --                  --                  0
 ============================  ==================  ==================  ====================
 
+**Attribute heads** (:data:`ATTRIBUTE_HEADS`: ``violence``, ``unsafe_request``) exist when a
+training source labels the attribute on every row (``metadata["violence"]``: the Gab Hate
+Corpus's calls for violence, EDOS's threats; ``metadata["unsafe_request"]``: ToxicChat's prompts
+and the written requests). Such an example teaches the head its bool, whatever its family; every
+other example leaves the head masked. They read the utterance alone and are reported as
+categories; the served score stays the larger of ``offensive`` and ``unsafe_in_context``.
+
 An offensive utterance is the utterance heads' to catch, so it teaches the context head nothing;
 a harmless reply teaches it 0 whatever came before (that is what keeps a hostile turn from
 tainting the reply); an unsafe-in-context reply (encouraging harm, agreeing with hate) is 1 for
@@ -58,15 +65,23 @@ that they do not endorse the context (counter-speech that may itself be rude, "n
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from dialogue_safety.core.schema import UTTERANCE_UNLABELLED, LabelFamily, LabelledExample
+from dialogue_safety.core.schema import (
+    UNSAFE_REQUEST,
+    UTTERANCE_UNLABELLED,
+    VIOLENCE,
+    LabelFamily,
+    LabelledExample,
+)
 
 HARMONISED = "harmonised"
-HEAD_ORDER = ("offensive", "hateful", "unsafe_in_context")
+# attribute heads: taught only by the sources that label the attribute on every row (metadata[head], a bool)
+ATTRIBUTE_HEADS = (VIOLENCE, UNSAFE_REQUEST)
+HEAD_ORDER = ("offensive", "hateful", "unsafe_in_context", *ATTRIBUTE_HEADS)
 SERVED_HEAD = "offensive"
 CONTEXT_HEAD = "unsafe_in_context"  # the head that reads the dialogue in a decomposed model
 TEACHER_THRESHOLD = 0.5
@@ -123,6 +138,18 @@ class _Targets:
             self.y[i, self.col[head]], self.mask[i, self.col[head]] = value, 1.0
 
 
+def _put_attributes(put: Callable[[int, str, float], None], i: int, ex: LabelledExample) -> None:
+    """The attribute heads' targets: what the example's source says of the utterance, where it says it."""
+    for head in ATTRIBUTE_HEADS:
+        if head in ex.metadata:
+            put(i, head, float(bool(ex.metadata[head])))
+
+
+def attribute_heads(examples: Iterable[LabelledExample]) -> set[str]:
+    """The attribute heads some example teaches."""
+    return {head for ex in examples for head in ATTRIBUTE_HEADS if head in ex.metadata}
+
+
 def harmonised_targets(
     examples: Sequence[LabelledExample], heads: Sequence[str], abusive: np.ndarray, decomposed: bool = False
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -132,6 +159,7 @@ def harmonised_targets(
     targets = _Targets(len(examples), heads)
     put = targets.put
     for i, ex in enumerate(examples):
+        _put_attributes(put, i, ex)
         pos = float(ex.label.is_positive)
         family = ex.family
         if family is LabelFamily.OFFENSIVE:
@@ -157,6 +185,7 @@ def _decomposed_targets(
     targets = _Targets(len(examples), heads)
     put = targets.put
     for i, ex in enumerate(examples):
+        _put_attributes(put, i, ex)
         pos = float(ex.label.is_positive)
         context = bool(ex.history)
         family = ex.family

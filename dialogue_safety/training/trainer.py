@@ -40,6 +40,7 @@ from dialogue_safety.training.harmonise import (
     SERVED_HEAD,
     AbuseTeacher,
     abusive_hate_negatives,
+    attribute_heads,
     harmonised_targets,
     served_gold_from_targets,
 )
@@ -115,6 +116,7 @@ def head_names(recipe: Recipe, tasks: Sequence[TaskData]) -> list[str]:
     families = {ex.family.value for t in tasks for ex in t.train}
     if recipe.heads == HARMONISED:
         families.add(SERVED_HEAD)
+        families |= attribute_heads(ex for t in tasks for ex in t.train)
     return [f for f in HEAD_ORDER if f in families]
 
 
