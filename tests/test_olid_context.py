@@ -85,6 +85,13 @@ def test_context_pairs_derive_flips_from_the_fixtures() -> None:
         if r.metadata["kind"] in ("encourage", "agree"):
             by_reply.setdefault(r.utterance, set()).add(r.label)
     assert by_reply and all(labels == {Label.OFFENSIVE, Label.SAFE} for labels in by_reply.values())
+    # DynaHate's minimal pairs: the same agreeing reply after the hateful sentence and after its benign twin
+    twins = [r for r in rows if r.metadata["kind"] == "twin_agree"]
+    assert twins and {r.label for r in twins} == {Label.OFFENSIVE, Label.SAFE}
+    twin_labels: dict[str, set[Label]] = {}
+    for r in twins:
+        twin_labels.setdefault(r.utterance, set()).add(r.label)
+    assert all(labels == {Label.OFFENSIVE, Label.SAFE} for labels in twin_labels.values())
     # deterministic
     assert load_source("context_pairs", FULL) == rows
 

@@ -21,6 +21,10 @@ DiaSafety, ConvAbuse) and from the phrase lists below; it has no files of its ow
   a harmful context alone never decides the label.
 * ``swap``: DiaSafety's context-dependent unsafe replies (Toxicity Agreement, Risk Ignorance;
   short, no profanity) moved after a harmless context -> SAFE.
+* ``twin_agree``: DynaHate's minimal pairs (a hateful original and its perturbation that is not
+  hateful, e.g. the same sentence about a non-protected target) as the context, the same agreeing
+  reply after each (OFFENSIVE / SAFE), and a discouraging reply after the hateful one (SAFE); read
+  when DynaHate is in the data directory (its train and validation rows only).
 * ``history_added``: OLID tweets after a harmless turn, label unchanged (an insult stays an
   insult after "hi"); ``history_dropped``: ConvAbuse utterances without their history, label
   unchanged (the abuse there is in the utterance).
@@ -39,7 +43,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from dialogue_safety.core.schema import Label, LabelFamily, LabelledExample, Split, Turn
-from dialogue_safety.sources import convabuse, diasafety, olid
+from dialogue_safety.sources import convabuse, diasafety, dynahate, olid
 from dialogue_safety.sources.layout import SourceFiles, Status, part_of
 from dialogue_safety.sources.splitting import stable_fraction
 
@@ -466,13 +470,28 @@ def _pairs(
     yield _example(context, _pick(DISCOURAGING_REPLIES, f"{context}|no"), Label.SAFE, split, "discourage")
 
 
+def dynahate_twins(rows: Iterable[LabelledExample]) -> Iterator[tuple[str, str, Split]]:
+    """(hateful text, a non-hateful twin of its group, split) for every DynaHate group with both labels."""
+    rows = [ex for ex in rows if ex.split is not Split.TEST]
+    group_of = dynahate.group_ids((str(ex.metadata["acl_id"]), str(ex.metadata.get("matched_id") or "")) for ex in rows)
+    groups: dict[str, list[LabelledExample]] = {}
+    for ex in rows:
+        groups.setdefault(group_of[str(ex.metadata["acl_id"])], []).append(ex)
+    for members in groups.values():
+        for ex in members:
+            benign = [o.utterance for o in members if not o.label.is_positive and o.split is ex.split]
+            if ex.label.is_positive and benign:
+                yield ex.utterance, _pick(tuple(benign), ex.utterance), ex.split
+
+
 def build(
     olid_rows: Iterable[LabelledExample],
     diasafety_rows: Iterable[LabelledExample],
     convabuse_rows: Iterable[LabelledExample],
     splits: frozenset[Split],
+    dynahate_rows: Iterable[LabelledExample] = (),
 ) -> Iterator[LabelledExample]:
-    """Derive every context-pair example (deterministic) from the three sources' rows."""
+    """Derive every context-pair example (deterministic) from the sources' rows."""
     olid_rows = list(olid_rows)
     harmless = {s: tuple(c for c in HARMLESS_CONTEXTS if _split_of_text(c) is s) for s in (Split.TRAIN, Split.VALID)}
     for context in HARMFUL_CONTEXTS:
@@ -534,11 +553,19 @@ def build(
     for ex in convabuse_rows:
         if ex.split in splits and ex.split is not Split.TEST and ex.history and _take(ex.utterance, 0.3):
             yield _example("", ex.utterance, ex.label, ex.split, "history_dropped", ex.family)
+    for hateful, benign, split in dynahate_twins(dynahate_rows):
+        if split in splits:  # the same agreeing reply after a hateful sentence and after its benign twin
+            reply = _pick(AGREEING_REPLIES, hateful)
+            yield _example(hateful, reply, Label.OFFENSIVE, split, "twin_agree")
+            yield _example(benign, reply, Label.SAFE, split, "twin_agree")
+            yield _example(hateful, _pick(DISCOURAGING_REPLIES, f"{hateful}|no"), Label.SAFE, split, "discourage")
 
 
 def find(data_dir: Path) -> SourceFiles:
     parts = {"olid": olid.find(data_dir), "diasafety": diasafety.find(data_dir), "convabuse": convabuse.find(data_dir)}
     files = {f"{name}/{role}": path for name, found in parts.items() for role, path in found.files.items()}
+    # DynaHate's twins are used when it is there (any status): it decides nothing about completeness
+    files |= {f"dynahate/{role}": path for role, path in dynahate.find(data_dir).files.items()}
     if all(f.status is Status.COMPLETE for f in parts.values()):
         return SourceFiles(Status.COMPLETE, files, "derived from olid, diasafety and convabuse")
     missing = [name for name, f in parts.items() if f.status is not Status.COMPLETE]
@@ -552,4 +579,6 @@ def load(found: SourceFiles, splits: frozenset[Split]) -> Iterable[LabelledExamp
     olid_rows = list(olid.load(part_of(found, "olid"), wanted))
     dia_rows = list(diasafety.load(part_of(found, "diasafety"), wanted))
     conv_rows = list(convabuse.load(part_of(found, "convabuse"), wanted))
-    return build(olid_rows, dia_rows, conv_rows, splits)
+    dyna = part_of(found, "dynahate")
+    dyna_rows = list(dynahate.load(dyna, wanted)) if dyna.files else []
+    return build(olid_rows, dia_rows, conv_rows, splits, dyna_rows)
