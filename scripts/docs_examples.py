@@ -194,8 +194,10 @@ def format_output(stdout: str) -> list[str]:
 @contextlib.contextmanager
 def running_server(model_dir: Path | None = None, timeout_s: float = 300.0) -> Iterator[str]:
     """``dialogue-safety serve`` with default settings on a free port; yields ``host:port`` once ready."""
-    from dialogue_safety.benchmarks.local_server import free_port  # the one server launcher
-    from dialogue_safety.benchmarks.local_server import running_server as serve
+    if str(REPO) not in sys.path:  # lab/ is not installed: it is imported from the repository
+        sys.path.insert(0, str(REPO))
+    from lab.bench.local_server import free_port  # the one server launcher
+    from lab.bench.local_server import running_server as serve
 
     port = free_port()
     cmd = [
