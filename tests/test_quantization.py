@@ -105,7 +105,7 @@ def test_static_presets_need_a_calibration_set() -> None:
     assert recipes["static"]["calibration_sha256"] == "abc" and recipes["static"]["from"] == "fp32"
     with pytest.raises(ValueError, match="unknown int8 preset"):
         candidate_recipes(["nope"], None)
-    with pytest.raises(ValueError, match="unknown int8 preset 'vnni'"):  # a research preset: the lab's, not the export's
+    with pytest.raises(ValueError, match="unknown int8 preset 'vnni'"):  # research: lab/int8_presets.py
         candidate_recipes(["vnni"], None)
 
 
