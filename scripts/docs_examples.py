@@ -6,8 +6,8 @@ In the fenced ``sh``/``bash`` blocks of the documentation:
   ``dialogue-safety serve`` of the bundled model and must exit 0;
 - a curl command followed by lines starting with ``# => `` documents its output: those lines are
   the server's JSON answer (floats rounded to 2 decimals), *generated* by this script, never typed;
-- every ``dialogue-safety ...`` command line must name an existing (sub)command and only options
-  that its ``--help`` lists.
+- every ``dialogue-safety ...`` and ``python -m lab.bench ...`` command line must name an existing
+  (sub)command and only options that its ``--help`` lists.
 
 ::
 
@@ -37,6 +37,7 @@ REPO = Path(__file__).resolve().parents[1]
 DOC_FILES: tuple[str, ...] = ("README.md", "docs/*.md")
 DOCUMENTED_SERVER = "localhost:8000"
 OUTPUT_PREFIX = "# => "
+LAB_BENCH = "python -m lab.bench"  # the repository's benchmarks (lab/, never installed)
 SHELL_LANGUAGES = frozenset({"sh", "bash", "shell"})
 FENCE = re.compile(r"^(\s*)```(\S*)\s*$")
 FLOAT_DIGITS = 2
@@ -64,11 +65,12 @@ class Example:
 
 @dataclass
 class CliLine:
-    """One ``dialogue-safety ...`` command line in a code block."""
+    """One ``dialogue-safety ...`` (or ``python -m lab.bench ...``) command line in a code block."""
 
     path: Path
     line: int
     argv: list[str]
+    program: str = "dialogue-safety"
 
     def where(self) -> str:
         return f"{_shown(self.path)}:{self.line}"
@@ -135,9 +137,11 @@ def find_examples(path: Path) -> tuple[list[Example], list[CliLine]]:
                 command = "\n".join(line[len(indent) :] for line in lines[i:stop])
                 examples.append(Example(path, i + 1, command, indent, stop, out_end))
                 i = out_end
-            elif stripped.startswith("dialogue-safety "):
+            elif stripped.startswith(("dialogue-safety ", f"{LAB_BENCH} ")):
                 text = "\n".join(lines[i:stop]).replace("\\\n", " ")
-                cli_lines.append(CliLine(path, i + 1, shlex.split(text, comments=True)[1:]))
+                words = shlex.split(text, comments=True)
+                program = LAB_BENCH if stripped.startswith(LAB_BENCH) else "dialogue-safety"
+                cli_lines.append(CliLine(path, i + 1, words[len(program.split()) :], program))
                 i = stop
             else:
                 i += 1
@@ -194,8 +198,10 @@ def format_output(stdout: str) -> list[str]:
 @contextlib.contextmanager
 def running_server(model_dir: Path | None = None, timeout_s: float = 300.0) -> Iterator[str]:
     """``dialogue-safety serve`` with default settings on a free port; yields ``host:port`` once ready."""
-    from dialogue_safety.benchmarks.local_server import free_port  # the one server launcher
-    from dialogue_safety.benchmarks.local_server import running_server as serve
+    if str(REPO) not in sys.path:  # lab/ is not installed: it is imported from the repository
+        sys.path.insert(0, str(REPO))
+    from lab.bench.local_server import free_port  # the one server launcher
+    from lab.bench.local_server import running_server as serve
 
     port = free_port()
     cmd = [
@@ -226,8 +232,13 @@ def run_example(example: Example, address: str) -> subprocess.CompletedProcess[s
 
 
 def check_cli_line(cli: CliLine) -> str | None:
-    """What is wrong with a documented ``dialogue-safety`` command line, or None."""
+    """What is wrong with a documented ``dialogue-safety`` (or ``python -m lab.bench``) command line, or None."""
     from dialogue_safety.cli.main import main as cli_main
+
+    if cli.program == LAB_BENCH:
+        if str(REPO) not in sys.path:  # lab/ is not installed: it is imported from the repository
+            sys.path.insert(0, str(REPO))
+        from lab.bench.cli import main as cli_main
 
     words: list[str] = []
     for token in cli.argv:
@@ -241,12 +252,12 @@ def check_cli_line(cli: CliLine) -> str | None:
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else 1
     if code != 0:
-        return f"`dialogue-safety {' '.join(words)} --help` failed: {(err.getvalue() or out.getvalue()).strip()}"
+        return f"`{cli.program} {' '.join(words)} --help` failed: {(err.getvalue() or out.getvalue()).strip()}"
     help_text = out.getvalue()
     flags = [t.split("=")[0] for t in cli.argv if t.startswith("--")]
     unknown = [f for f in flags if not re.search(rf"{re.escape(f)}\b", help_text)]
     if unknown:
-        return f"`dialogue-safety {' '.join(words)}` has no option {', '.join(unknown)}"
+        return f"`{cli.program} {' '.join(words)}` has no option {', '.join(unknown)}"
     return None
 
 

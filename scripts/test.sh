@@ -20,6 +20,6 @@ fi
 # lint, types and the Dockerfile first (each pinned in the dev extra), then the tests
 "$venv/bin/ruff" check .
 "$venv/bin/ruff" format --check .
-"$venv/bin/mypy" dialogue_safety
+"$venv/bin/mypy" dialogue_safety lab/
 "$venv/bin/hadolint" Dockerfile
 exec "$venv/bin/python" -m pytest -q "$@"

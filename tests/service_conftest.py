@@ -21,7 +21,7 @@ import uvicorn
 from dialogue_safety.core.encoding import EncodedExample
 from dialogue_safety.core.model_card import ModelCard
 from dialogue_safety.core.schema import Example, Label, Prediction
-from dialogue_safety.service.api import create_app
+from dialogue_safety.service.app import create_app
 from dialogue_safety.service.server import uvicorn_config
 from dialogue_safety.service.settings import ServiceSettings
 from dialogue_safety.service.state import Classifier

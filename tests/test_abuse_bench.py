@@ -1,4 +1,4 @@
-"""``dialogue-safety bench abuse`` runs end to end (--smoke, tiny model): it starts the real server
+"""``python -m lab.bench abuse`` runs end to end (--smoke, tiny model): it starts the real server
 through the CLI and replays every attack briefly. No timing assertions (speed lives in the bench)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from service_conftest import tiny_model_dir  # noqa: F401  (fixture)
 
-from dialogue_safety.benchmarks import abuse
+from lab.bench import abuse
 
 
 def test_abuse_benchmark_smoke(
@@ -19,7 +19,7 @@ def test_abuse_benchmark_smoke(
 ) -> None:
     out = tmp_path / "abuse.json"
     argv = ["--model", str(tiny_model_dir), "--smoke", "--hold-s", "2", "--duration-s", "1", "--json", str(out)]
-    assert abuse.main(argv, prog="dialogue-safety bench abuse") == 0
+    assert abuse.main(argv, prog="python -m lab.bench abuse") == 0
     report = json.loads(out.read_text())
     attacks = {o["attack"]: o for o in report["outcomes"]}
     assert set(attacks) == {

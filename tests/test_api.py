@@ -17,7 +17,7 @@ import httpx
 import pytest
 from service_conftest import BAD_ID, FakeClassifier, LiveServer, live_server
 
-from dialogue_safety.service.api import create_app
+from dialogue_safety.service.app import create_app
 from dialogue_safety.service.settings import ServiceSettings
 
 GUARD_S = 10.0

@@ -1,4 +1,4 @@
-"""``dialogue-safety bench runtime --smoke`` runs end to end (no timing asserts: benchmarks are programs)."""
+"""``python -m lab.bench runtime --smoke`` runs end to end (no timing asserts: benchmarks are programs)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from dialogue_safety.benchmarks.flops import cpu_peak, flops_per_token, non_embedding_parameters
-from dialogue_safety.benchmarks.op_profile import against, kernel_split, needed_gemm_speedup, weight_nodes
-from dialogue_safety.cli.bench import main as bench_main
 from dialogue_safety.training.modeling import GEOMETRIES
+from lab.bench.cli import main as bench_main
+from lab.bench.flops import cpu_peak, flops_per_token, non_embedding_parameters
+from lab.bench.op_profile import against, kernel_split, needed_gemm_speedup, weight_nodes
 
 
 def test_smoke_run_writes_json_and_markdown(

@@ -1,4 +1,4 @@
-"""``dialogue-safety bench score`` runs end to end on the tiny model (no timing asserts: benchmarks are programs)."""
+"""``python -m lab.bench score`` runs end to end on the tiny model (no timing asserts: benchmarks are programs)."""
 
 # ruff: noqa: F811  (pytest fixtures imported from service_conftest are parameters here)
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from service_conftest import tiny_model_dir  # noqa: F401  (fixture)
 
-from dialogue_safety.cli.bench import main as bench_main
+from lab.bench.cli import main as bench_main
 
 
 def test_bench_score_writes_json_and_markdown(

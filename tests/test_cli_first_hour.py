@@ -150,7 +150,7 @@ def test_evaluate_writes_under_runs_by_default(
 def test_bench_http_checks_the_naive_checkpoint_before_any_phase(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    from dialogue_safety.benchmarks import http
+    from lab.bench import http
 
     monkeypatch.setattr(http, "load_dialogues", never)
     monkeypatch.setattr(http, "running_server", never)
@@ -163,7 +163,7 @@ def test_bench_http_checks_the_naive_checkpoint_before_any_phase(
 def test_bench_runtime_checks_the_checkpoint_first(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    from dialogue_safety.benchmarks import runtime_speed as runtime
+    from lab.bench import runtime_speed as runtime
 
     monkeypatch.setattr(runtime, "subject_for", never)
     assert runtime.main(["--checkpoint", str(tmp_path / "ckpt")]) == 2
@@ -210,7 +210,7 @@ def test_the_package_installs_exactly_the_committed_model_files() -> None:
 def test_the_ablation_explains_its_options_and_checks_them_first(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    from dialogue_safety.experiments import ablation
+    from lab.experiments import ablation
 
     with pytest.raises(SystemExit) as exit_:
         ablation.main(["--help"])

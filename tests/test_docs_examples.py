@@ -43,8 +43,18 @@ def test_examples_are_found_in_the_docs() -> None:
     readme_examples, readme_cli = found["README.md"]
     assert sum(e.documents_output for e in readme_examples) >= 3
     assert any(cli.argv[:1] == ["evaluate"] for cli in readme_cli)
+    assert any(cli.program == docs_examples.LAB_BENCH and cli.argv[:1] == ["runtime"] for cli in readme_cli)
     api_examples, _ = found["api.md"]
     assert any("/health" in e.command and e.documents_output for e in api_examples)
+
+
+def test_documented_lab_bench_lines_are_checked_against_its_help() -> None:
+    bench = docs_examples.LAB_BENCH
+    assert docs_examples.check_cli_line(docs_examples.CliLine(Path("x.md"), 1, ["runtime", "--smoke"], bench)) is None
+    flag = docs_examples.CliLine(Path("x.md"), 1, ["runtime", "--no-such-flag"], bench)
+    assert docs_examples.check_cli_line(flag) == "`python -m lab.bench runtime` has no option --no-such-flag"
+    unknown = docs_examples.check_cli_line(docs_examples.CliLine(Path("x.md"), 1, ["nope"], bench))
+    assert unknown is not None and unknown.startswith("`python -m lab.bench nope --help` failed")
 
 
 def test_outputs_are_generated_and_drift_is_caught(tmp_path: Path, curl: str) -> None:

@@ -1,4 +1,4 @@
-"""The documentation holds together: every relative link of README.md and docs/ points at a file
+"""The documentation holds together: every relative link of README.md, docs/ and the lab's notes points at a file
 that exists (and at a heading that exists, for links with #anchor), and the README stays a
 ten-minute read (at most 250 lines; the rest lives in docs/)."""
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), *sorted((ROOT / "lab").rglob("*.md"))]
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 FENCE = re.compile(r"^\s*```")
 

@@ -1,6 +1,6 @@
 """The hostile-client suite: the attacks of issue 14 replayed against a real uvicorn server on
 localhost, with bounded counts and bounded waits (no timing assertions: speed lives in
-``dialogue-safety bench abuse``). Each test opens the connections it needs itself."""
+``python -m lab.bench abuse``). Each test opens the connections it needs itself."""
 
 from __future__ import annotations
 

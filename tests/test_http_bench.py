@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from service_conftest import tiny_model_dir  # noqa: F401  (fixture)
 
-from dialogue_safety.benchmarks import http as bench_http
-from dialogue_safety.benchmarks import local_server
+from lab.bench import http as bench_http
+from lab.bench import local_server
 
 
 def test_http_benchmark_smoke(
@@ -32,7 +32,7 @@ def test_http_benchmark_smoke(
             "--naive-checkpoint",
             str(tiny_checkpoint),
         ],
-        prog="dialogue-safety bench http",
+        prog="python -m lab.bench http",
     )
     assert rc == 0
     report = json.loads(out.read_text())

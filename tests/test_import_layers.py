@@ -10,15 +10,16 @@ never a higher layer and never a sibling on its own layer):
    ``extras`` (which optional extras are installed): they import nothing else of the project;
 1. ``sources``: dataset files → ``LabelledExample``;
 2. ``training``: encoded batches → checkpoint;
-3. ``experiments`` (research on checkpoints) and ``export`` (checkpoint → model directory);
+3. ``export`` (checkpoint → model directory);
 4. ``evaluation``, ``corpus`` and ``breakit``: a model directory judged, files scored, the break-it game;
 5. ``service``: HTTP serving (it mounts the break-it router);
-6. ``benchmarks``: they time the runtime and the service (started as a subprocess, with its settings);
-7. ``cli``: the commands, and the workflows that cross stages (fix-it: train → export → evaluate).
+6. ``cli``: the commands, and the workflows that cross stages (fix-it: train → export → evaluate).
 
-So nothing below ``service`` imports it: only the benchmarks that load it and the command layer do.
+So nothing below ``service`` imports it: only the command layer does.
 The package's own ``__init__`` (the public API) may import ``core`` only, and nothing imports it.
 ``core`` never imports torch, transformers or the web stack.
+The repository's ``lab`` (benchmarks, experiments, research presets) sits above the package, outside
+the wheel: it imports the package, and no module of the package imports ``lab``.
 """
 
 from __future__ import annotations
@@ -35,15 +36,16 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("core", "extras"),
     ("sources",),
     ("training",),
-    ("experiments", "export"),
+    ("export",),
     ("evaluation", "corpus", "breakit"),
     ("service",),
-    ("benchmarks",),
     ("cli",),
 )
 #: what the public API (the package's __init__) may import
 FACADE_IMPORTS = ("core",)
 #: third-party packages the ground floor never imports
+#: top-level packages of the repository that the installed package never imports (not in the wheel)
+NEVER_IMPORTED = frozenset({"lab"})
 NOT_IN_CORE = frozenset({"torch", "transformers", "optimum", "fastapi", "starlette", "uvicorn", "pydantic_settings"})
 
 Graph = dict[str, set[str]]
@@ -195,6 +197,18 @@ def test_every_import_points_down_a_layer() -> None:
     assert not problems, "imports against the layers (see this module's docstring):\n" + "\n".join(problems)
 
 
+def imports_of_the_repository(
+    external: Mapping[str, Iterable[str]], never: frozenset[str] = NEVER_IMPORTED
+) -> list[str]:
+    """Every import of a package that is not installed with ``dialogue_safety`` (``lab``)."""
+    return [f"{m} -> {name}" for m in sorted(external) for name in sorted(set(external[m]) & never)]
+
+
+def test_the_package_never_imports_the_lab() -> None:
+    problems = imports_of_the_repository(EXTERNAL)
+    assert not problems, "the package imports what the wheel does not install:\n" + "\n".join(problems)
+
+
 def test_core_imports_no_torch_and_no_web_stack() -> None:
     bad = {m: sorted(EXTERNAL[m] & NOT_IN_CORE) for m in sorted(EXTERNAL) if folder_of(m) == "core"}
     assert not any(bad.values()), {m: names for m, names in bad.items() if names}
@@ -219,6 +233,9 @@ def bad_package(tmp_path: Path) -> Path:
         "corpus/__init__.py": "",
         "service/__init__.py": "",
         "service/api.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import dialogue_safety\napp = 1\n",
+        "cli/__init__.py": "",
+        "cli/main.py": "def main():\n    from lab.bench import cli\n",  # lazy, still counted
+        "corpus/job.py": "import lab.int8_presets as presets\n",
     }
     for name, text in files.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
@@ -235,3 +252,8 @@ def test_the_checks_find_a_circle_and_imports_against_the_layers(bad_package: Pa
     assert any(p.startswith("dialogue_safety.evaluation.report -> dialogue_safety.corpus: sideways") for p in problems)
     assert any(p.startswith("dialogue_safety.service.api -> dialogue_safety: the public API") for p in problems)
     assert len(problems) == 3, problems
+    _, external = import_graph(bad_package)
+    assert imports_of_the_repository(external) == [
+        "dialogue_safety.cli.main -> lab",
+        "dialogue_safety.corpus.job -> lab",
+    ]

@@ -50,7 +50,7 @@ def test_the_runtime_says_the_language_when_asked() -> None:
 def test_the_language_benchmark_runs(data_dir: object, capsys: pytest.CaptureFixture[str]) -> None:
     import json
 
-    from dialogue_safety.cli.bench import main as bench_main
+    from lab.bench.cli import main as bench_main
 
     assert bench_main(["language", "--data-dir", str(data_dir), "--foreign", "40"]) == 0
     printed = capsys.readouterr().out

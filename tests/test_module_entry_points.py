@@ -11,7 +11,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 MODULES = sorted(
     ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__main__")
-    for path in (ROOT / "dialogue_safety").rglob("*.py")
+    for package in ("dialogue_safety", "lab")
+    for path in (ROOT / package).rglob("*.py")
     if 'if __name__ == "__main__":' in path.read_text(encoding="utf-8")
 )
 
@@ -19,8 +20,9 @@ MODULES = sorted(
 def test_the_entry_points_are_found() -> None:
     assert {
         "dialogue_safety.cli.main",
-        "dialogue_safety.benchmarks.runtime_speed",
-        "dialogue_safety.experiments.soup",
+        "lab.bench",
+        "lab.bench.runtime_speed",
+        "lab.experiments.soup",
         "dialogue_safety.core.variants",
     } <= set(MODULES)
 
@@ -37,7 +39,7 @@ def test_python_m_help(module: str) -> None:
 def test_python_m_benchmarks_runtime_smoke() -> None:
     # the __main__ guard once stood above a function main() calls (NameError): run it as a module
     run = subprocess.run(
-        [sys.executable, "-m", "dialogue_safety.benchmarks.runtime_speed", "--smoke"],
+        [sys.executable, "-m", "lab.bench.runtime_speed", "--smoke"],
         cwd=ROOT,
         capture_output=True,
         text=True,

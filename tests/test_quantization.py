@@ -29,6 +29,8 @@ from dialogue_safety.export.quantization import (
     checked_scores,
     served_seconds,
 )
+from lab.int8_presets import INT8_PRESETS as LAB_INT8_PRESETS
+from lab.int8_presets import RESEARCH_INT8_PRESETS
 
 TEXTS = [
     ("you are an idiot", []),
@@ -97,12 +99,14 @@ def test_calibration_split_is_seeded_and_disjoint() -> None:
 
 
 def test_static_presets_need_a_calibration_set() -> None:
-    recipes, notes = candidate_recipes(["static", "vnni"], None)
-    assert list(recipes) == ["vnni"] and "static" in notes[0]
+    recipes, notes = candidate_recipes(["static", "dynamic"], None)
+    assert list(recipes) == ["dynamic"] and "static" in notes[0]
     recipes, _ = candidate_recipes(["static"], {"sha256": "abc"})
     assert recipes["static"]["calibration_sha256"] == "abc" and recipes["static"]["from"] == "fp32"
     with pytest.raises(ValueError, match="unknown int8 preset"):
         candidate_recipes(["nope"], None)
+    with pytest.raises(ValueError, match="unknown int8 preset 'vnni'"):  # research: lab/int8_presets.py
+        candidate_recipes(["vnni"], None)
 
 
 def test_export_writes_the_calibration_set_and_the_int8_choice(exported: onnx_export.ExportResult) -> None:
@@ -260,16 +264,24 @@ def test_the_choice_prefers_the_cheapest_then_a_portable_recipe_unless_8_bit_is_
     assert "static-split-lean-7bit" in variants.INT8_CANDIDATES
 
 
+def test_the_package_ships_only_the_int8_presets_the_product_can_select() -> None:
+    # the export's candidates and the default recipe's preset; research presets live in lab/
+    assert set(variants.INT8_PRESETS) == {*variants.INT8_CANDIDATES, "all"}
+    assert variants.DEFAULT_RECIPES["int8"] == {"from": "optimized", **variants.INT8_PRESETS["all"]}
+    assert not set(RESEARCH_INT8_PRESETS) & set(variants.INT8_PRESETS)
+    assert LAB_INT8_PRESETS == {**variants.INT8_PRESETS, **RESEARCH_INT8_PRESETS}
+
+
 def test_8_bit_int8_recipes_fall_back_to_an_exact_variant_on_x86_without_vnni() -> None:
     from dialogue_safety.core.runtime import exact_cpu_fallback, int8_supported
 
     for preset in ("dynamic", "nbits8", "static", "vnni", "static-split-lean"):
-        card = ModelCard(name="m", version="0", export={"recipes": {"int8": dict(variants.INT8_PRESETS[preset])}})
+        card = ModelCard(name="m", version="0", export={"recipes": {"int8": dict(LAB_INT8_PRESETS[preset])}})
         assert int8_supported(card, "flags\t: fpu sse2 avx2 fma")[0] is False, preset  # AVX2 only: can saturate
         assert int8_supported(card, "flags\t: fpu avx2 avx512f avx512_vnni")[0] is True, preset
         assert int8_supported(card, "Features\t: fp asimd asimddp")[0] is True, preset  # ARM: exact int8 kernels
     for preset in ("all", "attention", "static-split-lean-7bit"):  # 7-bit weights: served everywhere
-        card = ModelCard(name="m", version="0", export={"recipes": {"int8": dict(variants.INT8_PRESETS[preset])}})
+        card = ModelCard(name="m", version="0", export={"recipes": {"int8": dict(LAB_INT8_PRESETS[preset])}})
         assert int8_supported(card, "flags\t: fpu sse2 avx2 fma")[0] is True, preset
     # the fallback is the faster of the two fp32-exact variants in the export's timings
     card = ModelCard(name="m", version="0", export={"comparison": {"seconds": {"fp32": 5.0, "optimized": 6.0}}})
@@ -337,7 +349,7 @@ def test_outlier_channels_are_computed_apart_in_fp32_and_change_nothing_in_fp32(
     assert n == 2 * 2  # the tiny model's two layers, up and down each
     for x, y in _outputs(fp32, split, feeds[20:30]):
         np.testing.assert_allclose(x, y, atol=1e-5)
-    quantized = quantize(split, variants.INT8_PRESETS["dynamic-split"])
+    quantized = quantize(split, RESEARCH_INT8_PRESETS["dynamic-split"])
     kept = [n for n in quantized.graph.node if FP32_OUTLIERS in n.name and n.op_type == "MatMul"]
     assert len(kept) == 4  # the outlier products stay fp32 MatMuls
     assert not any(FP32_OUTLIERS in n.name for n in quantized.graph.node if n.op_type == "MatMulInteger")
@@ -447,7 +459,7 @@ def test_the_lean_split_drops_its_masks_and_splits_only_layers_with_outliers(
     with pytest.raises(variants.VariantError, match="fixed activation scales"):
         variants.derive(
             fp32,
-            {**variants.INT8_PRESETS["dynamic-split"], "outlier_mask": "saturate"},
+            {**RESEARCH_INT8_PRESETS["dynamic-split"], "outlier_mask": "saturate"},
             calibration=out / CALIBRATION_FILE,
         )
 
@@ -529,7 +541,7 @@ def test_static_split_keeps_the_outlier_channels_out_of_the_int8_products(export
 
     out = exported.out_dir
     card = ModelCard.load(out)
-    recipe = {**variants.INT8_PRESETS["static-split"], "calibration_sha256": card.export["calibration"]["sha256"]}
+    recipe = {**RESEARCH_INT8_PRESETS["static-split"], "calibration_sha256": card.export["calibration"]["sha256"]}
     assert variants.needs_calibration(recipe)
     fp32 = onnx.load(str(variants.ensure_variant(out, "fp32", card)))
     graph = variants.derive(fp32, recipe, calibration=out / CALIBRATION_FILE)

@@ -23,6 +23,7 @@ from dialogue_safety.core.schema import Example, Label
 from dialogue_safety.core.variants import cache as variant_cache
 from dialogue_safety.core.variants import cli as variants_cli
 from dialogue_safety.core.variants.stamps import file_sha256, read_stamp
+from lab.int8_presets import RESEARCH_INT8_PRESETS
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -297,7 +298,7 @@ def test_int8_attention_preset_keeps_the_feed_forward_in_fp32(model_dir: Path, t
     shutil.copytree(model_dir, work)
     optimized = onnx.load(str(variants.ensure_variant(work, "optimized")))
     full = variants.derive(optimized, variants.INT8_PRESETS["all"])
-    partial = variants.derive(optimized, variants.INT8_PRESETS["attention"])
+    partial = variants.derive(optimized, RESEARCH_INT8_PRESETS["attention"])
 
     def fp32_matmuls(graph: onnx.ModelProto) -> list[str]:
         return [n.name for n in graph.graph.node if n.op_type == "MatMul"]

@@ -67,7 +67,7 @@ sys.meta_path.insert(0, Hide())
 import dialogue_safety
 from dialogue_safety.cli.main import main
 import dialogue_safety.cli.score, dialogue_safety.corpus.job, dialogue_safety.corpus.formats
-from dialogue_safety.service.api import create_app
+from dialogue_safety.service.app import create_app
 from dialogue_safety.service.settings import ServiceSettings
 create_app(ServiceSettings())
 assert dialogue_safety.classify("have a nice day").label.value == "SAFE"

@@ -154,7 +154,7 @@ def test_shipped_recipes_parse(name: str) -> None:
 
 
 def test_soup_averages_weights_and_calibrates(tmp_path: Path) -> None:
-    from dialogue_safety.experiments.soup import SoupError, average_state_dicts, main, make_soup
+    from lab.experiments.soup import SoupError, average_state_dicts, main, make_soup
 
     a, b = tmp_path / "a", tmp_path / "b"
     train(load_recipe("tiny", ["max_steps=3", "seed=1"]), FULL, a, progress=False)
@@ -178,7 +178,7 @@ def test_soup_averages_weights_and_calibrates(tmp_path: Path) -> None:
 
 
 def test_harmonised_heads_serve_the_offensive_head_and_compare_on_validation(tmp_path: Path) -> None:
-    from dialogue_safety.experiments.design_check import compare
+    from lab.experiments.design_check import compare
 
     recipe = load_recipe("tiny", ["heads=harmonised", "epochs=1"])
     out = tmp_path / "harmonised"
@@ -196,7 +196,7 @@ def test_harmonised_heads_serve_the_offensive_head_and_compare_on_validation(tmp
 
 
 def test_capacity_probes_checkpoints_and_ensembles_on_validation(tiny_run: Path, tmp_path: Path) -> None:
-    from dialogue_safety.experiments.capacity import main as capacity
+    from lab.experiments.capacity import main as capacity
 
     out = tmp_path / "capacity"
     args = ["--config", "tiny", "--data-dir", str(FULL), "--encoder", "minilm", "--checkpoint", str(tiny_run)]

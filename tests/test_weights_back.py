@@ -12,13 +12,13 @@ import onnx
 import pytest
 import torch
 
-from dialogue_safety.cli.bench import main as bench_main
 from dialogue_safety.core.model_card import ModelCard
 from dialogue_safety.core.runtime import OnnxClassifier
 from dialogue_safety.core.schema import Example
 from dialogue_safety.export.onnx_export import ExportError, export_checkpoint
 from dialogue_safety.export.weights_back import checkpoint_from_model_dir, parameters_from_graph
 from dialogue_safety.training.checkpoint import load_checkpoint
+from lab.bench.cli import main as bench_main
 
 DIALOGUES = [
     Example.from_texts("you are an idiot"),

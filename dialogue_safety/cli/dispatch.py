@@ -1,7 +1,7 @@
 """Run a command of a table (name → module, help): the module is imported only when it is asked for.
 
-``dialogue-safety`` (:mod:`dialogue_safety.cli.main`) and ``dialogue-safety bench``
-(:mod:`dialogue_safety.cli.bench`) both dispatch here; command modules never import their dispatcher.
+``dialogue-safety`` (:mod:`dialogue_safety.cli.main`) dispatches here, and so does the repository's
+``python -m lab.bench`` (outside the package); command modules never import their dispatcher.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ def dispatch(
     prog: str = "dialogue-safety",
     kind: str = "command",
     extras: dict[str, str] | None = None,
+    own_packages: frozenset[str] = OWN_PACKAGES,
 ) -> int:
     """Run ``table[name]``'s module ``main(rest, prog=...)``, imported only when it is asked for.
 
@@ -55,7 +56,7 @@ def dispatch(
         result: int = module.main(rest, prog=command)
     except ModuleNotFoundError as exc:
         top = (exc.name or "").split(".")[0]
-        if not top or top in OWN_PACKAGES:
+        if not top or top in own_packages:
             raise
         provider = extra_providing(top) or extra
         hint = f"the '{provider}' extra: {install_hint(provider)}" if provider else "reinstall the package"

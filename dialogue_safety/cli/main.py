@@ -24,7 +24,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "dialogue_safety.cli.fix_it",
         "train A(N) on the recipe plus the validated break-it rounds; models x rounds report",
     ),
-    "bench": ("dialogue_safety.cli.bench", "speed benchmarks (runtime, http, abuse, score)"),
 }
 #: the pyproject.toml extra each command needs (checked before its module is imported)
 EXTRAS: dict[str, str] = {

@@ -25,7 +25,7 @@ to 42 words, the correlation rises from 0.77-0.97 to 0.83-0.98). Shapley
 values see redundant evidence: in "you are a stupid idiot" either insult alone keeps the score
 high, so leaving one out barely moves it, but both get a large positive share. The cost is
 ``n`` sequences of one word plus ``budget`` sequences of on average half the words, instead of
-``n`` sequences of nearly all of them: linear in length, not quadratic (``dialogue-safety bench
+``n`` sequences of nearly all of them: linear in length, not quadratic (``python -m lab.bench
 explain``). Sampled values are estimates: against the 1,500-coalition estimate, the largest
 single-word error on those five messages was 0.09 to 0.27 (mean of 5 seeds); the efficiency
 constraint holds exactly.

@@ -10,7 +10,7 @@ quarter of short English texts (``"it"`` for a two-word tweet), so a language ot
 is only reported when its normalised probability reaches :data:`MIN_CONFIDENCE`; a text whose top
 guess is another language below that is ``"und"`` (undetermined) and counts as supported. Only the
 first :data:`SAMPLE_CHARS` characters are read (the cost grows with the length). Measured by
-``dialogue-safety bench language`` (:mod:`dialogue_safety.benchmarks.language`; docs/api.md, "Language"):
+``python -m lab.bench language`` (:mod:`lab.bench.language`; docs/api.md, "Language"):
 at 0.8, 0.23 % of 1,713 short English test utterances are said "not English", and 91.8 % of 400
 French and Italian texts (64.8 % of their first 5 words).
 """

@@ -87,7 +87,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety serve")
     fix_trim_threshold()  # before the model and the first request bodies are allocated
     import uvicorn
 
-    from dialogue_safety.service.api import create_app
+    from dialogue_safety.service.app import create_app
 
     level = "DEBUG" if settings.log_level == "trace" else settings.log_level.upper()
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

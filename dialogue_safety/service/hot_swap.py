@@ -133,7 +133,7 @@ def _log_failure(task: asyncio.Future[Any]) -> None:
 
 
 def swapper_of(request: Request) -> ModelSwapper:
-    """The app's swapper (``app.state.swapper``, set by :func:`dialogue_safety.service.api.create_app`)."""
+    """The app's swapper (``app.state.swapper``, set by :func:`dialogue_safety.service.app.create_app`)."""
     swapper: ModelSwapper = request.app.state.swapper
     return swapper
 

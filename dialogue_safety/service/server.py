@@ -15,7 +15,7 @@ builds the one configuration the CLI and the tests use, with a protocol class th
 * closes a connection that has not sent a complete request head ``header_timeout_s`` after it
   opened or after its previous response (idle and slowloris clients);
 * answers a request itself, from its head, when the app's ``early_admission`` hook (set by
-  :func:`dialogue_safety.service.api.create_app`: the 429 of an overloaded service) says so: no ASGI task,
+  :func:`dialogue_safety.service.app.create_app`: the 429 of an overloaded service) says so: no ASGI task,
   middleware or body parsing, so that refusing most requests under overload stays far cheaper
   than answering them (the body that follows is skipped; the connection stays open);
 
@@ -245,7 +245,7 @@ def uvicorn_config(app: Any, settings: ServiceSettings, **overrides: Any) -> uvi
     """The uvicorn configuration the service runs under (``overrides`` for tests: port, log level)."""
     early_admission = getattr(
         getattr(app, "state", None), "early_admission", None
-    )  # dialogue_safety.service.api.create_app's
+    )  # dialogue_safety.service.app.create_app's
     guard = ConnectionGuard(connection_cap(settings), settings.header_timeout_s, early_admission)
     logging.getLogger("uvicorn.access").addFilter(DropQueryString())
     options: dict[str, Any] = dict(

@@ -1,6 +1,6 @@
 """Service settings: environment variables with the ``SAFETY_`` prefix, overridable by CLI flags.
 
-Built by :func:`dialogue_safety.service.api.create_app` (or the CLI), never at import time::
+Built by :func:`dialogue_safety.service.app.create_app` (or the CLI), never at import time::
 
     SAFETY_MODEL_DIR=models/default SAFETY_MAX_WAIT_MS=2 dialogue-safety serve --port 8000
 """

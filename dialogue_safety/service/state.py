@@ -3,7 +3,7 @@
 :class:`ServiceState` loads and warms up the model, installs it with a fresh micro-batcher (a hot
 swap installs the next one beside it: :mod:`dialogue_safety.service.hot_swap`), decides answers at
 the threshold in force, and refuses early what an overloaded batcher would refuse. The API
-(:mod:`dialogue_safety.service.api`), the hot swap and the break-it game it mounts (as its
+(:mod:`dialogue_safety.service.app`), the hot swap and the break-it game it mounts (as its
 :class:`dialogue_safety.breakit.api.Host`) all work through it.
 """
 

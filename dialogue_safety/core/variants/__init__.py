@@ -59,12 +59,15 @@ log = logging.getLogger("dialogue_safety.core.variants")
 VARIANT_NAMES: tuple[str, ...] = ("fp32", "optimized", "int8", "fp16")
 RECIPE_VERSION = 1
 
-# int8 recipes measured on the trained MiniLM-L6 (docs/runtime.md, "int8 recipes"): quantising
+# int8 recipes measured on the trained MiniLM-L6 (lab/notes/runtime.md, "int8 recipes (measured)"): quantising
 # every MatMul is ~2x faster than fp32 but moves 1-3 % of decisions; quantising only the
 # attention projections moves fewer (0.1-2 %) for a ~1.2x speed-up. Node names are those of
 # torch.onnx's export of Hugging Face BERT.
 FFN_UP = r"intermediate/dense/MatMul$"
 FFN_DOWN = r"layer\.\d+/output/dense/MatMul$"
+#: the int8 presets the product can select: the export's candidates (:data:`INT8_CANDIDATES`) and the default
+#: recipe's "all"; the research presets (Percentile/Entropy calibration, outlier splits of every layer, ...)
+#: live in the repository's lab (lab/int8_presets.py), outside the package
 INT8_PRESETS: dict[str, dict[str, Any]] = {
     "all": {
         "kind": "quantize_dynamic",
@@ -72,25 +75,6 @@ INT8_PRESETS: dict[str, dict[str, Any]] = {
         "per_channel": True,
         "reduce_range": True,  # 7-bit weights: no u8*s8 saturation on AVX2 CPUs without VNNI
         "op_types": ["MatMul", "Attention"],  # embeddings stay fp32
-    },
-    # 8-bit weights: closer to fp32 (0.3.0: no test split loses more than 0.07 F1 points, where the
-    # 7-bit "all" preset loses 1.6 on ConvAbuse), but only exact on CPUs with VNNI (AVX512-VNNI or
-    # AVX-VNNI): without it, u8*s8 products can saturate. The runtime falls back to the optimized
-    # fp32 graph on x86 CPUs without VNNI (dialogue_safety.core.runtime.int8_supported).
-    "vnni": {
-        "kind": "quantize_dynamic",
-        "weight_type": "QInt8",
-        "per_channel": True,
-        "reduce_range": False,
-        "op_types": ["MatMul", "Attention"],
-    },
-    "attention": {
-        "kind": "quantize_dynamic",
-        "weight_type": "QInt8",
-        "per_channel": True,
-        "reduce_range": True,
-        "op_types": ["MatMul", "Attention"],
-        "exclude_patterns": [FFN_UP, FFN_DOWN],  # the feed-forward blocks stay fp32
     },
 }
 # Calibrated static int8 (QDQ) from the plain fp32 graph (QDQ cannot quantise the optimizer's fused
@@ -129,7 +113,7 @@ INT8_PRESETS.update(
         # blockwise int8 (MatMulNBits, 8-bit weights in blocks of 128 along the input dimension,
         # accuracy_level 4: activations quantised per row and block, int8 products) on the optimized
         # graph (the fused Attention stays fp32): the one recipe that kept >= 99 % of 0.4.0's
-        # decisions on every validation split (docs/runtime.md); no calibration needed
+        # decisions on every validation split (lab/notes/runtime.md); no calibration needed
         "nbits8": {
             "from": "optimized",
             "kind": "matmul_nbits",
@@ -140,21 +124,10 @@ INT8_PRESETS.update(
             "reduce_range": False,  # 8-bit weights: served on x86 only with VNNI (runtime.int8_supported)
         },
         "static": dict(_STATIC),
-        "static-split": dict(_STATIC_SPLIT),
         "static-split-lean": dict(_STATIC_SPLIT_LEAN),
         # the same with 7-bit weights: u8 x s7 products cannot saturate AVX2's 16-bit pairs, so it computes the
         # same on x86 CPUs without VNNI (and on ARM) as where it was validated (runtime.int8_supported)
         "static-split-lean-7bit": {**_STATIC_SPLIT_LEAN, "reduce_range": True},
-        "static-percentile": {**_STATIC, "calibrate_method": "Percentile", "percentile": 99.999},
-        "static-entropy": {**_STATIC, "calibrate_method": "Entropy"},
-        # the most sensitive inputs (measured: docs/runtime.md): the GELU outputs that feed the
-        # feed-forward down-projections; kept fp32 (the down-projections then run in fp32)
-        "static-percentile-ffn-down-fp32": {
-            **_STATIC,
-            "calibrate_method": "Percentile",
-            "percentile": 99.999,
-            "exclude_patterns": [ATTENTION_SCORES, FFN_DOWN],
-        },
     }
 )
 INT8_PRESETS.update(
@@ -176,15 +149,6 @@ INT8_PRESETS.update(
         },
     }
 )
-# "dynamic" with the 8 widest input channels of each feed-forward layer (calibration.npz) computed
-# apart in fp32 (graphs.split_outlier_channels): 0.4.0's FFN inputs have one or two channels reaching
-# 14-30 where the rest stay under 7, which set the per-tensor activation scale. Halves the score error
-# (p99 0.09 -> 0.04), ~1.2x slower than "dynamic"; not a default candidate (docs/runtime.md).
-INT8_PRESETS["dynamic-split"] = {
-    **INT8_PRESETS["dynamic"],
-    "outlier_channels": 8,
-    "outlier_patterns": [FFN_UP, FFN_DOWN],
-}
 
 
 def needs_calibration(recipe: Mapping[str, Any]) -> bool:
@@ -199,8 +163,8 @@ def needs_calibration(recipe: Mapping[str, Any]) -> bool:
 #: scores do not move with the batch (dynamic per-tensor scales do), the cheapest to serve, check included,
 #: becomes the int8 variant (dialogue_safety.export.quantization.select_int8_recipe): static-split-lean keeps the
 #: verdicts with a narrower band (its largest score error is about half of static's), static checks more
-#: dialogues with fp32. The Percentile/Entropy presets are left out: their histogram calibration holds every
-#: activation of the padded calibration rows in memory (~12 GB for MiniLM-L6).
+#: dialogues with fp32. The lab's Percentile/Entropy presets are not candidates: their histogram calibration holds
+#: every activation of the padded calibration rows in memory (~12 GB for MiniLM-L6).
 #: static-split-lean-7bit is the portable one (7-bit weights: the same on x86 without VNNI, where an 8-bit recipe is
 #: not served): preferred unless an 8-bit candidate is clearly cheaper (export.quantization.PORTABLE_MARGIN).
 INT8_CANDIDATES: tuple[str, ...] = ("dynamic", "static-split-lean", "static-split-lean-7bit", "static", "nbits8")

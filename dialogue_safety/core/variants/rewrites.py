@@ -1,7 +1,7 @@
 """Graph rewrites that change how onnxruntime's CPU kernels compute a variant, not what it computes.
 
 Measured on 0.4.0's static int8 graph (2 threads, 2,800 length-sorted rows in batches of 64, model only,
-docs/runtime.md "int8 for 0.4.0, fourth pass"): onnxruntime fuses each feed-forward block's residual Add
+lab/notes/runtime.md "int8 for 0.4.0, fourth pass"): onnxruntime fuses each feed-forward block's residual Add
 and LayerNormalization into a SkipLayerNormalization whose CPU kernel took 0.37 s where the unfused pair
 takes 0.06 s; it leaves every linear layer's bias as an Add after the integer MatMul (0.07 s) and fuses the
 feed-forward bias into a BiasGelu that is 0.13 s slower than the Gelu it would otherwise be; and it

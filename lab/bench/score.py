@@ -1,4 +1,4 @@
-"""``dialogue-safety bench score``: corpus scoring throughput and memory, engines side by side.
+"""``python -m lab.bench score``: corpus scoring throughput and memory, engines side by side.
 
 On the same rows (DiaSafety + ConvAbuse test dialogues, repeated up to ``--rows``; synthetic
 dialogues when the data is missing), written once as a JSONL file:
@@ -33,10 +33,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from dialogue_safety.benchmarks.dialogues import load_dialogues
-from dialogue_safety.benchmarks.emit import emit_report
 from dialogue_safety.core.schema import Example
 from dialogue_safety.corpus.job import DEFAULT_CHUNK_SIZE, ScoreJob, run_local
+from lab.bench.dialogues import load_dialogues
+from lab.bench.emit import emit_report
 
 TARGET_LOCAL = 0.90
 TARGET_RAY = 0.75
@@ -245,7 +245,7 @@ def write_short_comments(path: Path, n: int, seed: int = 0) -> Path:
     """``n`` rows of 2-6-word comments, streamed to ``path`` (never held in memory)."""
     import random
 
-    from dialogue_safety.benchmarks.dialogues import WORDS
+    from lab.bench.dialogues import WORDS
 
     rng = random.Random(seed)
     with open(path, "w", encoding="utf-8") as f:
@@ -343,7 +343,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety bench score") -> int:
+def main(argv: Sequence[str] | None = None, prog: str = "python -m lab.bench score") -> int:
     args = build_parser(prog).parse_args(argv)
     args.rss_rows = [int(x) for x in args.rss_rows.split(",") if x.strip()]
     if args.rows < 1 or args.chunk_size < 1 or args.repeats < 1:

@@ -17,8 +17,8 @@ from typing import Any
 
 import httpx
 
-from dialogue_safety.benchmarks.http_client import HOST, RawHttpClient
 from dialogue_safety.core.schema import Example
+from lab.bench.http_client import HOST, RawHttpClient
 
 
 def request_body(ex: Example) -> dict[str, Any]:

@@ -14,7 +14,7 @@ the trainer's periodic check (per-source served OFFENSIVE-F1 at the macro-best t
 
 Usage::
 
-    python -m dialogue_safety.experiments.capacity --data-dir ../shared/data \\
+    python -m lab.experiments.capacity --data-dir ../shared/data \\
         --encoder minilm --encoder /path/to/all-mpnet-base-v2 \\
         --checkpoint checkpoints/h --out runs/capacity
 
@@ -117,9 +117,7 @@ def score_rows(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m dialogue_safety.experiments.capacity", description=__doc__.split("\n\n")[0]
-    )
+    parser = argparse.ArgumentParser(prog="python -m lab.experiments.capacity", description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", default="default", help="the recipe whose tasks and label rules are used")
     add_override_argument(parser)
     parser.add_argument("--data-dir", required=True)

@@ -1,34 +1,34 @@
-"""``dialogue-safety bench <runtime|http|abuse|explain|score|language> ...``: each benchmark owned by its module."""
+"""``python -m lab.bench <runtime|http|abuse|explain|score|language> ...``: each benchmark owned by its module."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from dialogue_safety.cli.dispatch import dispatch
+from dialogue_safety.cli.dispatch import OWN_PACKAGES, dispatch
 
 BENCHMARKS: dict[str, tuple[str, str]] = {
     "runtime": (
-        "dialogue_safety.benchmarks.runtime_speed",
+        "lab.bench.runtime_speed",
         "OnnxClassifier/torch speed: latency, throughput, batch x length sweep",
     ),
     "http": (
-        "dialogue_safety.benchmarks.http",
+        "lab.bench.http",
         "the HTTP service under load (micro-batching, overload, naive baseline)",
     ),
     "abuse": (
-        "dialogue_safety.benchmarks.abuse",
+        "lab.bench.abuse",
         "hostile clients against a local server: idle, slow, largest, overload...",
     ),
     "explain": (
-        "dialogue_safety.benchmarks.explain_speed",
+        "lab.bench.explain_speed",
         "explanation latency (Shapley and leave-one-out) for 5, 40 and 168 words",
     ),
     "score": (
-        "dialogue_safety.benchmarks.score",
+        "lab.bench.score",
         "corpus scoring: local engine and Ray vs the runtime, peak RSS by file size",
     ),
     "language": (
-        "dialogue_safety.benchmarks.language",
+        "lab.bench.language",
         "the language check: cost and accuracy on short English, French and Italian texts",
     ),
 }
@@ -43,8 +43,8 @@ EXTRAS: dict[str, str] = {
 }
 
 
-def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety bench") -> int:
-    return dispatch(BENCHMARKS, argv, prog, kind="benchmark", extras=EXTRAS)
+def main(argv: Sequence[str] | None = None, prog: str = "python -m lab.bench") -> int:
+    return dispatch(BENCHMARKS, argv, prog, kind="benchmark", extras=EXTRAS, own_packages=OWN_PACKAGES | {"lab"})
 
 
 if __name__ == "__main__":

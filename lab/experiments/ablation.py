@@ -1,7 +1,7 @@
 """BBF Table 10 on DiaSafety and ConvAbuse: (a) utterance only, (b) history and utterance in one
 segment, (c) history and utterance in two segments; mean ± std of test OFFENSIVE-F1 over seeds.
 
-    python -m dialogue_safety.experiments.ablation --data-dir ../shared/data --out runs/ablation [--seeds 0,1,2]
+    python -m lab.experiments.ablation --data-dir ../shared/data --out runs/ablation [--seeds 0,1,2]
 
 Writes ``results.json`` (every run's test metrics) and ``table.md`` under ``--out``.
 """
@@ -42,7 +42,7 @@ def render_table(results: dict[str, dict[str, list[float]]], tasks: Sequence[str
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    prog = "python -m dialogue_safety.experiments.ablation"
+    prog = "python -m lab.experiments.ablation"
     p = argparse.ArgumentParser(prog=prog, description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("--data-dir", help="dataset directory (default: $DIALOGUE_SAFETY_DATA_DIR or ../shared/data)")
     p.add_argument(

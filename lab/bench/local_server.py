@@ -17,8 +17,8 @@ from typing import Any
 
 import httpx
 
-from dialogue_safety.benchmarks.http_client import HOST
 from dialogue_safety.service.settings import ServiceSettings
+from lab.bench.http_client import HOST
 
 
 def free_port() -> int:

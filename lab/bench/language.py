@@ -1,4 +1,4 @@
-"""``dialogue-safety bench language``: the language check's cost and accuracy on short texts.
+"""``python -m lab.bench language``: the language check's cost and accuracy on short texts.
 
 English: the test utterances of OLID and ConvAbuse (what the model is for; short: a false "not
 English" here is a wrong warning). Not English: the French and Italian originals of CONAN (hate
@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from dialogue_safety.benchmarks.emit import emit_report
+from lab.bench.emit import emit_report
 
 CONFIDENCES: tuple[float, ...] = (0.5, 0.8, 0.9, 0.95)
 LENGTHS: tuple[int, ...] = (100, 600, 1000, 4000)
@@ -132,7 +132,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety bench language") -> int:
+def main(argv: Sequence[str] | None = None, prog: str = "python -m lab.bench language") -> int:
     from dialogue_safety.sources.data_dir import resolve_data_dir
 
     args = build_parser(prog).parse_args(argv)

@@ -1,4 +1,4 @@
-"""``dialogue-safety bench abuse``: replay the attacks of issue 14 against a local server.
+"""``python -m lab.bench abuse``: replay the attacks of issue 14 against a local server.
 
 Starts ``dialogue-safety serve`` in a subprocess on 127.0.0.1 (never anything else), measures a
 well-behaved client (sequential small ``/v1/classify`` requests and ``/health`` probes on
@@ -12,7 +12,7 @@ keep-alive connections) while idle, then during each attack, and samples the ser
 * ``overload``: many clients sending single requests back to back (``--overload``, the closed
   loop of the issue: latency there is clients / throughput, whatever the server does);
 * ``overload 4x``: an open loop offering ``--overload-factor`` times the capacity measured just
-  before (:class:`dialogue_safety.benchmarks.load_generator.OpenLoop`: pre-serialised requests over
+  before (:class:`lab.bench.load_generator.OpenLoop`: pre-serialised requests over
   pre-opened raw connections; latency counts from when each request was due, and the generator's
   own lateness is reported);
 * ``hang-ups``: batch requests whose client hangs up before the answer (``--hangups``);
@@ -46,8 +46,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dialogue_safety.benchmarks.http_client import HOST, RawHttpClient
-from dialogue_safety.benchmarks.load_generator import (
+from dialogue_safety.core.model_dir import default_model_dir
+from dialogue_safety.service.routes import HEALTH_PATH
+from lab.bench.http_client import HOST, RawHttpClient
+from lab.bench.load_generator import (
     SMALL,
     OpenLoop,
     classify_request,
@@ -55,7 +57,7 @@ from dialogue_safety.benchmarks.load_generator import (
     percentile,
     run_async,
 )
-from dialogue_safety.benchmarks.local_server import (
+from lab.bench.local_server import (
     Server,
     free_port,
     running_server,
@@ -63,8 +65,6 @@ from dialogue_safety.benchmarks.local_server import (
     service_cmd,
     service_env,
 )
-from dialogue_safety.core.model_dir import default_model_dir
-from dialogue_safety.service.api import HEALTH_PATH
 
 # what a client sees when the server closes its connection (a cap, a timeout) mid-request
 CLOSED = (OSError, TimeoutError, asyncio.IncompleteReadError, IndexError, ValueError)
@@ -647,7 +647,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety bench abuse") -> int:
+def main(argv: Sequence[str] | None = None, prog: str = "python -m lab.bench abuse") -> int:
     args = build_parser(prog).parse_args(argv)
     if args.smoke:
         args.idle, args.slow_bodies, args.largest, args.overload, args.hangups = 60, 20, 2, 32, 5

@@ -1,6 +1,6 @@
 """Compare head designs on validation under both label semantics.
 
-``python -m dialogue_safety.experiments.design_check CKPT [CKPT ...] --data-dir DIR [--json OUT]`` scores every
+``python -m lab.experiments.design_check CKPT [CKPT ...] --data-dir DIR [--json OUT]`` scores every
 checkpoint's served OFFENSIVE score on the validation splits of the *first* checkpoint's recipe
 (the same examples for all) and reports, per source and as the macro mean over sources, the
 OFFENSIVE-F1 at the threshold that maximises that mean:
@@ -63,7 +63,7 @@ def compare(checkpoints: Sequence[Path], data_dir: Path) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m dialogue_safety.experiments.design_check", description=__doc__.split("\n\n")[0]
+        prog="python -m lab.experiments.design_check", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument(
         "checkpoints", nargs="+", type=Path, help="training checkpoints (the first one's recipe gives the data)"

@@ -5,7 +5,7 @@ checkpoint, one request at a time (the handler runs the model on the event loop:
 no ONNX). Same request shape as ``POST /v1/classify``; history and utterance go in as a text
 pair. Needs the ``train`` extra (torch, transformers)::
 
-    python -m dialogue_safety.benchmarks.naive_service --checkpoint DIR --port 8001
+    python -m lab.bench.naive_service --checkpoint DIR --port 8001
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def create_app(checkpoint_dir: str | Path) -> FastAPI:
     return app
 
 
-def main(argv: Sequence[str] | None = None, prog: str = "python -m dialogue_safety.benchmarks.naive_service") -> int:
+def main(argv: Sequence[str] | None = None, prog: str = "python -m lab.bench.naive_service") -> int:
     p = argparse.ArgumentParser(prog=prog, description="naive transformers-pipeline service (benchmark baseline)")
     p.add_argument("--checkpoint", required=True, type=Path, help="torch checkpoint directory")
     p.add_argument("--host", default="127.0.0.1")

@@ -1,4 +1,4 @@
-"""``dialogue-safety bench explain``: explanation latency by utterance length and method.
+"""``python -m lab.bench explain``: explanation latency by utterance length and method.
 
 For each word count (default 5, 40 and 168 words of a fixed offensive-ish paragraph, repeated),
 each method (``shapley``, the default of the API, and ``occlusion``, leave one word out) explains
@@ -19,11 +19,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from dialogue_safety.benchmarks.emit import emit_report
 from dialogue_safety.core.explain import METHODS, SHAPLEY_BUDGET, explain, plan
 from dialogue_safety.core.model_dir import default_model_dir
 from dialogue_safety.core.runtime import OnnxClassifier
 from dialogue_safety.core.schema import Example
+from lab.bench.emit import emit_report
 
 PARAGRAPH = (
     "honestly I think you are a complete moron and your stupid ideas are garbage that nobody with half a "
@@ -115,7 +115,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety bench explain") -> int:
+def main(argv: Sequence[str] | None = None, prog: str = "python -m lab.bench explain") -> int:
     args = build_parser(prog).parse_args(argv)
     try:
         words = [int(w) for w in args.words.split(",") if w.strip()]

@@ -1,4 +1,4 @@
-"""``dialogue-safety bench http``: the HTTP service under load, next to the runtime and a naive service.
+"""``python -m lab.bench http``: the HTTP service under load, next to the runtime and a naive service.
 
 What it does, in one run (all traffic to 127.0.0.1, every loop bounded in time and count):
 
@@ -17,7 +17,7 @@ What it does, in one run (all traffic to 127.0.0.1, every loop bounded in time a
 3. **overload**: a second server with a small queue, hit with 4x the concurrency its queue
    and one batch can hold: 429s must come back fast, RSS must stay bounded, and a
    recovery phase afterwards must see no errors;
-4. **naive** (``--naive-checkpoint DIR``): ``dialogue_safety/benchmarks/naive_service.py`` (transformers
+4. **naive** (``--naive-checkpoint DIR``): ``lab/bench/naive_service.py`` (transformers
    pipeline in torch, one request at a time) at ``--naive-concurrency``; the ratio is reported.
 
 Prints JSON and a markdown table; ``--json PATH`` also writes the JSON. ``--smoke`` runs every
@@ -45,11 +45,15 @@ from typing import Any
 import httpx
 from pydantic import TypeAdapter
 
-from dialogue_safety.benchmarks.dialogues import load_dialogues  # one owner of the benchmark data
-from dialogue_safety.benchmarks.emit import emit_report
-from dialogue_safety.benchmarks.http_client import HOST
-from dialogue_safety.benchmarks.http_report import FLOOR_PHASE, floors_by_round, markdown
-from dialogue_safety.benchmarks.load_generator import (
+from dialogue_safety.core.model_dir import default_model_dir, model_dir_problem
+from dialogue_safety.core.schema import Example
+from dialogue_safety.service.routes import HEALTH_PATH
+from dialogue_safety.service.settings import ServiceSettings
+from lab.bench.dialogues import load_dialogues  # one owner of the benchmark data
+from lab.bench.emit import emit_report
+from lab.bench.http_client import HOST
+from lab.bench.http_report import FLOOR_PHASE, floors_by_round, markdown
+from lab.bench.load_generator import (
     Phase,
     PhaseRecorder,
     closed_loop,
@@ -59,7 +63,7 @@ from dialogue_safety.benchmarks.load_generator import (
     request_body,
     run_async,
 )
-from dialogue_safety.benchmarks.local_server import (
+from lab.bench.local_server import (
     Server,
     free_port,
     mib,
@@ -68,10 +72,6 @@ from dialogue_safety.benchmarks.local_server import (
     service_cmd,
     service_env,
 )
-from dialogue_safety.core.model_dir import default_model_dir, model_dir_problem
-from dialogue_safety.core.schema import Example
-from dialogue_safety.service.api import HEALTH_PATH
-from dialogue_safety.service.settings import ServiceSettings
 
 RETRY_AFTER_S = float(ServiceSettings.model_fields["retry_after_s"].default)  # what a 429 asks a client to wait
 # the runtime reference does the service's work: with the language of each utterance when the service says it
@@ -478,7 +478,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety bench http") -> int:
+def main(argv: Sequence[str] | None = None, prog: str = "python -m lab.bench http") -> int:
     args = build_parser(prog).parse_args(argv)
     plan = make_plan(args)
     model_dir = (args.model or default_model_dir()).resolve()
@@ -577,7 +577,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety bench h
         cmd = [
             sys.executable,
             "-m",
-            "dialogue_safety.benchmarks.naive_service",
+            "lab.bench.naive_service",
             "--checkpoint",
             str(args.naive_checkpoint),
             "--host",

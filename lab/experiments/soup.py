@@ -1,6 +1,6 @@
 """Weight averaging ("model soups", Wortsman et al. 2022): one model from several fine-tuned runs.
 
-``python -m dialogue_safety.experiments.soup CKPT [CKPT ...] --out DIR --data-dir DIR`` averages the weights of
+``python -m lab.experiments.soup CKPT [CKPT ...] --out DIR --data-dir DIR`` averages the weights of
 checkpoints fine-tuned from the same base (same geometry, heads and tokenizer), then evaluates
 and calibrates the average exactly as a training run does (temperature and threshold on the
 validation splits, metrics on valid and test) and writes a checkpoint the export takes as is.
@@ -140,7 +140,7 @@ def make_soup(
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m dialogue_safety.experiments.soup", description="Average fine-tuned checkpoints into one model."
+        prog="python -m lab.experiments.soup", description="Average fine-tuned checkpoints into one model."
     )
     parser.add_argument("checkpoints", nargs="+", type=Path, help="checkpoint directories (same base and heads)")
     parser.add_argument("--out", type=Path, required=True, help="checkpoint directory to write")

@@ -1,4 +1,4 @@
-"""``dialogue-safety bench runtime``: how fast the classifier runs, per engine, on this machine.
+"""``python -m lab.bench runtime``: how fast the classifier runs, per engine, on this machine.
 
 Engines: torch eager and the naive exports of the checkpoint (``--checkpoint``, the card's source checkpoint,
 or one rebuilt from the model directory's weights: :mod:`dialogue_safety.export.weights_back`), onnxruntime
@@ -18,7 +18,7 @@ fp32, optimized and int8 on CPU, and fp16 on CUDA when onnxruntime-gpu and a GPU
 Single dialogues and throughput are measured in turns (``repeats`` rounds, each timing every engine on a
 share of the single dialogues and one pass per policy: :func:`measure_interleaved`), so that a machine
 that speeds up or slows down during the run moves every engine alike; the engines are all loaded first.
-FLOPs and peak are explained in :mod:`dialogue_safety.benchmarks.flops`. Dialogues: the DiaSafety + ConvAbuse
+FLOPs and peak are explained in :mod:`lab.bench.flops`. Dialogues: the DiaSafety + ConvAbuse
 test splits via ``dialogue_safety.sources.registry``; synthetic dialogues (noted in the output) when
 they are not available. ``--geometry bert-base`` benchmarks a randomly initialised model of that
 geometry (the paper's architecture). ``--smoke`` runs every step for a moment on a tiny model
@@ -44,9 +44,14 @@ from typing import Any
 
 import numpy as np
 
-from dialogue_safety.benchmarks.dialogues import load_dialogues
-from dialogue_safety.benchmarks.emit import emit_report
-from dialogue_safety.benchmarks.flops import (
+from dialogue_safety.core.batch_budget import MAX_BATCH_TOKENS, token_budget_batches
+from dialogue_safety.core.encoding import DialogueEncoder, EncodedExample, pad_batch
+from dialogue_safety.core.model_card import ModelCard
+from dialogue_safety.core.model_dir import TOKENIZER_FILE, is_checkpoint, is_model_dir, model_dir_problem
+from dialogue_safety.core.schema import Example
+from lab.bench.dialogues import load_dialogues
+from lab.bench.emit import emit_report
+from lab.bench.flops import (
     AVX2_KEY,
     cpu_peak,
     flops_per_token,
@@ -54,12 +59,7 @@ from dialogue_safety.benchmarks.flops import (
     non_embedding_parameters,
     sequence_flops,
 )
-from dialogue_safety.benchmarks.op_profile import engine_ops, ops_markdown
-from dialogue_safety.core.batch_budget import MAX_BATCH_TOKENS, token_budget_batches
-from dialogue_safety.core.encoding import DialogueEncoder, EncodedExample, pad_batch
-from dialogue_safety.core.model_card import ModelCard
-from dialogue_safety.core.model_dir import TOKENIZER_FILE, is_checkpoint, is_model_dir, model_dir_problem
-from dialogue_safety.core.schema import Example
+from lab.bench.op_profile import engine_ops, ops_markdown
 
 TARGET_SINGLE_P50_MS = 5.0
 TARGET_SORTED64_EXAMPLES_PER_S = 220.0
@@ -737,7 +737,7 @@ def measure_ops(
     smoke: bool,
     cpu_default: str,
 ) -> dict[str, Any] | None:
-    """The report's ops block (:mod:`dialogue_safety.benchmarks.op_profile`) for the CPU onnxruntime engines
+    """The report's ops block (:mod:`lab.bench.op_profile`) for the CPU onnxruntime engines
     (each file once: ``int8-unchecked`` runs the int8 one), on the dialogues nearest the median length:
     the nearest alone, and the ``SORTED_BATCH`` nearest padded together; ``cpu_default``: the card's CPU
     variant, whose GEMM speed-ups the targets' lines quote. None without such an engine."""
@@ -995,7 +995,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety bench runtime") -> int:
+def main(argv: Sequence[str] | None = None, prog: str = "python -m lab.bench runtime") -> int:
     args = build_parser(prog).parse_args(argv)
     if args.geometry or args.checkpoint is not None or args.smoke:
         from dialogue_safety.extras import missing_distributions, missing_extra_message

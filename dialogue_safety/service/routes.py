@@ -1,0 +1,252 @@
+"""The classification API's routes: module-level routers, as the break-it game's (:mod:`dialogue_safety.breakit.api`).
+
+Every route reaches the app's :class:`~dialogue_safety.service.state.ServiceState` through the dependency
+:func:`state_of` (``app.state.safety``, set by :func:`dialogue_safety.service.app.create_app`), which also
+puts :data:`v1` behind the API key's declaration when it includes it. Texts are never logged unless
+``log_texts`` is set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request
+from starlette.responses import JSONResponse, Response
+from starlette.types import Receive
+
+from dialogue_safety.core import explain
+from dialogue_safety.core.errors import InvalidInput
+from dialogue_safety.core.limits import Limits
+from dialogue_safety.core.schema import Example, Prediction, Turn
+from dialogue_safety.service.errors import ERROR_RESPONSES, ErrorResponse, error_body
+from dialogue_safety.service.schemas import (
+    BatchRequest,
+    BatchResponse,
+    ClassifyRequest,
+    ClassifyResponse,
+    DialogueItem,
+    InvalidItem,
+    Status,
+)
+from dialogue_safety.service.state import ANNOUNCEMENT, ServedModel, ServiceState
+
+log = logging.getLogger("dialogue_safety.service.routes")
+HEALTH_PATH = "/health"  # liveness: answered without the model (the HTTP benchmarks' floor)
+CLIENT_CLOSED = 499  # nginx's "client closed request": the caller left, nobody reads the answer
+
+
+def state_of(request: Request) -> ServiceState:
+    """The app's service state (``app.state.safety``)."""
+    state: ServiceState = request.app.state.safety
+    return state
+
+
+State = Annotated[ServiceState, Depends(state_of)]
+
+
+def _to_example(item: DialogueItem | str, limits: Limits, prefix: str) -> Example:
+    """The request item as an :class:`Example`, checked by the one set of item rules."""
+    if isinstance(item, str):
+        example = Example(utterance=item)
+    else:
+        turns = tuple(Turn(h) if isinstance(h, str) else Turn(h.text, h.speaker) for h in item.history)
+        example = Example(utterance=item.utterance, history=turns)
+    limits.check_example(example, prefix)
+    return example
+
+
+async def _until_disconnect(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _predict(
+    state: ServiceState, request: Request, examples: list[Example]
+) -> tuple[list[Prediction], ServedModel] | None:
+    """Run ``examples`` through the serving model's batcher: the predictions and the model that made
+    them (a hot swap may have installed another since); None if the client disconnected first (its
+    items are then dropped before inference)."""
+    served = state.require_served()
+    batcher = served.batcher
+    futures = await batcher.enqueue(examples, request.scope.get(ANNOUNCEMENT))
+    waiter: asyncio.Future[Any] = futures[0] if len(futures) == 1 else asyncio.gather(*futures)
+    watcher = asyncio.ensure_future(_until_disconnect(request.receive))
+    try:
+        await asyncio.wait((waiter, watcher), return_when=asyncio.FIRST_COMPLETED)
+        answered = waiter.done()  # decided here: a cancelled gather() is not done() until a later loop turn
+    finally:
+        watcher.cancel()
+        if not waiter.done():
+            waiter.cancel()
+        batcher.release(futures)
+    if not answered or waiter.cancelled():
+        return None
+    result = waiter.result()
+    return ([result] if len(futures) == 1 else list(result)), served
+
+
+#: ``/v1/*``: the app adds the API key's declaration when it includes it (the key is a setting)
+v1 = APIRouter(prefix="/v1", tags=["classification"], responses=ERROR_RESPONSES)
+#: health, readiness and metrics: never behind the key
+ops = APIRouter(tags=["operations"])
+
+
+@v1.post("/classify", response_model=ClassifyResponse, summary="Classify the last utterance of a dialogue")
+async def classify(body: ClassifyRequest, request: Request, state: State) -> Response:
+    example = _to_example(body, state.limits, "")
+    occlusions = None
+    if body.explain:
+        occlusions = explain.plan_within(
+            example, state.settings.queue_size, history=body.explain_history, method=body.explain_method
+        )
+    answer = await _predict(state, request, occlusions.examples() if occlusions else [example])
+    if answer is None:
+        return Response(status_code=CLIENT_CLOSED)
+    predictions, served = answer
+    state.limits.check_read(predictions[0].read)  # more windows than SAFETY_MAX_WINDOWS: 422
+    result = state.decide(predictions[0], body.threshold, served=served)
+    result["model"] = served.model_id
+    if occlusions is not None:
+        result["explanation"] = occlusions.explanation([p.score for p in predictions])
+    state.metrics.count_labels([result["label"]])
+    state.metrics.count_reads([predictions[0].read])
+    if state.settings.log_texts:
+        log.info(
+            "classify history=%r utterance=%r -> %s %.4f",
+            [t.text for t in example.history],
+            example.utterance,
+            result["label"],
+            result["score"],
+        )
+    return JSONResponse(result)
+
+
+@v1.post("/classify/batch", response_model=BatchResponse, summary="Classify many items in one request")
+async def classify_batch(body: BatchRequest, request: Request, state: State) -> Response:
+    state.limits.check_batch(len(body.items))
+    examples: dict[int, Example] = {}
+    results: list[dict[str, Any]] = [{} for _ in body.items]
+    for i, item in enumerate(body.items):
+        try:
+            if isinstance(item, InvalidItem):
+                raise item.error(f"items[{i}].")
+            examples[i] = _to_example(item, state.limits, f"items[{i}].")
+        except InvalidInput as exc:
+            if body.item_errors == "fail":
+                raise
+            results[i] = error_body(exc.code, exc.message, exc.field)
+    # no item to classify: still only a ready service answers 200
+    answer = await _predict(state, request, list(examples.values())) if examples else ([], state.require_served())
+    if answer is None:
+        return Response(status_code=CLIENT_CLOSED)
+    predictions, served = answer
+    read = {}
+    for i, prediction in zip(list(examples), predictions, strict=True):
+        try:
+            state.limits.check_read(prediction.read, f"items[{i}].")  # more windows than SAFETY_MAX_WINDOWS
+        except InvalidInput as exc:
+            if body.item_errors == "fail":
+                raise
+            results[i] = error_body(exc.code, exc.message, exc.field)
+            del examples[i]
+            continue
+        item = body.items[i]
+        own = None if isinstance(item, str) else item.threshold
+        results[i] = state.decide(prediction, body.threshold, own, served=served)
+        read[i] = prediction.read
+    classified = [results[i] for i in examples]
+    state.metrics.count_labels([r["label"] for r in classified])
+    state.metrics.count_reads(read.values())
+    if state.settings.log_texts:
+        for example, r in zip(examples.values(), classified, strict=True):
+            log.info(
+                "classify history=%r utterance=%r -> %s %.4f",
+                [t.text for t in example.history],
+                example.utterance,
+                r["label"],
+                r["score"],
+            )
+    errors = len(results) - len(examples)
+    return JSONResponse({"results": results, "errors": errors, "model": served.model_id})
+
+
+@v1.get("/model", summary="The model card of the model being served")
+async def model_card(state: State) -> dict[str, Any]:
+    served = state.require_served()
+    classifier = state.classifier
+    assert classifier is not None
+    card = classifier.card.model_dump(mode="json")
+    batcher = served.batcher
+    card["serving"] = {
+        "model": state.model_id,
+        "package_version": package_version(),
+        "variant": classifier.variant,
+        "provider": classifier.provider,
+        "threshold": state.default_threshold,
+        "max_batch_size": state.settings.max_batch_size,
+        "max_batch_tokens": state.settings.max_batch_tokens,
+        "max_queue_wait_ms": _ms_or_none(batcher.max_queue_wait_s),
+        # where the bound comes from: the setting, or (unset) full batches as measured at warm-up
+        "max_queue_wait_source": "setting" if state.settings.max_queue_wait_ms is not None else "measured",
+        "full_batch_ms": _ms_or_none(served.full_batch_s),
+        # a full batch at the speed batches run now (a derived bound keeps at least three of them)
+        "full_batch_now_ms": _ms_or_none(batcher.estimator.full_batch_s),
+        "latency_bound_ms": _ms_or_none(batcher.estimator.latency_bound_s),
+        # int8 answers alone unless a check band is set: then dialogues it scores this near a threshold
+        # are scored again with fp32 (checked_items since this model was loaded)
+        "int8_check": {
+            "band": getattr(classifier, "check_band", 0.0),
+            "thresholds": list(getattr(classifier, "check_thresholds", ())),
+            "checked_items": getattr(classifier, "checked_items", 0),
+        },
+    }
+    return card
+
+
+@ops.get(
+    HEALTH_PATH,
+    response_model=Status,
+    summary="Liveness: the process serves HTTP",
+    responses={503: {"model": ErrorResponse, "description": "the model failed to load"}},
+)
+async def health(state: State) -> Response:
+    if state.load_error is not None:
+        state.require_ready()  # raises model_failed
+    return JSONResponse({"status": "ok", "model": state.model_id or None})
+
+
+@ops.get(
+    "/ready",
+    response_model=Status,
+    summary="Readiness: the model is loaded and warmed up",
+    responses={503: {"model": ErrorResponse, "description": "not ready yet"}},
+)
+async def ready(state: State) -> Response:
+    state.require_ready()
+    return JSONResponse({"status": "ready", "model": state.model_id})
+
+
+@ops.get("/metrics", summary="Prometheus metrics", response_class=Response)
+async def metrics(state: State) -> Response:
+    # the promise as it stands now: a bound that follows the machine also moves between batches (it decays)
+    bound = state.served.batcher.estimator.latency_bound_s if state.served is not None else None
+    if bound is not None:
+        state.metrics.observe_latency_bound(bound)
+    return Response(state.metrics.render(), media_type=state.metrics.content_type)
+
+
+@functools.cache  # read from the installed metadata once, not on every /openapi.json or /v1/model
+def package_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("dialogue-safety")
+    except PackageNotFoundError:
+        return "0.0.0"
+
+
+def _ms_or_none(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000, 1)

@@ -1,0 +1,322 @@
+"""The request and response schemas of the classification API (``/v1/classify``, ``/v1/classify/batch``).
+
+Pydantic models only: :mod:`dialogue_safety.service.routes` answers with them and
+:mod:`dialogue_safety.service.app` names :data:`REQUEST_FIELDS` to the error table (an unknown field is
+answered with the closest known one).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
+)
+
+from dialogue_safety.core.errors import InvalidInput
+from dialogue_safety.service.errors import ErrorInfo, from_errors
+
+
+def _object_or_string(value: Any) -> str:
+    return "string" if isinstance(value, str) else "object"
+
+
+class TurnIn(BaseModel):
+    """One turn of dialogue history."""
+
+    model_config = ConfigDict(extra="forbid")
+    speaker: str | None = Field(None, max_length=64, strict=True, description="free text: user, bot, P1...")
+    text: str = Field(strict=True, description="what was said")
+
+
+HistoryEntry = Annotated[
+    Annotated[TurnIn, Tag("object")] | Annotated[str, Tag("string")], Discriminator(_object_or_string)
+]
+Threshold = Annotated[
+    float | None,
+    Field(
+        ge=0.0,
+        le=1.0,
+        strict=True,  # a number: not true/false, not "0.5"
+        description="decision threshold for this request (default: the model's)",
+    ),
+]
+
+
+class DialogueItem(BaseModel):
+    """The utterance to judge and the dialogue before it (oldest turn first)."""
+
+    model_config = ConfigDict(extra="forbid")
+    history: list[HistoryEntry] = Field(
+        default_factory=list, description="earlier turns, oldest first: objects {speaker, text} or strings"
+    )
+    utterance: str = Field(strict=True, description="the message to classify, judged in the context of the history")
+    threshold: Threshold = None
+
+
+class ClassifyRequest(DialogueItem):
+    """One dialogue item, optionally with a word-level explanation of its score."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "history": [
+                        {"speaker": "user", "text": "what do you think of my neighbours?"},
+                        {"speaker": "bot", "text": "I don't know them. What are they like?"},
+                    ],
+                    "utterance": "they should all be thrown out of the country",
+                },
+                {"history": ["hi!", "hello, how are you?"], "utterance": "great, thanks", "threshold": 0.7},
+                {"utterance": "you are a clown", "explain": True},
+            ]
+        },
+    )
+    explain: bool = Field(
+        False,
+        strict=True,
+        description="add per-word contributions to the score (Shapley values by default; see explain_method)",
+    )
+    explain_history: bool = Field(False, strict=True, description="with explain: explain the history turns' words too")
+    explain_method: Literal["shapley", "occlusion"] = Field(
+        "shapley",
+        description="with explain: shapley (sees redundant words: both insults of 'stupid idiot' count) or "
+        "occlusion (leave one word out; cheaper for a few words)",
+    )
+
+
+class InvalidItem:
+    """A batch item that is not a string or a dialogue item object (another type, an unknown or
+    missing field...): it gets an error in its own slot, as an item that breaks a limit does."""
+
+    __slots__ = ("errors",)
+
+    def __init__(self, errors: list[Any]) -> None:
+        self.errors = errors
+
+    def error(self, prefix: str) -> InvalidInput:
+        roots = [e for e in self.errors if tuple(e.get("loc", ()))[1:] == ()]  # the item itself, not a field
+        if roots and len(roots) == len(self.errors):
+            got = _json_type(roots[0].get("input"))
+            message = f"{prefix.rstrip('.')} must be a string or an object with an utterance; got {got}"
+            return InvalidInput(message, code="invalid_item", field=prefix.rstrip("."))
+        inside = [{**e, "loc": tuple(e.get("loc", ()))[1:]} for e in self.errors]  # without the union's tag
+        error = from_errors(inside, REQUEST_FIELDS, prefix)
+        return error if isinstance(error, InvalidInput) else InvalidInput(error.message, field=error.field)
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    return "an array" if isinstance(value, list) else type(value).__name__
+
+
+def _item_or_error(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    try:
+        return handler(value)
+    except ValidationError as exc:
+        return InvalidItem(exc.errors(include_url=False))
+
+
+BatchEntry = Annotated[
+    Annotated[Annotated[DialogueItem, Tag("object")] | Annotated[str, Tag("string")], Discriminator(_object_or_string)],
+    WrapValidator(_item_or_error),  # an item that does not validate is reported in its slot (InvalidItem)
+]
+
+
+class BatchRequest(BaseModel):
+    """Many items at once; a plain string is a comment without history."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "items": [
+                        "you are all idiots",
+                        {"history": ["I made soup"], "utterance": "looks disgusting"},
+                        {"utterance": "have a nice day", "threshold": 0.9},
+                    ],
+                    "threshold": 0.5,
+                }
+            ]
+        },
+    )
+    items: list[BatchEntry] = Field(description="items to classify; results come back in this order")
+    threshold: Threshold = None
+    item_errors: Literal["report", "fail"] = Field(
+        "report",
+        description="report: an item that breaks a limit gets {'error': ...} in its own slot and the others are "
+        "classified; fail: the whole request is refused (422) on the first such item",
+    )
+
+
+#: the field names of the request models (an unknown field is answered with the closest of them)
+REQUEST_FIELDS = frozenset(ClassifyRequest.model_fields) | frozenset(BatchRequest.model_fields)
+REQUEST_FIELDS |= frozenset(TurnIn.model_fields)
+
+
+class Truncation(BaseModel):
+    """What the model did not read of an item."""
+
+    utterance_chars_unread: int = Field(
+        ge=0,
+        description="characters at the end of the utterance past the last window read (0 unless a window cap cut "
+        "it; the API refuses such items with too_many_windows, so 0 here)",
+    )
+    history_turns_dropped: int = Field(
+        ge=0,
+        description="history turns (oldest first) not read at all: the model's token budget for the history "
+        "(~30 tokens beside a long utterance, the rest of 128 beside a short one) or its max_history_turns left "
+        "no room for them",
+    )
+
+
+class Classification(BaseModel):
+    label: Literal["OFFENSIVE", "SAFE"] = Field(description="OFFENSIVE when score >= threshold")
+    score: float = Field(ge=0.0, le=1.0, description="calibrated probability that the utterance is offensive")
+    threshold: float = Field(description="the threshold the label was decided at")
+    categories: dict[str, float] = Field(description="calibrated probability per model head (label family)")
+    windows: int = Field(
+        ge=1,
+        description="windows the utterance was read in: 1 when it fits the model's input (~125 tokens, ~500 "
+        "characters of prose), more for a long message, read whole in overlapping windows (each with the same "
+        "history); the score is the highest over the windows",
+    )
+    language: str | None = Field(
+        None,
+        description="the utterance's language (ISO 639-1), 'und' when it cannot be told with confidence (short "
+        "texts often); absent when the service's language check is off (SAFETY_LANGUAGE_CHECK)",
+    )
+    language_supported: bool | None = Field(
+        None,
+        description="false when the utterance is confidently in a language the model does not read (it is "
+        "English-only): the verdict is still given, but it is not to be trusted",
+    )
+    truncated: Truncation | None = Field(None, description="only when part of the item was not read: what was left out")
+
+
+class WordContribution(BaseModel):
+    word: str = Field(description="the word, text[start:end] of the text it comes from")
+    start: int = Field(description="character offset of the word in that text")
+    end: int
+    contribution: float | None = Field(
+        description="the word's share of score - baseline (shapley) or score - score without this word "
+        "(occlusion); > 0 pushes towards OFFENSIVE; null: not explained"
+    )
+
+
+class Explanation(BaseModel):
+    method: Literal["shapley", "occlusion"] = Field(
+        description="shapley: Shapley values over words (KernelSHAP); occlusion: leave one word out"
+    )
+    score: float = Field(description="the score being explained (the response's score)")
+    baseline: float | None = Field(
+        None, description="shapley: the score without any explained word; the contributions add up to score - baseline"
+    )
+    exact: bool | None = Field(None, description="shapley: every coalition was scored (up to 6 words)")
+    coalitions: int | None = Field(None, description="shapley: coalitions scored")
+    utterance: list[WordContribution]
+    history: list[list[WordContribution]] | None = Field(None, description="per turn, when explain_history")
+    unexplained_words: int = Field(description="words past the per-request cap, with contribution null")
+
+
+class ClassifyResponse(Classification):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "label": "OFFENSIVE",
+                    "score": 0.93,
+                    "threshold": 0.5,
+                    "model": "dialogue-safety@1.0.0",
+                    "categories": {"offensive": 0.93},
+                    "windows": 1,
+                    "language": "en",
+                    "language_supported": True,
+                },
+                {
+                    "label": "OFFENSIVE",
+                    "score": 0.91,
+                    "threshold": 0.5,
+                    "model": "dialogue-safety@1.0.0",
+                    "categories": {"offensive": 0.91},
+                    "windows": 8,
+                    "language": "en",
+                    "language_supported": True,
+                    "truncated": {"utterance_chars_unread": 0, "history_turns_dropped": 5},
+                },
+            ]
+        }
+    )
+    model: str = Field(description="<name>@<version> of the model that answered")
+    explanation: Explanation | None = Field(None, description="only when the request set explain")
+
+
+class ItemError(BaseModel):
+    """The slot of a batch item that could not be classified (no label, no score)."""
+
+    error: ErrorInfo
+
+
+class BatchResponse(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "results": [
+                        {
+                            "label": "OFFENSIVE",
+                            "score": 0.97,
+                            "threshold": 0.5,
+                            "categories": {"offensive": 0.97},
+                            "windows": 1,
+                            "language": "en",
+                            "language_supported": True,
+                        },
+                        {
+                            "label": "SAFE",
+                            "score": 0.06,
+                            "threshold": 0.5,
+                            "categories": {"offensive": 0.06},
+                            "windows": 1,
+                            "language": "fr",
+                            "language_supported": False,
+                        },
+                        {
+                            "error": {
+                                "code": "empty_utterance",
+                                "message": "the utterance is empty; send the text to classify",
+                                "field": "items[2].utterance",
+                            }
+                        },
+                    ],
+                    "errors": 1,
+                    "model": "dialogue-safety@1.0.0",
+                }
+            ]
+        }
+    )
+    results: list[Classification | ItemError] = Field(
+        description="one result per item, in the order of the items: a classification, or {'error': ...} for an "
+        "item that could not be classified"
+    )
+    errors: int = Field(description="how many slots of results hold an error instead of a classification")
+    model: str
+
+
+class Status(BaseModel):
+    status: str
+    model: str | None = None
