@@ -36,6 +36,7 @@ NAMES = [
     "dynahate",
     "context_pairs",
     "identity_mentions",
+    "disguised",
     "requests",
     "breakit",
     "conan",
@@ -86,6 +87,7 @@ def test_available_sources_on_sample_layouts() -> None:
         "dynahate": Status.PARTIAL,
         "identity_mentions": Status.COMPLETE,  # written in the repository: always there
         "requests": Status.COMPLETE,
+        "disguised": Status.PARTIAL,  # derived: only the DynaHate sample of its inputs is there
     }
     everything = available_sources(SAMPLES, include_missing=True)
     assert len(everything) == len(NAMES) and describe_source("hatecheck", SAMPLES).status is Status.MISSING
@@ -148,6 +150,7 @@ def test_real_statuses(data_dir: Path) -> None:
         "dynahate": "partial",
         "context_pairs": "complete",
         "identity_mentions": "complete",
+        "disguised": "complete",
         "requests": "complete",
         "conan": "complete",
         "yu2022": "complete",

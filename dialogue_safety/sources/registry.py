@@ -16,7 +16,7 @@ optional source is skipped with a warning; a missing required source raises
 
 Source names: bbf_single_turn, bbf_multi_turn, wtc, bad, bad_fsb (BAD's validation split as JSON),
 toxicchat, safetext, medical_safety, conda, context_toxicity, edos, ghc, olid, diasafety, convabuse, hatemoji,
-dynahate, context_pairs (derived), identity_mentions (written), requests (written), conan, yu2022, hickey2025,
+dynahate, context_pairs (derived), identity_mentions (written), requests (written), disguised (derived), conan, yu2022, hickey2025,
 hickey2024 (replies to hateful turns, dialogue_safety/sources/counter_speech.py), history_transplant
 (derived), breakit (exported rounds of the break-it game), hatecheck. Statuses: ``complete``
 (the official files), ``partial`` (real data with splits or rows missing; loaded normally;
@@ -45,6 +45,7 @@ from dialogue_safety.sources import (
     convabuse,
     counter_speech,
     diasafety,
+    disguised,
     dynahate,
     functional,
     hate_posts,
@@ -204,6 +205,15 @@ SOURCES: dict[str, Source] = {
             "written in dialogue_safety/sources/identity_mentions.py; nothing to download",
             identity_mentions.find,
             identity_mentions.load,
+        ),
+        Source(
+            "disguised",
+            LabelFamily.OFFENSIVE,
+            "derived: OLID, ConvAbuse and DynaHate utterances with masked, edge-swapped or split words, labels kept",
+            "as its inputs (OLID research use, ConvAbuse CC BY 4.0, DynaHate none stated)",
+            "derived at load time from olid, convabuse and dynahate; nothing to download",
+            disguised.find,
+            disguised.load,
         ),
         Source(
             "requests",
