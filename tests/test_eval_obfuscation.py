@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from dialogue_safety.core.obfuscation import deobfuscate
-from dialogue_safety.core.schema import Example, Label, LabelledExample, Split, Turn
+from dialogue_safety.core.schema import Example, Label, LabelFamily, LabelledExample, Split, Turn
 from dialogue_safety.evaluation.obfuscation import KINDS, build_probes, disguise, evaluate_obfuscation, markdown
 from tests.test_eval_support import KeywordScorer
 
@@ -19,6 +19,12 @@ def get(name: str, split: Split) -> list[LabelledExample]:
     rows = [(f"you idiot {i}", Label.OFFENSIVE) for i in range(5)]
     rows += [(f"lovely day {i}", Label.SAFE) for i in range(5)]
     out = [LabelledExample(utterance=t, label=label, source=name, split=split) for t, label in rows]
+    # a hate set's "not hateful" may be abuse at another target: never a harmless probe
+    out.append(
+        LabelledExample(
+            utterance="my idiot teacher", label=Label.SAFE, source=name, split=split, family=LabelFamily.HATEFUL
+        )
+    )
     # a reply judged in its context is not judged on its words: never a probe
     out.append(
         LabelledExample(
@@ -44,6 +50,7 @@ def test_every_kind_disguises_the_long_words_and_keeps_short_ones() -> None:
 def test_raw_keyword_scorer_misses_disguises_and_the_deobfuscating_one_does_not() -> None:
     probes = build_probes(get, seed=0, per_source=3)
     assert len(probes["offensive"]) == 15 and not any("agree" in t for t in probes["offensive"])
+    assert len(probes["harmless"]) == 15 and "my idiot teacher" not in probes["harmless"]
     raw = evaluate_obfuscation(probes, {"model": KeywordScorer(["idiot"])})["scorers"]["model"]
     assert raw["recall_plain"] == 1.0 and raw["flagged_plain_harmless"] == 0.0
     assert raw["kinds"]["spaced"]["recall"] == 0.0 and raw["worst_gap_points"] == 100.0

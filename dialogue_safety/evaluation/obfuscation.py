@@ -1,7 +1,8 @@
 """Obfuscation: is an offensive utterance still caught when its words are disguised?
 
 Built from test splits only. A seeded sample of offensive test utterances (judged on their words:
-OLID, ConvAbuse, DynaHate, HatemojiBuild and EDOS by default) and as many harmless ones are
+OLID, ConvAbuse, DynaHate, HatemojiBuild and EDOS by default) and harmless ones (where SAFE means
+harmless: not a hate set's "not hateful", which may be abuse at another target) are
 disguised the way people evade filters, one kind at a time (:data:`KINDS`): each word of four
 letters or more is disguised with probability one half (the longest word always), so the text
 stays readable. Reported per scorer and kind: recall on the disguised offensive utterances
@@ -20,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from dialogue_safety.core.schema import UTTERANCE_UNLABELLED, Example, LabelledExample, Split
+from dialogue_safety.core.schema import UTTERANCE_UNLABELLED, Example, LabelFamily, LabelledExample, Split
 from dialogue_safety.core.scoring import is_offensive
 from dialogue_safety.evaluation.sampling import subsample
 from dialogue_safety.evaluation.scorers import Scorer, score
@@ -86,10 +87,15 @@ def disguise(text: str, kind: str, rng: np.random.Generator) -> str:
 
 
 def _judged_on_words(rows: Sequence[LabelledExample], positive: bool) -> list[LabelledExample]:
+    """Utterances judged alone; harmless ones only where SAFE means harmless (a hate set's "not hateful"
+    may still be abuse at a non-protected target, which the served score flags)."""
     return [
         ex
         for ex in rows
-        if ex.label.is_positive == positive and not ex.history and not ex.metadata.get(UTTERANCE_UNLABELLED)
+        if ex.label.is_positive == positive
+        and not ex.history
+        and not ex.metadata.get(UTTERANCE_UNLABELLED)
+        and (positive or ex.family is not LabelFamily.HATEFUL)
     ]
 
 
