@@ -39,6 +39,7 @@ from dialogue_safety.core import explain
 from dialogue_safety.core.errors import InvalidInput
 from dialogue_safety.core.limits import Limits
 from dialogue_safety.core.schema import Example, Prediction, Turn
+from dialogue_safety.service import chat, moderations, policy_admin
 from dialogue_safety.service.auth import ApiKeyMiddleware, api_key_declaration, api_key_of, log_auth_state
 from dialogue_safety.service.batcher import Announcement
 from dialogue_safety.service.errors import (
@@ -94,14 +95,18 @@ Threshold = Annotated[
 ]
 
 
-class DialogueItem(BaseModel):
-    """The utterance to judge and the dialogue before it (oldest turn first)."""
+class DialogueItem(chat.ChatFields):
+    """The utterance to judge and the dialogue before it (oldest turn first), or chat ``messages``."""
 
     model_config = ConfigDict(extra="forbid")
     history: list[HistoryEntry] = Field(
         default_factory=list, description="earlier turns, oldest first: objects {speaker, text} or strings"
     )
-    utterance: str = Field(strict=True, description="the message to classify, judged in the context of the history")
+    utterance: str | None = Field(
+        None,
+        strict=True,
+        description="the message to classify, judged in the context of the history (required unless messages are sent)",
+    )
     threshold: Threshold = None
 
 
@@ -307,6 +312,8 @@ class ClassifyResponse(Classification):
     )
     model: str = Field(description="<name>@<version> of the model that answered")
     explanation: Explanation | None = Field(None, description="only when the request set explain")
+    judged: chat.Judged | None = Field(None, description="only for messages: the message judged")
+    policy: str | None = Field(None, description="only when an operator policy rule decided or changed the label")
 
 
 class ItemError(BaseModel):
@@ -366,15 +373,19 @@ class Status(BaseModel):
     model: str | None = None
 
 
-def _to_example(item: DialogueItem | str, limits: Limits, prefix: str) -> Example:
-    """The request item as an :class:`Example`, checked by the one set of item rules."""
+def _to_example(item: DialogueItem | str, limits: Limits, prefix: str) -> tuple[Example, dict[str, Any] | None]:
+    """The request item as an :class:`Example`, checked by the one set of item rules, and which of
+    its chat messages is judged (None without messages)."""
+    judged = None
     if isinstance(item, str):
         example = Example(utterance=item)
+    elif (messages := chat.judged_messages(item, item.utterance, item.history, prefix)) is not None:
+        example, judged = messages.example, messages.judged()
     else:
         turns = tuple(Turn(h) if isinstance(h, str) else Turn(h.text, h.speaker) for h in item.history)
-        example = Example(utterance=item.utterance, history=turns)
+        example = Example(utterance=item.utterance or "", history=turns)
     limits.check_example(example, prefix)
-    return example
+    return example, judged
 
 
 async def _until_disconnect(receive: Receive) -> None:
@@ -457,7 +468,7 @@ def _build_router(state: ServiceState) -> APIRouter:
 
     @v1.post("/classify", response_model=ClassifyResponse, summary="Classify the last utterance of a dialogue")
     async def classify(body: ClassifyRequest, request: Request) -> Response:
-        example = _to_example(body, state.limits, "")
+        example, judged = _to_example(body, state.limits, "")
         occlusions = None
         if body.explain:
             occlusions = explain.plan_within(
@@ -468,8 +479,10 @@ def _build_router(state: ServiceState) -> APIRouter:
             return Response(status_code=CLIENT_CLOSED)
         predictions, served = answer
         state.limits.check_read(predictions[0].read)  # more windows than SAFETY_MAX_WINDOWS: 422
-        result = state.decide(predictions[0], body.threshold, served=served)
+        result = state.decide(predictions[0], body.threshold, served=served, example=example)
         result["model"] = served.model_id
+        if judged is not None:
+            result["judged"] = judged
         if occlusions is not None:
             result["explanation"] = occlusions.explanation([p.score for p in predictions])
         state.metrics.count_labels([result["label"]])
@@ -488,12 +501,13 @@ def _build_router(state: ServiceState) -> APIRouter:
     async def classify_batch(body: BatchRequest, request: Request) -> Response:
         state.limits.check_batch(len(body.items))
         examples: dict[int, Example] = {}
+        judged: dict[int, dict[str, Any] | None] = {}
         results: list[dict[str, Any]] = [{} for _ in body.items]
         for i, item in enumerate(body.items):
             try:
                 if isinstance(item, InvalidItem):
                     raise item.error(f"items[{i}].")
-                examples[i] = _to_example(item, state.limits, f"items[{i}].")
+                examples[i], judged[i] = _to_example(item, state.limits, f"items[{i}].")
             except InvalidInput as exc:
                 if body.item_errors == "fail":
                     raise
@@ -515,7 +529,9 @@ def _build_router(state: ServiceState) -> APIRouter:
                 continue
             item = body.items[i]
             own = None if isinstance(item, str) else item.threshold
-            results[i] = state.decide(prediction, body.threshold, own, served=served)
+            results[i] = state.decide(prediction, body.threshold, own, served=served, example=examples[i])
+            if judged[i] is not None:
+                results[i]["judged"] = judged[i]
             read[i] = prediction.read
         classified = [results[i] for i in examples]
         state.metrics.count_labels([r["label"] for r in classified])
@@ -561,6 +577,7 @@ def _build_router(state: ServiceState) -> APIRouter:
                 "thresholds": list(getattr(classifier, "check_thresholds", ())),
                 "checked_items": getattr(classifier, "checked_items", 0),
             },
+            "policy": None if state.policy is None else state.policy.describe(),  # operator rules in force
         }
         return card
 
@@ -661,9 +678,12 @@ def create_app(
     app.add_middleware(EarlyRefusalMiddleware, state=state)
     # always installed: without a key it still turns the admin endpoints away
     app.add_middleware(ApiKeyMiddleware, api_key=api_key_of(settings), public_docs=settings.public_docs)
+    app.add_middleware(moderations.OpenAIErrorShape)  # /v1/moderations answers errors in OpenAI's shape
     app.add_middleware(RequestMetricsMiddleware, metrics=state.metrics)
     app.include_router(_build_router(state))
     app.include_router(admin_router, dependencies=api_key_declaration(settings), responses=ERROR_RESPONSES)
+    app.include_router(policy_admin.router, dependencies=api_key_declaration(settings), responses=ERROR_RESPONSES)
+    app.include_router(moderations.build_router(state, _predict), dependencies=api_key_declaration(settings))
     if game is not None:  # the break-it game: its routes reach it through app.state (breakit.api.game_of)
         app.state.breakit = game
         app.include_router(breakit_api.router, responses=ERROR_RESPONSES)
