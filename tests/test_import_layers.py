@@ -8,7 +8,7 @@ never a higher layer and never a sibling on its own layer):
 0. ``core`` (the model contract: schema, encoding, scoring, model directory and card, batching
    budget, the ONNX runtime and its variants, explanations, item limits, domain errors) and
    ``extras`` (which optional extras are installed): they import nothing else of the project;
-1. ``sources``: dataset files → ``LabelledExample``;
+1. ``sources``: dataset files → ``LabelledExample``; ``client``: the HTTP client of the service (standard library);
 2. ``training``: encoded batches → checkpoint;
 3. ``experiments`` (research on checkpoints) and ``export`` (checkpoint → model directory);
 4. ``evaluation``, ``corpus`` and ``breakit``: a model directory judged, files scored, the break-it game;
@@ -17,7 +17,7 @@ never a higher layer and never a sibling on its own layer):
 7. ``cli``: the commands, and the workflows that cross stages (fix-it: train → export → evaluate).
 
 So nothing below ``service`` imports it: only the benchmarks that load it and the command layer do.
-The package's own ``__init__`` (the public API) may import ``core`` only, and nothing imports it.
+The package's own ``__init__`` (the public API) may import ``core`` and ``client`` only, and nothing imports it.
 ``core`` never imports torch, transformers or the web stack.
 """
 
@@ -33,7 +33,7 @@ PACKAGE = "dialogue_safety"
 ROOT = Path(__file__).resolve().parents[1] / PACKAGE
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("core", "extras"),
-    ("sources",),
+    ("sources", "client"),
     ("training",),
     ("experiments", "export"),
     ("evaluation", "corpus", "breakit"),
@@ -42,7 +42,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("cli",),
 )
 #: what the public API (the package's __init__) may import
-FACADE_IMPORTS = ("core",)
+FACADE_IMPORTS = ("core", "client")
 #: third-party packages the ground floor never imports
 NOT_IN_CORE = frozenset({"torch", "transformers", "optimum", "fastapi", "starlette", "uvicorn", "pydantic_settings"})
 
