@@ -104,6 +104,33 @@ def test_messages_are_judged_on_the_last_one_with_the_others_as_history(server: 
         ({"messages": [{"role": "user", "content": "hi"}], "utterance": "hi"}, "invalid_request", "messages"),
         ({"messages": [{"role": "robot", "content": "hi"}]}, "invalid_request", "messages[0].role"),
         ({"history": ["hi"]}, "invalid_request", "utterance"),
+        ({"utterance": None, "messages": [{"role": "user", "content": "hi"}]}, "invalid_request", "utterance"),
+        (
+            {"messages": [{"role": "user", "content": " "}, {"role": "user", "content": "hi"}]},
+            "invalid_message",
+            "messages[0].content",
+        ),
+        (
+            {"messages": [{"role": "system", "content": "x"}, {"role": "user", "content": "y" * 4001}]},
+            "utterance_too_long",
+            "messages[1].content",
+        ),
+        (
+            {
+                "messages": [
+                    {"role": "system", "content": "x"},
+                    {"role": "user", "content": "y" * 4001},
+                    {"role": "user", "content": "z"},
+                ]
+            },
+            "turn_too_long",
+            "messages[1].content",
+        ),
+        (
+            {"messages": [{"role": "system", "content": "x"}] * 33 + [{"role": "user", "content": "z"}]},
+            "too_many_history_turns",
+            "messages",
+        ),
     ],
 )
 def test_messages_that_cannot_be_judged_get_a_422_naming_them(

@@ -113,12 +113,12 @@ class Policy:
         if self.allow or self.block:
             compiled = _compiled(self, card.encoding_config)
             text = _matchable(example.utterance, card.encoding_config)
-            for rule, phrases in zip(self.allow, compiled.phrases, strict=True):
+            for allow, phrases in zip(self.allow, compiled.phrases, strict=True):
                 if text in phrases:
-                    return replace(prediction, label=Label.SAFE, policy=rule.name)
-            for rule, pattern in zip(self.block, compiled.blocks, strict=True):
-                if (pattern is not None and pattern.search(text)) or any(r.search(text) for r in rule.regexes):
-                    return replace(prediction, label=Label.OFFENSIVE, policy=rule.name)
+                    return replace(prediction, label=Label.SAFE, policy=allow.name)
+            for block, pattern in zip(self.block, compiled.blocks, strict=True):
+                if (pattern is not None and pattern.search(text)) or any(r.search(text) for r in block.regexes):
+                    return replace(prediction, label=Label.OFFENSIVE, policy=block.name)
         if not self.categories:
             return prediction
         probs = prediction.categories or dict.fromkeys(card.score_heads, prediction.score)
@@ -222,11 +222,8 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
             raise PolicyError(source, f'categories.{head} must be a threshold in [0, 1] or "off", got {value!r}', line)
     block = tuple(_block_rule(r, i, fail) for i, r in enumerate(_rule_tables(data, BLOCK_TABLE, fail)))
     allow = tuple(_allow_rule(r, i, fail) for i, r in enumerate(_rule_tables(data, ALLOW_TABLE, fail)))
-    named = [
-        (locate(t, i, "name") or 0, t, i, r.name)
-        for t, rules in ((BLOCK_TABLE, block), (ALLOW_TABLE, allow))
-        for i, r in enumerate(rules)
-    ]
+    named = [(locate(BLOCK_TABLE, i, "name") or 0, BLOCK_TABLE, i, r.name) for i, r in enumerate(block)]
+    named += [(locate(ALLOW_TABLE, i, "name") or 0, ALLOW_TABLE, i, r.name) for i, r in enumerate(allow)]
     seen: set[str] = set()
     for _, table, i, name in sorted(named):  # in file order: the second use of a name is the one reported
         if name in seen or name.startswith(f"{CATEGORIES_TABLE}."):

@@ -379,7 +379,7 @@ def _to_example(item: DialogueItem | str, limits: Limits, prefix: str) -> tuple[
     judged = None
     if isinstance(item, str):
         example = Example(utterance=item)
-    elif (messages := chat.judged_messages(item, item.utterance, item.history, prefix)) is not None:
+    elif (messages := chat.judged_messages(item, item.utterance, item.history, prefix, limits)) is not None:
         example, judged = messages.example, messages.judged()
     else:
         turns = tuple(Turn(h) if isinstance(h, str) else Turn(h.text, h.speaker) for h in item.history)
@@ -696,6 +696,7 @@ def create_app(
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
             app.openapi_schema = apply_to_openapi(generate_openapi(), state.limits)
+            moderations.apply_to_openapi(chat.apply_to_openapi(app.openapi_schema, state.limits), state.limits)
         # the model may be swapped while the API stays: its id is added per call, not cached
         info = {**app.openapi_schema["info"], "x-package-version": _package_version()}
         info["x-model"] = state.model_id or None

@@ -44,9 +44,11 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from dialogue_safety.core.errors import InvalidInput
-from dialogue_safety.core.messages import message_text, parse_messages
+from dialogue_safety.core.limits import VISIBLE_PATTERN, Limits
+from dialogue_safety.core.messages import history_of, message_text, read_messages
 from dialogue_safety.core.schema import Example, Prediction, Turn
 from dialogue_safety.service.chat import ChatMessage
+from dialogue_safety.service.errors import ERROR_TABLE
 
 if TYPE_CHECKING:
     from dialogue_safety.service.state import ServedModel, ServiceState
@@ -133,15 +135,19 @@ def _inputs(body: ModerationRequest) -> list[str]:
     return [t for t in body.input if isinstance(t, str)]
 
 
-def _history(body: ModerationRequest) -> tuple[Turn, ...]:
+def _history(body: ModerationRequest, limits: Limits) -> tuple[Turn, ...]:
     if not body.conversation:
         return ()
+    if len(body.conversation) > limits.max_request_history_turns:
+        raise InvalidInput(
+            f"conversation has {len(body.conversation)} messages; send at most the {limits.max_request_history_turns} "
+            "most recent (or raise SAFETY_MAX_REQUEST_HISTORY_TURNS)",
+            code="too_many_history_turns",
+            field="conversation",
+        )
     raw = [m.model_dump(include={"role", "content"}) for m in body.conversation]
-    # the messages before a placeholder: the same reading as /v1/classify's messages, last one aside
-    judged = parse_messages(
-        [*raw, {"role": "user", "content": ""}], include_system=body.include_system, field="conversation"
-    )
-    return judged.example.history
+    history, _ = history_of(read_messages(raw, "conversation"), body.include_system)  # as /v1/classify reads them
+    return history
 
 
 def _openai_field(field: str | None, where: str) -> str | None:
@@ -174,6 +180,14 @@ def moderation_result(answer: dict[str, Any], state: ServiceState) -> dict[str, 
     return result
 
 
+def openai_responses() -> dict[int | str, dict[str, Any]]:
+    """The error responses of this endpoint: the error table's statuses (422 answered as 400), OpenAI's shape."""
+    whens: dict[int, list[str]] = {}
+    for row in ERROR_TABLE:
+        whens.setdefault(400 if row.status == 422 else row.status, []).append(row.when)
+    return {s: {"model": OpenAIErrorResponse, "description": "; ".join(w)} for s, w in sorted(whens.items())}
+
+
 def build_router(state: ServiceState, predict: Predict) -> APIRouter:
     """The ``/v1/moderations`` route on ``state``; ``predict``: how the API runs examples through the
     serving model's batcher (predictions and the model that made them; None: the caller left)."""
@@ -183,15 +197,7 @@ def build_router(state: ServiceState, predict: Predict) -> APIRouter:
         MODERATIONS_PATH,
         response_model=ModerationResponse,
         summary="OpenAI-compatible moderation (errors in OpenAI's shape)",
-        responses={
-            status: {"model": OpenAIErrorResponse, "description": why}
-            for status, why in (
-                (400, "an invalid request (what /v1/classify answers with 422)"),
-                (401, "a missing or wrong API key"),
-                (429, "overloaded: retry after Retry-After"),
-                (503, "the model is not ready"),
-            )
-        },
+        responses=openai_responses(),
     )
     async def moderations(body: ModerationRequest, request: Request) -> Response:
         texts = _inputs(body)
@@ -204,7 +210,7 @@ def build_router(state: ServiceState, predict: Predict) -> APIRouter:
                 code="too_many_items",
                 field="input",
             )
-        history = _history(body)
+        history = _history(body, state.limits)
         examples = [Example(utterance=t, history=history) for t in texts]
         single = isinstance(body.input, str) or len(texts) == 1 and not isinstance(body.input[0], str)
         for i, example in enumerate(examples):
@@ -235,10 +241,43 @@ def build_router(state: ServiceState, predict: Predict) -> APIRouter:
     return router
 
 
+def apply_to_openapi(schema: dict[str, Any], limits: Limits) -> dict[str, Any]:
+    """Write the limits a moderation request must keep into the generated OpenAPI schema, in place."""
+    components = schema.get("components", {}).get("schemas", {})
+    chars = min(limits.max_turn_chars, limits.max_utterance_chars)
+    text = {"type": "string", "minLength": 1, "maxLength": limits.max_utterance_chars, "pattern": VISIBLE_PATTERN}
+    if "TextInput" in components:
+        components["TextInput"] = {
+            "type": "object",
+            "properties": {
+                "type": {"type": "string", "enum": ["text"]},
+                "text": {**text, "maxLength": chars},
+            },
+            "required": ["type", "text"],
+            "description": TextInput.__doc__,
+        }
+    request = components.get("ModerationRequest", {}).get("properties", {})
+    if "input" in request:
+        for branch in request["input"].get("anyOf", []):
+            if branch.get("type") == "string":
+                branch.update(text)
+            elif branch.get("items", {}).get("type") == "string":
+                branch.update(minItems=1, maxItems=limits.max_batch_items)
+                branch["items"].update(text)
+            elif branch.get("type") == "array":
+                branch.update(minItems=1)
+    if "conversation" in request:
+        for branch in request["conversation"].get("anyOf", []):
+            if branch.get("type") == "array":
+                branch["maxItems"] = limits.max_request_history_turns
+    return schema
+
+
 # -- errors in OpenAI's shape ----------------------------------------------------------------------
 def openai_error(status: int, body: dict[str, Any]) -> dict[str, Any]:
     """The service's error body (``{"error": {"code", "message", "field"}}``) in OpenAI's shape."""
-    error = body.get("error") if isinstance(body.get("error"), dict) else {}
+    found = body.get("error")
+    error: dict[str, Any] = found if isinstance(found, dict) else {}
     return {
         "error": {
             "message": str(error.get("message", "")),
