@@ -129,7 +129,7 @@ def apply_to_openapi(schema: dict[str, Any], limits: Limits) -> dict[str, Any]:
             properties[name] = not_null(properties[name])
         properties["messages"].update(minItems=1, maxItems=limits.max_request_history_turns + 1)
         request["oneOf"] = [
-            {"required": ["utterance"]},
-            {"required": ["messages"], "properties": {"history": {"maxItems": 0}}},
+            {"required": ["utterance"], "not": {"required": ["messages"]}},
+            {"required": ["messages"], "not": {"required": ["utterance"]}, "properties": {"history": {"maxItems": 0}}},
         ]
     return schema
