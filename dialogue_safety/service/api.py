@@ -683,7 +683,9 @@ def create_app(
     app.include_router(_build_router(state))
     app.include_router(admin_router, dependencies=api_key_declaration(settings), responses=ERROR_RESPONSES)
     app.include_router(policy_admin.router, dependencies=api_key_declaration(settings), responses=ERROR_RESPONSES)
-    app.include_router(moderations.build_router(state, _predict), dependencies=api_key_declaration(settings))
+    app.include_router(
+        moderations.build_router(state, _predict, CLIENT_CLOSED), dependencies=api_key_declaration(settings)
+    )
     if game is not None:  # the break-it game: its routes reach it through app.state (breakit.api.game_of)
         app.state.breakit = game
         app.include_router(breakit_api.router, responses=ERROR_RESPONSES)

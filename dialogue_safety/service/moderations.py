@@ -55,7 +55,6 @@ if TYPE_CHECKING:
 
 MODERATIONS_PATH = "/v1/moderations"
 ID_PREFIX = "modr-"
-CLIENT_CLOSED = 499  # as dialogue_safety.service.api answers a caller that left
 #: our head (label family) → OpenAI's moderation category that means the same; other heads keep their names
 OPENAI_NAMES: dict[str, str] = {"offensive": "harassment", "hateful": "hate", "violence": "violence"}
 #: OpenAI's error ``type`` by HTTP status (anything else: invalid_request_error)
@@ -188,9 +187,10 @@ def openai_responses() -> dict[int | str, dict[str, Any]]:
     return {s: {"model": OpenAIErrorResponse, "description": "; ".join(w)} for s, w in sorted(whens.items())}
 
 
-def build_router(state: ServiceState, predict: Predict) -> APIRouter:
+def build_router(state: ServiceState, predict: Predict, client_closed: int) -> APIRouter:
     """The ``/v1/moderations`` route on ``state``; ``predict``: how the API runs examples through the
-    serving model's batcher (predictions and the model that made them; None: the caller left)."""
+    serving model's batcher (predictions and the model that made them; None: the caller left, who is
+    then answered with the status ``client_closed``, as the API answers them)."""
     router = APIRouter(tags=["openai-compatible"])
 
     @router.post(
@@ -222,7 +222,7 @@ def build_router(state: ServiceState, predict: Predict) -> APIRouter:
                 raise
         answer = await predict(state, request, examples)
         if answer is None:
-            return Response(status_code=CLIENT_CLOSED)
+            return Response(status_code=client_closed)
         predictions, served = answer
         served_model: ServedModel = served
         results = []
