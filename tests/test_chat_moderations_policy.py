@@ -284,6 +284,35 @@ def test_a_bad_policy_file_stops_the_start_with_file_line_and_problem(tmp_path: 
         assert "invalid policy" in run.stderr and words in run.stderr
 
 
+def test_category_settings_decide_flagged_and_the_categories_of_moderations(tmp_path: Path) -> None:
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[categories]\noffensive = "off"\nhateful = 0.4\n', encoding="utf-8")
+    with live_server(classifier=FakeClassifier(), policy=policy) as live:
+        [result] = post(live, "/v1/moderations", {"input": "idiot"}).json()["results"]
+        assert result["category_scores"] == {"harassment": pytest.approx(0.9), "hate": pytest.approx(0.45)}
+        assert result["categories"] == {"harassment": False, "hate": True}  # off; 0.45 >= the policy's 0.4
+        assert result["flagged"] is True and "policy" not in result  # hate decides now: the label did not change
+        policy.write_text('[categories]\noffensive = "off"\nhateful = 0.5\n', encoding="utf-8")
+        live.app.state.safety.policy = dialogue_safety.load_policy(policy)
+        [result] = post(live, "/v1/moderations", {"input": "idiot"}).json()["results"]
+        assert (result["flagged"], result["policy"]) == (False, "categories.offensive")
+        assert result["categories"] == {"harassment": False, "hate": False}
+        classified = post(live, "/v1/classify", {"utterance": "idiot"}).json()
+        assert (classified["label"], classified["policy"]) == ("SAFE", "categories.offensive")
+
+
+def test_a_model_without_a_head_the_policy_names_is_refused_loudly(tmp_path: Path) -> None:
+    policy = tmp_path / "policy.toml"
+    policy.write_text("[categories]\nhateful = 0.3\n", encoding="utf-8")
+    with live_server(classifier=FakeClassifier(heads=("offensive",)), policy=policy, wait_ready=False) as live:
+        deadline = time.monotonic() + 10
+        with live.client() as c:
+            while (health := c.get("/health")).status_code == 200 and time.monotonic() < deadline:
+                time.sleep(0.02)
+    assert health.status_code == 503 and health.json()["error"]["code"] == "model_failed"
+    assert f"{policy}:2: categories.hateful: the model has no 'hateful' head" in live.app.state.safety.load_error
+
+
 # -- the Python client ----------------------------------------------------------------------------------
 def test_the_client_mirrors_classify_and_classify_batch(policed: LiveServer) -> None:
     client = Client(policed.url, api_key="unused")
