@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import IN_CI
 from service_conftest import tiny_model_dir  # noqa: F401  (fixture)
 
 from dialogue_safety.cli.score import main as score_main
@@ -52,3 +53,28 @@ def test_transcripts_are_judged_on_their_last_message_and_the_policy_decides(
     assert score_main([base[0], str(tmp_path / "bad.jsonl"), *base[1:], "--policy", str(policy)]) == 2
     assert f"{policy}:3: block[0].terms must be a list of non-empty strings" in capsys.readouterr().err
     assert not (tmp_path / "bad.jsonl").exists()
+
+
+@pytest.mark.slow
+def test_the_ray_engine_reads_transcripts_and_applies_the_policy_as_the_local_one(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    try:
+        import ray  # noqa: F401
+    except ImportError as exc:  # the 'scale' extra; scripts/test.sh installs it (and CI must have it)
+        if IN_CI:
+            raise
+        pytest.skip(f"Ray is not installed ({exc}): pip install -e '.[scale]'")
+    from dialogue_safety.corpus.job import ScoreJob, run_local
+    from dialogue_safety.corpus.ray_engine import RayOptions, run_ray
+
+    inp = tmp_path / "in.jsonl"
+    inp.write_text("".join(json.dumps(r) + "\n" for r in ROWS), encoding="utf-8")
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[[block]]\nname = "no-fruit"\nterms = ["banana"]\n', encoding="utf-8")
+    common = {"model_dir": tiny_model_dir, "variant": "fp32", "policy": policy}
+    run_local(ScoreJob(inp, tmp_path / "local.jsonl", **common), progress=False)
+    run_ray(ScoreJob(inp, tmp_path / "ray.jsonl", chunk_size=2, **common), RayOptions(num_cpus=2), progress=False)
+    local, ray = read_records(tmp_path / "local.jsonl"), read_records(tmp_path / "ray.jsonl")
+    assert [(r["id"], r["label"], r["policy"]) for r in ray] == [(r["id"], r["label"], r["policy"]) for r in local]
+    assert [r["policy"] for r in ray] == ["no-fruit", "no-fruit", "no-fruit", None, None]
