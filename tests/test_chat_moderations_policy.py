@@ -6,6 +6,7 @@ The fake classifier (tests/service_conftest.py) scores an utterance 0.9 with a b
 plus 0.05 per bad word in the history; its heads are ``offensive`` (the score head) and
 ``hateful`` (half the score)."""
 
+# ruff: noqa: F811  (pytest fixtures imported from service_conftest are parameters here)
 from __future__ import annotations
 
 import asyncio
@@ -20,13 +21,15 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from service_conftest import FakeClassifier, LiveServer, live_server
+from service_conftest import FakeClassifier, LiveServer, live_server, tiny_model_dir  # noqa: F401  (fixture)
 
 import dialogue_safety
 from dialogue_safety import Client, Label
 from dialogue_safety.client import ClientError
+from dialogue_safety.core.model_card import ModelCard
 from dialogue_safety.core.policy import PolicyError
 from dialogue_safety.service.api import create_app
+from dialogue_safety.service.moderations import OPENAI_NAMES
 from dialogue_safety.service.settings import ServiceSettings
 
 REPO = Path(__file__).resolve().parents[1]
@@ -197,6 +200,19 @@ def test_the_openai_client_gets_an_authentication_error_for_a_wrong_key() -> Non
         with pytest.raises(openai.AuthenticationError) as caught:
             openai_client(live, api_key="wrong").moderations.create(input="hi")
     assert caught.value.body["code"] == "unauthorized" and caught.value.body["type"] == "invalid_request_error"
+
+
+def test_the_openai_client_on_a_real_onnx_model(tiny_model_dir: Path) -> None:
+    heads = ModelCard.load(tiny_model_dir).heads
+    with live_server(model_dir=tiny_model_dir, variant="fp32") as live:
+        answer = openai_client(live).moderations.create(input=["you are an idiot", "have a nice day"])
+        classified = post(live, "/v1/classify/batch", {"items": ["you are an idiot", "have a nice day"]}).json()
+    assert answer.model == classified["model"]
+    for result, same in zip(answer.results, classified["results"], strict=True):
+        assert set(result.category_scores.model_dump(exclude_unset=True)) == {OPENAI_NAMES.get(h, h) for h in heads}
+        assert result.flagged is (same["label"] == "OFFENSIVE")
+        scores = {OPENAI_NAMES.get(h, h): p for h, p in same["categories"].items()}
+        assert result.category_scores.model_dump(exclude_unset=True) == pytest.approx(scores)
 
 
 def test_model_heads_come_from_the_card_and_unknown_heads_keep_their_names() -> None:
