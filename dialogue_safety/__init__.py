@@ -8,11 +8,23 @@
     model = dialogue_safety.load()  # the bundled model; or load("path/to/model_dir", variant="int8")
     dialogue_safety.classify_batch(["you are a clown", dialogue_safety.Example.from_texts("ok", ["hi"])], model=model)
 
+    chat = [{"role": "user", "content": "I lost my job today"}, {"role": "assistant", "content": "so what"}]
+    dialogue_safety.classify_messages(chat)  # the last message judged, the earlier ones its history
+
+    policy = dialogue_safety.load_policy("policy.toml")  # operator rules (docs/policy.example.toml)
+    dialogue_safety.classify("try our snake oil", policy=policy).policy  # the rule that decided, or None
+
+    client = dialogue_safety.Client("http://localhost:8000", api_key="...")  # the same calls over HTTP
+    client.classify("you are a clown")
+
 :func:`load` returns the torch-free :class:`~dialogue_safety.core.runtime.OnnxClassifier` of a model
 directory (default: the bundled model, found as ``dialogue-safety serve`` finds it); :func:`classify`
 judges one utterance after its history (oldest turn first), :func:`classify_batch` many dialogues in
-one call, both on the bundled model (loaded once, on first use) unless given one. A label is the
-model card's decision at its threshold unless ``threshold`` says otherwise. Importing this package
+one call, both on the bundled model (loaded once, on first use) unless given one; :func:`classify_messages`
+judges the last of a list of OpenAI chat messages (:mod:`dialogue_safety.core.messages`). A label is the
+model card's decision at its threshold unless ``threshold`` says otherwise, then the operator ``policy``'s
+(:mod:`dialogue_safety.core.policy`) when one is given. :class:`Client` makes the same calls to a running
+service (:mod:`dialogue_safety.client`, standard library only). Importing this package
 loads no model, no torch and no web framework. The HTTP service, training, export and evaluation
 live in the subpackages (``dialogue-safety --help``).
 """
@@ -20,16 +32,32 @@ live in the subpackages (``dialogue-safety --help``).
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from dialogue_safety.client import Client
+from dialogue_safety.core.messages import parse_messages
+from dialogue_safety.core.policy import Policy, PolicyError, load_policy
 from dialogue_safety.core.schema import Example, Label, Prediction, Turn
 
 if TYPE_CHECKING:
     from dialogue_safety.core.runtime import OnnxClassifier
 
-__all__ = ["Example", "Label", "Prediction", "Turn", "classify", "classify_batch", "load"]
+__all__ = [
+    "Client",
+    "Example",
+    "Label",
+    "Policy",
+    "PolicyError",
+    "Prediction",
+    "Turn",
+    "classify",
+    "classify_batch",
+    "classify_messages",
+    "load",
+    "load_policy",
+]
 
 
 def load(model_dir: str | Path | None = None, *, variant: str | None = None) -> OnnxClassifier:
@@ -55,10 +83,29 @@ def classify(
     model: OnnxClassifier | None = None,
     *,
     threshold: float | None = None,
+    policy: Policy | str | Path | None = None,
 ) -> Prediction:
     """The prediction for ``utterance`` said after ``history`` (turns oldest first: texts or :class:`Turn`)."""
     turns = tuple(t if isinstance(t, Turn) else Turn(t) for t in history)
-    [prediction] = classify_batch([Example(utterance=utterance, history=turns)], model, threshold=threshold)
+    [prediction] = classify_batch(
+        [Example(utterance=utterance, history=turns)], model, threshold=threshold, policy=policy
+    )
+    return prediction
+
+
+def classify_messages(
+    messages: Sequence[Mapping[str, Any]],
+    model: OnnxClassifier | None = None,
+    *,
+    include_system: bool = False,
+    threshold: float | None = None,
+    policy: Policy | str | Path | None = None,
+) -> Prediction:
+    """The prediction for the last of ``messages`` (OpenAI chat format: ``role``, ``content`` a string or
+    text parts), the earlier ones its history (system messages only with ``include_system``). Raises
+    :class:`~dialogue_safety.core.errors.InvalidInput` naming a message that cannot be read."""
+    judged = parse_messages(messages, include_system=include_system)
+    [prediction] = classify_batch([judged.example], model, threshold=threshold, policy=policy)
     return prediction
 
 
@@ -67,7 +114,14 @@ def classify_batch(
     model: OnnxClassifier | None = None,
     *,
     threshold: float | None = None,
+    policy: Policy | str | Path | None = None,
 ) -> list[Prediction]:
-    """One prediction per dialogue, in order; a plain string is an utterance without history."""
+    """One prediction per dialogue, in order; a plain string is an utterance without history.
+    ``policy``: operator rules (a :class:`Policy`, or the path of a policy file, read on each call)."""
     examples = [d if isinstance(d, Example) else Example(utterance=d) for d in dialogues]
-    return (model if model is not None else _bundled()).predict(examples, threshold=threshold)
+    classifier = model if model is not None else _bundled()
+    predictions = classifier.predict(examples, threshold=threshold)
+    if policy is None:
+        return predictions
+    rules = policy if isinstance(policy, Policy) else load_policy(policy, classifier.card.heads)
+    return rules.apply_all(examples, predictions, classifier.card)

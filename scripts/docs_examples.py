@@ -3,7 +3,9 @@
 In the fenced ``sh``/``bash`` blocks of the documentation:
 
 - every ``curl ... localhost:8000 ...`` command is run (with ``bash``) against a real
-  ``dialogue-safety serve`` of the bundled model and must exit 0;
+  ``dialogue-safety serve`` of the bundled model and must exit 0; a command naming another
+  documented server (:data:`DOCUMENTED_SERVERS`: ``localhost:8001`` is the same model served with
+  ``--policy docs/policy.example.toml``) runs against a server started with those flags;
 - a curl command followed by lines starting with ``# => `` documents its output: those lines are
   the server's JSON answer (floats rounded to 2 decimals), *generated* by this script, never typed;
 - every ``dialogue-safety ...`` and ``python -m lab.bench ...`` command line must name an existing
@@ -28,14 +30,19 @@ import re
 import shlex
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 DOC_FILES: tuple[str, ...] = ("README.md", "docs/*.md")
-DOCUMENTED_SERVER = "localhost:8000"
+DOCUMENTED_SERVER = "localhost:8000"  # the README's `dialogue-safety serve`, default settings
+#: the servers the docs' examples name → the serve flags they stand for (started only when an example names them)
+DOCUMENTED_SERVERS: dict[str, tuple[str, ...]] = {
+    DOCUMENTED_SERVER: (),
+    "localhost:8001": ("--policy", "docs/policy.example.toml"),
+}
 OUTPUT_PREFIX = "# => "
 LAB_BENCH = "python -m lab.bench"  # the repository's benchmarks (lab/, never installed)
 SHELL_LANGUAGES = frozenset({"sh", "bash", "shell"})
@@ -54,6 +61,7 @@ class Example:
     indent: str
     output_start: int  # 0-based index of the first output line (== end of command)
     output_end: int  # 0-based index after the last output line
+    server: str = DOCUMENTED_SERVER  # which documented server it calls
 
     @property
     def documents_output(self) -> bool:
@@ -130,12 +138,13 @@ def find_examples(path: Path) -> tuple[list[Example], list[CliLine]]:
             stripped = lines[i].lstrip()
             indent = lines[i][: len(lines[i]) - len(stripped)]
             stop = _command_end(lines, i, end)
-            if stripped.startswith("curl ") and DOCUMENTED_SERVER in "\n".join(lines[i:stop]):
+            server = next((s for s in DOCUMENTED_SERVERS if s in "\n".join(lines[i:stop])), None)
+            if stripped.startswith("curl ") and server is not None:
                 out_end = stop
                 while out_end < end and lines[out_end].lstrip().startswith(OUTPUT_PREFIX.rstrip()):
                     out_end += 1
                 command = "\n".join(line[len(indent) :] for line in lines[i:stop])
-                examples.append(Example(path, i + 1, command, indent, stop, out_end))
+                examples.append(Example(path, i + 1, command, indent, stop, out_end, server))
                 i = out_end
             elif stripped.startswith(("dialogue-safety ", f"{LAB_BENCH} ")):
                 text = "\n".join(lines[i:stop]).replace("\\\n", " ")
@@ -196,8 +205,9 @@ def format_output(stdout: str) -> list[str]:
 
 
 @contextlib.contextmanager
-def running_server(model_dir: Path | None = None, timeout_s: float = 300.0) -> Iterator[str]:
-    """``dialogue-safety serve`` with default settings on a free port; yields ``host:port`` once ready."""
+def running_server(model_dir: Path | None = None, timeout_s: float = 300.0, flags: Sequence[str] = ()) -> Iterator[str]:
+    """``dialogue-safety serve`` with default settings (and ``flags``) on a free port; yields ``host:port``
+    once ready."""
     if str(REPO) not in sys.path:  # lab/ is not installed: it is imported from the repository
         sys.path.insert(0, str(REPO))
     from lab.bench.local_server import free_port  # the one server launcher
@@ -217,15 +227,29 @@ def running_server(model_dir: Path | None = None, timeout_s: float = 300.0) -> I
     ]
     if model_dir is not None:
         cmd += ["--model", str(model_dir)]
+    cmd += list(flags)
     env = {k: v for k, v in os.environ.items() if not k.startswith("SAFETY_")}  # the documented defaults
     with serve(cmd, env, port, start_timeout_s=timeout_s) as server:
         yield server.url.removeprefix("http://")
 
 
+@contextlib.contextmanager
+def running_servers(paths: Sequence[Path], model_dir: Path | None = None) -> Iterator[dict[str, str]]:
+    """One server per documented server the examples of ``paths`` name (:data:`DOCUMENTED_SERVERS`);
+    yields documented address → ``host:port``."""
+    needed = {e.server for p in paths for e in find_examples(p)[0]} | {DOCUMENTED_SERVER}
+    with contextlib.ExitStack() as stack:
+        yield {
+            name: stack.enter_context(running_server(model_dir, flags=DOCUMENTED_SERVERS[name]))
+            for name in DOCUMENTED_SERVERS
+            if name in needed
+        }
+
+
 def run_example(example: Example, address: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # `python` in pipelines
-    script = "set -o pipefail\n" + example.command.replace(DOCUMENTED_SERVER, address)
+    script = "set -o pipefail\n" + example.command.replace(example.server, address)
     return subprocess.run(
         ["bash", "-c", script], cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=False
     )
@@ -267,8 +291,10 @@ class Finding:
     problem: str
 
 
-def process(paths: Sequence[Path], address: str, *, write: bool) -> list[Finding]:
-    """Run every example; rewrite the documented outputs (write) or report differences (check)."""
+def process(paths: Sequence[Path], address: str | Mapping[str, str], *, write: bool) -> list[Finding]:
+    """Run every example; rewrite the documented outputs (write) or report differences (check).
+    ``address``: where the documented servers run (documented → ``host:port``; a string: localhost:8000's)."""
+    addresses = {DOCUMENTED_SERVER: address} if isinstance(address, str) else dict(address)
     findings: list[Finding] = []
     for path in paths:
         examples, cli_lines = find_examples(path)
@@ -279,7 +305,10 @@ def process(paths: Sequence[Path], address: str, *, write: bool) -> list[Finding
         lines = path.read_text(encoding="utf-8").splitlines()
         changed = False
         for example in reversed(examples):  # bottom-up: replacing outputs keeps earlier indices valid
-            result = run_example(example, address)
+            if example.server not in addresses:
+                findings.append(Finding(example.where(), f"no server runs for {example.server}"))
+                continue
+            result = run_example(example, addresses[example.server])
             if result.returncode != 0:
                 findings.append(
                     Finding(example.where(), f"exit status {result.returncode}: {result.stderr.strip()[:300]}")
@@ -315,8 +344,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--model", type=Path, default=None, help="model directory to serve (default: the bundled one)")
     args = p.parse_args(argv)
     paths = doc_paths()
-    with running_server(args.model) as address:
-        findings = process(paths, address, write=not args.check)
+    with running_servers(paths, args.model) as addresses:
+        findings = process(paths, addresses, write=not args.check)
     for f in findings:
         print(f"{f.where}: {f.problem}", file=sys.stderr)
     if findings:

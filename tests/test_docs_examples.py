@@ -87,10 +87,24 @@ def test_outputs_are_generated_and_drift_is_caught(tmp_path: Path, curl: str) ->
     ]
 
 
+def test_examples_of_the_policy_server_run_against_a_server_of_their_own(tmp_path: Path, curl: str) -> None:
+    doc = tmp_path / "policy.md"
+    doc.write_text("```sh\ncurl -sf localhost:8001/health\ncurl -sf localhost:8000/health\n```\n", encoding="utf-8")
+    [policy_example, plain_example] = docs_examples.find_examples(doc)[0]
+    assert (policy_example.server, plain_example.server) == ("localhost:8001", "localhost:8000")
+    with live_server(classifier=FakeClassifier()) as server:
+        address = f"127.0.0.1:{server.port}"
+        missing = docs_examples.process([doc], address, write=False)
+        assert [f.problem for f in missing] == ["no server runs for localhost:8001"]
+        both = {"localhost:8000": address, "localhost:8001": address}
+        assert docs_examples.process([doc], both, write=False) == []
+
+
 @pytest.mark.slow
 def test_the_docs_match_the_bundled_model_served_for_real(curl: str) -> None:
-    with docs_examples.running_server() as address:
-        findings = docs_examples.process(docs_examples.doc_paths(), address, write=False)
+    paths = docs_examples.doc_paths()
+    with docs_examples.running_servers(paths) as addresses:
+        findings = docs_examples.process(paths, addresses, write=False)
     assert not findings, (
         "\n".join(f"{f.where}: {f.problem}" for f in findings)
         + "\nregenerate the outputs with: python scripts/docs_examples.py"

@@ -8,7 +8,7 @@ never a higher layer and never a sibling on its own layer):
 0. ``core`` (the model contract: schema, encoding, scoring, model directory and card, batching
    budget, the ONNX runtime and its variants, explanations, item limits, domain errors) and
    ``extras`` (which optional extras are installed): they import nothing else of the project;
-1. ``sources``: dataset files → ``LabelledExample``;
+1. ``sources``: dataset files → ``LabelledExample``; ``client``: the HTTP client of the service (standard library);
 2. ``training``: encoded batches → checkpoint;
 3. ``export`` (checkpoint → model directory);
 4. ``evaluation``, ``corpus`` and ``breakit``: a model directory judged, files scored, the break-it game;
@@ -16,7 +16,7 @@ never a higher layer and never a sibling on its own layer):
 6. ``cli``: the commands, and the workflows that cross stages (fix-it: train → export → evaluate).
 
 So nothing below ``service`` imports it: only the command layer does.
-The package's own ``__init__`` (the public API) may import ``core`` only, and nothing imports it.
+The package's own ``__init__`` (the public API) may import ``core`` and ``client`` only, and nothing imports it.
 ``core`` never imports torch, transformers or the web stack.
 The repository's ``lab`` (benchmarks, experiments, research presets) sits above the package, outside
 the wheel: it imports the package, and no module of the package imports ``lab``.
@@ -34,7 +34,7 @@ PACKAGE = "dialogue_safety"
 ROOT = Path(__file__).resolve().parents[1] / PACKAGE
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("core", "extras"),
-    ("sources",),
+    ("sources", "client"),
     ("training",),
     ("export",),
     ("evaluation", "corpus", "breakit"),
@@ -42,7 +42,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("cli",),
 )
 #: what the public API (the package's __init__) may import
-FACADE_IMPORTS = ("core",)
+FACADE_IMPORTS = ("core", "client")
 #: third-party packages the ground floor never imports
 #: top-level packages of the repository that the installed package never imports (not in the wheel)
 NEVER_IMPORTED = frozenset({"lab"})

@@ -26,13 +26,18 @@ def bundled() -> OnnxClassifier:
 
 def test_the_public_names() -> None:
     assert sorted(dialogue_safety.__all__) == [
+        "Client",
         "Example",
         "Label",
+        "Policy",
+        "PolicyError",
         "Prediction",
         "Turn",
         "classify",
         "classify_batch",
+        "classify_messages",
         "load",
+        "load_policy",
     ]
     assert all(hasattr(dialogue_safety, name) for name in dialogue_safety.__all__)
 

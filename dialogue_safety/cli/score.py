@@ -3,6 +3,11 @@
     dialogue-safety score comments.jsonl runs/scored.csv
     dialogue-safety score chats.parquet runs/scored.parquet --id-field msg_id --history-field context
     dialogue-safety score comments.csv runs/scored.jsonl --engine ray --address auto
+    dialogue-safety score transcripts.jsonl runs/scored.jsonl --policy docs/policy.example.toml
+
+A row with a ``messages`` field (OpenAI chat messages) is judged on its last message, the others
+its history, as ``/v1/classify`` reads ``messages``. With an operator policy (``--policy``, else
+``SAFETY_POLICY``) the output has a ``policy`` column: the rule that decided or changed the label.
 
 Formats come from the extensions (.jsonl/.ndjson, .csv, .parquet). Prints a JSON summary
 (rows, scored, errors, seconds, rows/s) on stdout; the progress bar goes to stderr. Every default
@@ -50,6 +55,18 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     cols.add_argument("--history-field", default="history", help="history field: a list or a JSON string ('' = none)")
     cols.add_argument("--id-field", default="id", help="id field carried into the output ('' = none)")
     cols.add_argument("--carry", default="", help="comma-separated extra input fields copied to the output")
+    cols.add_argument(
+        "--messages-field",
+        default="messages",
+        help="chat transcripts: a row with this field (OpenAI chat messages) is judged on its last message ('' = none)",
+    )
+    cols.add_argument("--include-system", action="store_true", help="transcripts: keep system messages in the history")
+    p.add_argument(
+        "--policy",
+        type=Path,
+        default=None,
+        help="operator policy file (TOML; docs/policy.example.toml; default: $SAFETY_POLICY, else none)",
+    )
     p.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE, help="rows per chunk (memory bound)")
     p.add_argument("--explain", action="store_true", help="add per-word contributions to the score (Shapley values)")
     p.add_argument("--explain-history", action="store_true", help="with --explain: explain history words too")
@@ -77,6 +94,8 @@ def columns_from_args(args: argparse.Namespace) -> Columns:
         history=args.history_field or None,
         id=args.id_field or None,
         carry=tuple(c.strip() for c in args.carry.split(",") if c.strip()),
+        messages=args.messages_field or None,
+        include_system=args.include_system,
     )
 
 
@@ -100,6 +119,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety score")
             explain=args.explain,
             explain_history=args.explain_history,
             explain_method=args.explain_method,
+            policy=args.policy or settings.policy,
         )
         if args.engine == "ray":
             from dialogue_safety.corpus.ray_engine import RayOptions, run_ray

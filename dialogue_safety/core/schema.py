@@ -129,7 +129,8 @@ class Prediction:
     ``score`` is the calibrated probability that the utterance is OFFENSIVE; ``label`` is the
     decision at ``threshold``; ``categories`` maps each head (label family) to its calibrated
     probability when the model has more than one head; ``read`` says what the model read of the
-    example (windows over a long utterance, what a cap or the history budget left out).
+    example (windows over a long utterance, what a cap or the history budget left out); ``policy``
+    names the operator's rule that decided or changed the label (:mod:`dialogue_safety.core.policy`).
     """
 
     score: float
@@ -137,6 +138,7 @@ class Prediction:
     threshold: float
     categories: Mapping[str, float] = field(default_factory=dict)
     read: Reading = field(default_factory=Reading)
+    policy: str | None = None
 
     def reading(self) -> dict[str, Any]:
         """What the answer says was read: ``windows``, and ``truncated`` when something was left out."""

@@ -16,13 +16,14 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from dialogue_safety.core.explain import METHODS, Method
 from dialogue_safety.core.limits import Limits
+from dialogue_safety.core.policy import Policy, load_policy
 from dialogue_safety.corpus.formats import (
     CorpusFileError,
     count_rows,
@@ -52,6 +53,7 @@ class ScoreJob:
     explain: bool = False
     explain_history: bool = False
     explain_method: Method = "shapley"
+    policy: Path | None = None  # an operator policy file (dialogue_safety.core.policy)
 
     def __post_init__(self) -> None:
         if self.chunk_size < 1:
@@ -64,6 +66,11 @@ class ScoreJob:
             raise CorpusFileError(f"{self.input}: no such file")
         if Path(self.input).resolve() == Path(self.output).resolve():
             raise CorpusFileError(f"{self.output}: the output must not be the input")
+        self.rules()  # a bad policy file is refused before anything is written (PolicyError: file, line, problem)
+
+    def rules(self, heads: Sequence[str] | None = None) -> Policy | None:
+        """The job's operator policy, read and checked (``heads``: the model's, when known)."""
+        return None if self.policy is None else load_policy(self.policy, heads)
 
     @property
     def parts_dir(self) -> Path:
@@ -71,7 +78,7 @@ class ScoreJob:
 
     @property
     def fields(self) -> list[str]:
-        return self.columns.output_fields(self.explain)
+        return self.columns.output_fields(self.explain, policy=self.policy is not None)
 
     def manifest(self, model_id: str) -> dict[str, Any]:
         stat = Path(self.input).stat()
@@ -87,6 +94,7 @@ class ScoreJob:
             "explain": self.explain,
             "explain_history": self.explain_history,
             "explain_method": self.explain_method,
+            "policy": None if self.policy is None else str(self.policy),
         }
         return dict(json.loads(json.dumps(manifest)))  # as it reads back from the file (tuples → lists)
 
@@ -177,6 +185,7 @@ def run_local(
     started = time.perf_counter()
     limits = limits or Limits()
     classifier = classifier if classifier is not None else load_classifier(job, limits=limits)
+    policy = job.rules(classifier.card.heads) if job.policy is not None else None
     created = not job.parts_dir.exists()
     done_parts = _completed_parts(job, classifier.model_id, restart)
     parts_dir, suffix = job.parts_dir, job.output.suffix
@@ -201,6 +210,7 @@ def run_local(
                 explain_history=job.explain_history,
                 explain_method=job.explain_method,
                 limits=limits,
+                policy=policy,
             )
             errors = count_errors(records)
             write_part(records, _part(parts_dir, index, suffix), job.fields)

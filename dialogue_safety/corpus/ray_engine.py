@@ -35,6 +35,8 @@ from typing import Any
 
 from dialogue_safety.core.explain import Method
 from dialogue_safety.core.limits import Limits
+from dialogue_safety.core.model_card import ModelCard
+from dialogue_safety.core.policy import Policy
 from dialogue_safety.corpus.formats import CorpusFileError, format_of, merge_parts, write_part
 from dialogue_safety.corpus.job import ScoreJob, Summary
 from dialogue_safety.corpus.records import (
@@ -109,6 +111,7 @@ class RowScorer:
         explain_history: bool,
         jsonl: bool,
         explain_method: Method = "shapley",
+        policy: Policy | None = None,
     ) -> None:
         import ray
 
@@ -125,7 +128,8 @@ class RowScorer:
         self.columns, self.limits, self.jsonl = columns, limits, jsonl
         self.threshold, self.explain, self.explain_history = threshold, explain, explain_history
         self.explain_method = explain_method
-        self.fields = columns.output_fields(explain)
+        self.policy = policy
+        self.fields = columns.output_fields(explain, policy=policy is not None)
 
     def _rows(self, batch: Any) -> list[Row]:
         records = batch.to_pylist()
@@ -157,6 +161,7 @@ class RowScorer:
             explain_history=self.explain_history,
             explain_method=self.explain_method,
             limits=self.limits,
+            policy=self.policy,
         )
         flat = [flatten(r) for r in records]  # Arrow needs one type per column: nested values as JSON
         return {k: [r[k] for r in flat] for k in self.fields}
@@ -238,6 +243,7 @@ def run_ray(job: ScoreJob, options: RayOptions, *, limits: Limits | None = None,
                 "explain": job.explain,
                 "explain_history": job.explain_history,
                 "explain_method": job.explain_method,
+                "policy": job.rules(ModelCard.load(model_dir).heads),
                 "jsonl": fmt == "jsonl",
             },
             batch_size=options.batch_size or job.chunk_size,

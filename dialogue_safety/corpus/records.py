@@ -4,6 +4,9 @@ Input rows are dicts (a JSONL object, a CSV row, a Parquet row). Which fields ho
 data (:class:`Columns`): the utterance (``utterance``, else ``text``), an optional history (a
 list of strings or ``{"speaker", "text"}`` objects, or that list as a JSON string, as CSV
 cells must be), an optional id carried through, and optional extra columns carried through.
+A row with a ``messages`` field is a chat transcript instead (OpenAI chat messages, or their JSON
+string): its last message is judged after the others, read as ``/v1/classify`` reads ``messages``
+(:mod:`dialogue_safety.core.messages`; system messages only with ``include_system``).
 
 A row that cannot be scored becomes an output record with ``error = {"code", "message",
 "field"}`` (the API's error shape; the per-item limits are the API's own,
@@ -19,16 +22,21 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dialogue_safety.core.errors import InvalidInput
 from dialogue_safety.core.explain import Method
 from dialogue_safety.core.limits import Limits
+from dialogue_safety.core.messages import parse_messages
 from dialogue_safety.core.schema import Example, Prediction, Turn
+
+if TYPE_CHECKING:
+    from dialogue_safety.core.policy import Policy
 
 UTTERANCE_FIELDS = ("utterance", "text")  # tried in this order when no field is named
 RESULT_FIELDS = ("label", "score", "threshold", "categories", "windows", "truncated", "error")
 EXPLANATION_FIELD = "explanation"
+POLICY_FIELD = "policy"  # with an operator policy: the rule that decided or changed the label (else null)
 NESTED_FIELDS = frozenset({"categories", "truncated", "error", EXPLANATION_FIELD})
 
 
@@ -40,15 +48,17 @@ class Columns:
     history: str | None = "history"
     id: str | None = "id"
     carry: tuple[str, ...] = ()
+    messages: str | None = "messages"  # a row with this field is a chat transcript (None: never)
+    include_system: bool = False  # transcripts: keep system messages in the history
 
     def carried(self) -> list[str]:
         """Input fields copied to the output: the id, then ``carry``."""
         head = [self.id] if self.id else []
         return [*head, *(c for c in self.carry if c != self.id)]
 
-    def output_fields(self, explain: bool = False) -> list[str]:
+    def output_fields(self, explain: bool = False, policy: bool = False) -> list[str]:
         """The output columns, in order (the same for every chunk, engine and format)."""
-        fields = [*self.carried(), *RESULT_FIELDS]
+        fields = [*self.carried(), *RESULT_FIELDS, *([POLICY_FIELD] if policy else [])]
         return [*fields, EXPLANATION_FIELD] if explain else fields
 
 
@@ -121,6 +131,9 @@ def parse_row(raw: Mapping[str, Any], columns: Columns, limits: Limits, where: s
     """The example in ``raw``, or a :class:`RowError` saying why it cannot be scored."""
     row = Row(where, raw)
     try:
+        if columns.messages and not _is_missing(raw.get(columns.messages)):
+            row.example = _transcript(raw[columns.messages], columns, limits)
+            return row
         name = columns.utterance or _utterance_field(raw)
         if name not in raw:
             fields = f"{name!r}" if columns.utterance else " or ".join(repr(f) for f in UTTERANCE_FIELDS)
@@ -141,6 +154,26 @@ def parse_row(raw: Mapping[str, Any], columns: Columns, limits: Limits, where: s
     return row
 
 
+def _transcript(value: Any, columns: Columns, limits: Limits) -> Example:
+    """The example a row's chat messages ask about (their last message judged)."""
+    name = columns.messages or "messages"
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise RowError(
+                "invalid_message", f"{name} is not a JSON list of messages ({exc.msg} at character {exc.pos})", name
+            ) from None
+    if hasattr(value, "tolist"):  # numpy arrays from pyarrow/pandas
+        value = value.tolist()
+    try:
+        example = parse_messages(value, include_system=columns.include_system, field=name).example
+        limits.check_item(example.utterance, [t.text for t in example.history])
+    except InvalidInput as exc:
+        raise RowError(exc.code, exc.message, exc.field) from None
+    return example
+
+
 def unreadable_row(where: str, problem: str) -> Row:
     """A line that is not a row at all (e.g. invalid JSON): written as an error record."""
     return Row(where, {}, error=RowError("unreadable_row", f"{where}: {problem}"))
@@ -157,6 +190,7 @@ def output_record(
     explanation: Mapping[str, Any] | None = None,
     *,
     explain: bool = False,
+    policy: bool = False,
 ) -> dict[str, Any]:
     """The output record of one row (nested values as objects)."""
     out: dict[str, Any] = {}
@@ -176,6 +210,8 @@ def output_record(
             truncated=prediction.reading().get("truncated"),
             error=None,
         )
+    if policy:
+        out[POLICY_FIELD] = prediction.policy if prediction is not None else None
     if explain:
         out[EXPLANATION_FIELD] = dict(explanation) if explanation is not None else None
     return out
@@ -203,8 +239,10 @@ def score_rows(
     explain_history: bool = False,
     explain_method: Method = "shapley",
     limits: Limits | None = None,
+    policy: Policy | None = None,
 ) -> list[dict[str, Any]]:
-    """Output records for ``rows`` (in order): one ``predict`` call for all scorable rows.
+    """Output records for ``rows`` (in order): one ``predict`` call for all scorable rows, decided
+    under the operator ``policy`` when one is given (then the records have a ``policy`` field).
 
     The engines (local and Ray) share this; with ``explain`` the occlusions of all rows run in
     the same call (:func:`dialogue_safety.core.explain.explain`). A row whose utterance needs more
@@ -237,8 +275,14 @@ def score_rows(
             rows[i] = Row(rows[i].where, rows[i].raw, None, RowError(exc.code, exc.message, exc.field))
             del predictions[i]
             explanations.pop(i, None)
+    if policy is not None:
+        for i, prediction in predictions.items():
+            example = rows[i].example
+            assert example is not None
+            predictions[i] = policy.apply(example, prediction, classifier.card)
     return [
-        output_record(r, columns, predictions.get(i), explanations.get(i), explain=explain) for i, r in enumerate(rows)
+        output_record(r, columns, predictions.get(i), explanations.get(i), explain=explain, policy=policy is not None)
+        for i, r in enumerate(rows)
     ]
 
 

@@ -22,7 +22,7 @@ from fastapi_offline import FastAPIOffline
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from dialogue_safety.breakit import api as breakit_api
-from dialogue_safety.service import routes
+from dialogue_safety.service import chat, moderations, policy_admin, routes
 from dialogue_safety.service.auth import ApiKeyMiddleware, api_key_declaration, api_key_of, log_auth_state
 from dialogue_safety.service.batcher import Announcement
 from dialogue_safety.service.errors import ERROR_RESPONSES, error_response, install_error_handlers
@@ -138,10 +138,16 @@ def create_app(
     app.add_middleware(EarlyRefusalMiddleware, state=state)
     # always installed: without a key it still turns the admin endpoints away
     app.add_middleware(ApiKeyMiddleware, api_key=api_key_of(settings), public_docs=settings.public_docs)
+    app.add_middleware(moderations.OpenAIErrorShape)  # /v1/moderations answers errors in OpenAI's shape
     app.add_middleware(RequestMetricsMiddleware, metrics=state.metrics)
     app.include_router(routes.v1, dependencies=api_key_declaration(settings))
     app.include_router(routes.ops)
     app.include_router(admin_router, dependencies=api_key_declaration(settings), responses=ERROR_RESPONSES)
+    app.include_router(policy_admin.router, dependencies=api_key_declaration(settings), responses=ERROR_RESPONSES)
+    app.include_router(
+        moderations.build_router(state, routes.predict, routes.CLIENT_CLOSED),
+        dependencies=api_key_declaration(settings),
+    )
     if game is not None:  # the break-it game: its routes reach it through app.state (breakit.api.game_of)
         app.state.breakit = game
         app.include_router(breakit_api.router, responses=ERROR_RESPONSES)
@@ -154,6 +160,7 @@ def create_app(
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
             app.openapi_schema = apply_to_openapi(generate_openapi(), state.limits)
+            moderations.apply_to_openapi(chat.apply_to_openapi(app.openapi_schema, state.limits), state.limits)
         # the model may be swapped while the API stays: its id is added per call, not cached
         info = {**app.openapi_schema["info"], "x-package-version": package_version()}
         info["x-model"] = state.model_id or None

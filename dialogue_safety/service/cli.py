@@ -80,6 +80,15 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety serve")
         hint = model_hint() if args.model_dir is None else "dialogue-safety export writes a model directory"
         print(f"{prog}: {problem}; {hint}", file=sys.stderr)
         return 2
+    if settings.policy is not None:  # a bad policy file stops the start: file, line and problem
+        from dialogue_safety.core.model_card import ModelCard
+        from dialogue_safety.core.policy import PolicyError, load_policy
+
+        try:
+            load_policy(settings.policy, ModelCard.load(settings.model_dir).heads)
+        except PolicyError as exc:
+            print(f"{prog}: invalid policy: {exc}", file=sys.stderr)
+            return 2
 
     from dialogue_safety.service.memory import fix_trim_threshold, give_back_freed_memory, settle_heap
     from dialogue_safety.service.server import uvicorn_config

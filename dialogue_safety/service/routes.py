@@ -21,6 +21,7 @@ from dialogue_safety.core import explain
 from dialogue_safety.core.errors import InvalidInput
 from dialogue_safety.core.limits import Limits
 from dialogue_safety.core.schema import Example, Prediction, Turn
+from dialogue_safety.service import chat
 from dialogue_safety.service.errors import ERROR_RESPONSES, ErrorResponse, error_body
 from dialogue_safety.service.schemas import (
     BatchRequest,
@@ -47,15 +48,19 @@ def state_of(request: Request) -> ServiceState:
 State = Annotated[ServiceState, Depends(state_of)]
 
 
-def _to_example(item: DialogueItem | str, limits: Limits, prefix: str) -> Example:
-    """The request item as an :class:`Example`, checked by the one set of item rules."""
+def _to_example(item: DialogueItem | str, limits: Limits, prefix: str) -> tuple[Example, dict[str, Any] | None]:
+    """The request item as an :class:`Example`, checked by the one set of item rules, and which of
+    its chat messages is judged (None without messages)."""
+    judged = None
     if isinstance(item, str):
         example = Example(utterance=item)
+    elif (messages := chat.judged_messages(item, item.utterance, item.history, prefix, limits)) is not None:
+        example, judged = messages.example, messages.judged()
     else:
         turns = tuple(Turn(h) if isinstance(h, str) else Turn(h.text, h.speaker) for h in item.history)
-        example = Example(utterance=item.utterance, history=turns)
+        example = Example(utterance=item.utterance or "", history=turns)
     limits.check_example(example, prefix)
-    return example
+    return example, judged
 
 
 async def _until_disconnect(receive: Receive) -> None:
@@ -63,7 +68,7 @@ async def _until_disconnect(receive: Receive) -> None:
         pass
 
 
-async def _predict(
+async def predict(
     state: ServiceState, request: Request, examples: list[Example]
 ) -> tuple[list[Prediction], ServedModel] | None:
     """Run ``examples`` through the serving model's batcher: the predictions and the model that made
@@ -96,19 +101,21 @@ ops = APIRouter(tags=["operations"])
 
 @v1.post("/classify", response_model=ClassifyResponse, summary="Classify the last utterance of a dialogue")
 async def classify(body: ClassifyRequest, request: Request, state: State) -> Response:
-    example = _to_example(body, state.limits, "")
+    example, judged = _to_example(body, state.limits, "")
     occlusions = None
     if body.explain:
         occlusions = explain.plan_within(
             example, state.settings.queue_size, history=body.explain_history, method=body.explain_method
         )
-    answer = await _predict(state, request, occlusions.examples() if occlusions else [example])
+    answer = await predict(state, request, occlusions.examples() if occlusions else [example])
     if answer is None:
         return Response(status_code=CLIENT_CLOSED)
     predictions, served = answer
     state.limits.check_read(predictions[0].read)  # more windows than SAFETY_MAX_WINDOWS: 422
-    result = state.decide(predictions[0], body.threshold, served=served)
+    result = state.decide(predictions[0], body.threshold, served=served, example=example)
     result["model"] = served.model_id
+    if judged is not None:
+        result["judged"] = judged
     if occlusions is not None:
         result["explanation"] = occlusions.explanation([p.score for p in predictions])
     state.metrics.count_labels([result["label"]])
@@ -128,18 +135,19 @@ async def classify(body: ClassifyRequest, request: Request, state: State) -> Res
 async def classify_batch(body: BatchRequest, request: Request, state: State) -> Response:
     state.limits.check_batch(len(body.items))
     examples: dict[int, Example] = {}
+    judged: dict[int, dict[str, Any] | None] = {}
     results: list[dict[str, Any]] = [{} for _ in body.items]
     for i, item in enumerate(body.items):
         try:
             if isinstance(item, InvalidItem):
                 raise item.error(f"items[{i}].")
-            examples[i] = _to_example(item, state.limits, f"items[{i}].")
+            examples[i], judged[i] = _to_example(item, state.limits, f"items[{i}].")
         except InvalidInput as exc:
             if body.item_errors == "fail":
                 raise
             results[i] = error_body(exc.code, exc.message, exc.field)
     # no item to classify: still only a ready service answers 200
-    answer = await _predict(state, request, list(examples.values())) if examples else ([], state.require_served())
+    answer = await predict(state, request, list(examples.values())) if examples else ([], state.require_served())
     if answer is None:
         return Response(status_code=CLIENT_CLOSED)
     predictions, served = answer
@@ -155,7 +163,9 @@ async def classify_batch(body: BatchRequest, request: Request, state: State) -> 
             continue
         item = body.items[i]
         own = None if isinstance(item, str) else item.threshold
-        results[i] = state.decide(prediction, body.threshold, own, served=served)
+        results[i] = state.decide(prediction, body.threshold, own, served=served, example=examples[i])
+        if judged[i] is not None:
+            results[i]["judged"] = judged[i]
         read[i] = prediction.read
     classified = [results[i] for i in examples]
     state.metrics.count_labels([r["label"] for r in classified])
@@ -202,6 +212,7 @@ async def model_card(state: State) -> dict[str, Any]:
             "thresholds": list(getattr(classifier, "check_thresholds", ())),
             "checked_items": getattr(classifier, "checked_items", 0),
         },
+        "policy": None if state.policy is None else state.policy.describe(),  # operator rules in force
     }
     return card
 

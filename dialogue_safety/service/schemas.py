@@ -21,6 +21,7 @@ from pydantic import (
 )
 
 from dialogue_safety.core.errors import InvalidInput
+from dialogue_safety.service import chat
 from dialogue_safety.service.errors import ErrorInfo, from_errors
 
 
@@ -50,14 +51,18 @@ Threshold = Annotated[
 ]
 
 
-class DialogueItem(BaseModel):
-    """The utterance to judge and the dialogue before it (oldest turn first)."""
+class DialogueItem(chat.ChatFields):
+    """The utterance to judge and the dialogue before it (oldest turn first), or chat ``messages``."""
 
     model_config = ConfigDict(extra="forbid")
     history: list[HistoryEntry] = Field(
         default_factory=list, description="earlier turns, oldest first: objects {speaker, text} or strings"
     )
-    utterance: str = Field(strict=True, description="the message to classify, judged in the context of the history")
+    utterance: str | None = Field(
+        None,
+        strict=True,
+        description="the message to classify, judged in the context of the history (required unless messages are sent)",
+    )
     threshold: Threshold = None
 
 
@@ -263,6 +268,8 @@ class ClassifyResponse(Classification):
     )
     model: str = Field(description="<name>@<version> of the model that answered")
     explanation: Explanation | None = Field(None, description="only when the request set explain")
+    judged: chat.Judged | None = Field(None, description="only for messages: the message judged")
+    policy: str | None = Field(None, description="only when an operator policy rule decided or changed the label")
 
 
 class ItemError(BaseModel):

@@ -54,6 +54,11 @@ class ServiceSettings(BaseSettings):
     threshold: float | None = Field(
         default=None, ge=0.0, le=1.0, description="decision threshold override (default: the model card's)"
     )
+    policy: Path | None = Field(
+        default=None,
+        description="operator policy file (TOML: per-category thresholds, block and allow lists; see "
+        "docs/policy.example.toml), checked at start, reloaded by POST /admin/policy",
+    )
 
     # micro-batching
     max_batch_size: int = Field(default=MAX_BATCH_SIZE, ge=1, le=4096, description="items per inference batch at most")

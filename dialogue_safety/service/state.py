@@ -21,6 +21,7 @@ from dialogue_safety.core import explain
 from dialogue_safety.core.encoding import EncodedExample
 from dialogue_safety.core.errors import NotReady
 from dialogue_safety.core.model_card import ModelCard
+from dialogue_safety.core.policy import Policy, load_policy
 from dialogue_safety.core.schema import Example, Label, Prediction
 from dialogue_safety.core.scoring import is_offensive, threshold_in_force
 from dialogue_safety.service.auth import api_key_of, key_matches
@@ -108,6 +109,7 @@ class ServedModel:
     card_threshold: float
     batcher: MicroBatcher
     full_batch_s: float | None = None  # one full batch as measured at warm-up (None: not measured)
+    card: ModelCard | None = None  # the classifier's card (what an operator policy reads: heads, normalisation)
 
 
 class ServiceState:
@@ -134,6 +136,8 @@ class ServiceState:
         self.load_error: str | None = None
         self.loading: str | None = None  # what the first load is doing now (the detail of /ready's 503)
         self.api_key = api_key_of(settings)
+        # the operator's rules (SAFETY_POLICY): replaced whole by POST /admin/policy, never changed in place
+        self.policy: Policy | None = load_policy(settings.policy) if settings.policy is not None else None
 
     @property
     def batcher(self) -> MicroBatcher | None:
@@ -168,6 +172,8 @@ class ServiceState:
     async def load_classifier(self, settings: ServiceSettings) -> Classifier:
         """Build and warm up a classifier for ``settings`` in a thread (raises what loading raises)."""
         classifier = await asyncio.to_thread(self.factory, settings)
+        if self.policy is not None:
+            self.policy.check_heads(classifier.card.heads)  # a category the model lacks: refused, loudly
         if not self.ready:
             self.loading = "warming up"
         await asyncio.to_thread(classifier.warmup)
@@ -196,7 +202,7 @@ class ServiceState:
         # no await from here on: requests see either the old model or the new one, never a mix
         self.settings = settings
         self.classifier = classifier
-        self.served = ServedModel(classifier.model_id, card.threshold, batcher, full_batch_s)
+        self.served = ServedModel(classifier.model_id, card.threshold, batcher, full_batch_s, card)
         self.load_error = None
         self.loading = None
         self.ready = True
@@ -335,8 +341,10 @@ class ServiceState:
         item_threshold: float | None = None,
         *,
         served: ServedModel | None = None,
+        example: Example | None = None,
     ) -> dict[str, Any]:
-        """The answer for ``prediction`` made by ``served`` (default: the model serving now)."""
+        """The answer for ``prediction`` made by ``served`` (default: the model serving now); with the
+        ``example`` it judged, under the operator policy in force (``policy``: the rule that decided)."""
         served = served or self.served
         if served is None:
             raise NotReady(retry_after_s=self.settings.retry_after_s)
@@ -345,13 +353,18 @@ class ServiceState:
             prediction = replace(
                 prediction, label=Label.from_bool(bool(is_offensive(prediction.score, t))), threshold=t
             )
-        return {
+        if self.policy is not None and example is not None and served.card is not None:
+            prediction = self.policy.apply(example, prediction, served.card)
+        answer = {
             "label": prediction.label.value,
             "score": prediction.score,
             "threshold": prediction.threshold,
             "categories": dict(prediction.categories),
             **prediction.reading(),
         }
+        if prediction.policy is not None:
+            answer["policy"] = prediction.policy
+        return answer
 
 
 class _LoadingNotes(logging.Handler):
