@@ -62,6 +62,7 @@ def test_swap_to_a_new_version_and_refuse_bad_directories(tiny_model_dir: Path, 
             "previous": "tiny-random@0.0.1",
             "model_dir": str(v2),
             "drained": True,
+            "released": True,
         }
         assert c.get("/v1/model", headers=ADMIN).json()["version"] == "0.0.2"
         after = c.post("/v1/classify", json={"utterance": "you idiot"}, headers=ADMIN).json()
@@ -198,6 +199,91 @@ def test_sighup_reloads_the_model_directory_in_a_serve_process(tiny_model_dir: P
         assert (
             httpx.post(f"{url}/v1/classify", json={"utterance": "hi"}, headers=ADMIN).json()["model"].endswith("0.0.2")
         )
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def _process_status(pid: int | str = "self") -> tuple[float, int]:
+    """(resident memory in MiB, threads: onnxruntime's native ones included) of a process, from /proc."""
+    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    return int(fields["VmRSS"].split()[0]) / 1024, int(fields["Threads"])
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc (Linux)")
+def test_a_swap_releases_the_replaced_model_and_its_threads(tiny_model_dir: Path) -> None:  # noqa: F811
+    """The replaced classifier (its onnxruntime session and thread pool) is gone when the swap answers."""
+    import weakref
+
+    with live_server(model_dir=tiny_model_dir, api_key=KEY) as live, live.client(headers=ADMIN) as c:
+        state = live.app.state.safety
+        assert c.post("/admin/model", json={}).status_code == 200  # the executor threads a swap uses exist now
+        threads = _process_status()[1]
+        for _ in range(3):
+            replaced = weakref.ref(state.classifier)
+            r = c.post("/admin/model", json={})
+            assert r.status_code == 200 and r.json()["released"] is True, r.text
+            assert replaced() is None  # nothing holds the old model any more: freed, not waiting for a collection
+            assert c.post("/v1/classify", json={"utterance": "hi"}).status_code == 200
+        assert _process_status()[1] <= threads  # each swap used to leave its session's threads behind
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc (Linux)")
+def test_twenty_swaps_under_traffic_end_within_ten_percent_of_the_starting_memory(
+    tiny_model_dir: Path,  # noqa: F811
+) -> None:
+    """A `serve` process (the CLI's frozen heap and allocator settings) swapped 20 times while a client
+    keeps classifying: every request is answered, and memory and threads come back to where they were."""
+    port = _free_port()
+    env = {**os.environ, "SAFETY_API_KEY": KEY}
+    cmd = [sys.executable, "-m", "dialogue_safety.cli.main", "serve", "--model", str(tiny_model_dir)]
+    proc = subprocess.Popen(
+        [*cmd, "--port", str(port), "--log-level", "warning"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + GUARD_S
+        while True:
+            assert proc.poll() is None and time.monotonic() < deadline, "serve never became ready"
+            try:
+                if httpx.get(f"{url}/ready", timeout=5).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        with httpx.Client(base_url=url, headers=ADMIN, timeout=GUARD_S) as c:
+            for _ in range(2):  # the first swaps start the thread pools they reuse afterwards
+                assert c.post("/admin/model", json={}).json()["released"] is True
+            for _ in range(20):
+                c.post("/v1/classify", json={"utterance": "warm up the allocator"})
+            rss_start, threads_start = _process_status(proc.pid)
+            answers: list[int] = []
+            stop = threading.Event()
+
+            def traffic() -> None:
+                with httpx.Client(base_url=url, headers=ADMIN, timeout=GUARD_S) as t:
+                    while not stop.is_set():
+                        answers.append(t.post("/v1/classify", json={"utterance": "still there?"}).status_code)
+
+            client = threading.Thread(target=traffic)
+            client.start()
+            try:
+                for _ in range(20):
+                    r = c.post("/admin/model", json={})
+                    assert r.status_code == 200 and r.json()["drained"] and r.json()["released"], r.text
+            finally:
+                stop.set()
+                client.join(GUARD_S)
+            rss_end, threads_end = _process_status(proc.pid)
+        assert answers and set(answers) == {200}, answers  # requests in flight during the swaps were answered
+        assert rss_end <= 1.1 * rss_start, f"RSS {rss_start:.0f} MiB -> {rss_end:.0f} MiB after 20 swaps"
+        assert threads_end <= threads_start + 2, f"threads {threads_start} -> {threads_end} after 20 swaps"
     finally:
         proc.terminate()
         try:

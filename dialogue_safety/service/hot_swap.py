@@ -12,8 +12,11 @@ wrong (no card, no ONNX file, a graph that does not load, a probe score that is 
 probability) refuses the swap and the old model keeps serving. Once it passes, the service
 switches to it in one step (new requests go to the new model's batcher) and the old batcher
 is drained: what was queued there finishes on the old model and is answered with the old
-model's id and threshold (:class:`dialogue_safety.service.state.ServedModel`). ``/v1/model`` and the
-``safety_model_info`` metric show the new version; ``safety_model_swaps{outcome}`` counts swaps.
+model's id and threshold (:class:`dialogue_safety.service.state.ServedModel`). Once its last request
+is answered, the old model is released: its session, threads and memory are freed before the swap
+answers (:func:`dialogue_safety.service.memory.collect_replaced`; ``released`` says whether they
+were). ``/v1/model`` and the ``safety_model_info`` metric show the new version;
+``safety_model_swaps{outcome}`` counts swaps.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import contextlib
 import logging
 import math
 import signal
+import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -33,12 +37,16 @@ from pydantic import BaseModel, ConfigDict, Field
 from dialogue_safety.core.errors import InvalidInput
 from dialogue_safety.core.schema import Example
 from dialogue_safety.service.auth import ADMIN_PREFIX
+from dialogue_safety.service.memory import collect_replaced
 
 if TYPE_CHECKING:
     from dialogue_safety.service.state import Classifier, ServiceState
 
 log = logging.getLogger("dialogue_safety.service.hot_swap")
 DRAIN_TIMEOUT_S = 60.0  # the old model finishes its queued requests within this, or they fail (503)
+# when the replaced model is looked for again after its batcher drained: a request it answered may
+# still be writing its response (and holds the model until then)
+RELEASE_CHECKS_S = (0.0, 0.05, 0.25, 1.0, 4.0)
 PROBE = Example.from_texts("thanks, that helps a lot", ["can you recommend a book?"])
 
 
@@ -52,6 +60,9 @@ class SwapResult(BaseModel):
     previous: str = Field(description="<name>@<version> served before")
     model_dir: str
     drained: bool = Field(description="every request queued on the previous model finished on it")
+    released: bool = Field(
+        description="the previous model's session, threads and memory were freed (false: still referenced; logged)"
+    )
 
 
 def _check_probe(classifier: Classifier) -> None:
@@ -93,6 +104,9 @@ class ModelSwapper:
                 except Exception as exc:  # noqa: BLE001  (any failure refuses the swap)
                     problem = f"{target} does not load: {type(exc).__name__}: {exc}"
             if problem is not None or classifier is None:
+                if classifier is not None:  # loaded, then failed its probe: freed now, not at some later collection
+                    classifier = None
+                    collect_replaced()
                 self.swaps.labels(outcome="refused").inc()
                 log.error("hot swap refused, %s keeps serving: %s", state.model_id or "nothing", problem)
                 raise InvalidInput(
@@ -101,11 +115,27 @@ class ModelSwapper:
                     field="model_dir",
                 )
             previous_id = state.model_id
+            replaced = None if state.classifier is None else weakref.ref(state.classifier)
             old = await state.install(classifier, settings)
             drained = True if old is None else await old.drain(DRAIN_TIMEOUT_S)
+            del old, classifier  # the swap itself holds neither model from here on
+            released = replaced is None or await _release(replaced)
             self.swaps.labels(outcome="swapped").inc()
-            log.info("hot swap: %s -> %s from %s (drained: %s)", previous_id, state.model_id, target, drained)
-            return SwapResult(model=state.model_id, previous=previous_id, model_dir=str(target), drained=drained)
+            log.info(
+                "hot swap: %s -> %s from %s (drained: %s, released: %s)",
+                previous_id,
+                state.model_id,
+                target,
+                drained,
+                released,
+            )
+            return SwapResult(
+                model=state.model_id,
+                previous=previous_id,
+                model_dir=str(target),
+                drained=drained,
+                released=released,
+            )
 
     def install_sighup(self) -> bool:
         """Reload the current model directory on SIGHUP (only possible in the main thread's loop)."""
@@ -125,6 +155,18 @@ class ModelSwapper:
         log.info("SIGHUP: reloading %s", self.state.settings.model_dir)
         task = asyncio.ensure_future(self.swap())
         task.add_done_callback(_log_failure)
+
+
+async def _release(replaced: weakref.ref[Any]) -> bool:
+    """Free the replaced classifier once nothing holds it (True), checking again while the last
+    requests it answered finish; False (logged) if something still holds it after the last check."""
+    for wait_s in RELEASE_CHECKS_S:
+        await asyncio.sleep(wait_s)
+        collect_replaced()
+        if replaced() is None:
+            return True
+    log.warning("hot swap: the replaced model is still referenced; its memory is not freed")
+    return False
 
 
 def _log_failure(task: asyncio.Future[Any]) -> None:
