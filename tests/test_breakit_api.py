@@ -262,3 +262,37 @@ def test_the_same_limit_for_player_and_address_counts_each_apart() -> None:
     with pytest.raises(RateLimited, match="this player"):
         rates.hit(2, equal, "validate", player="p1", address="10.0.0.8")
     rates.hit(2, equal, "validate", player="p2", address="10.0.0.8")  # the other address's window is its own
+
+
+def test_ids_and_round_numbers_out_of_range_get_422_not_500(client: httpx.Client) -> None:
+    """Integers no database column holds (10**23, 2**63, just past MAX_ID) are refused before any query:
+    they used to reach SQLite and answer 500 with a traceback in the log."""
+    from dialogue_safety.breakit.game import MAX_ID
+
+    [dave] = invite(client, "oscar")
+    huge = [10**23, 2**63, MAX_ID + 1, 0, -1]
+    for n in huge:
+        calls = [
+            ("GET", f"/break-it/api/round?round={n}", None, {}),
+            ("GET", f"/break-it/api/tasks/{n}", None, auth(dave)),
+            ("POST", f"/break-it/api/tasks/{n}/attacks", {"text": "hello"}, auth(dave)),
+            ("POST", f"/break-it/api/attacks/{n}/validations", {"verdict": "confirm"}, auth(dave)),
+            ("GET", f"/break-it/api/validations/todo?round={n}", None, auth(dave)),
+            ("GET", f"/break-it/api/scoreboard?round={n}", None, auth(dave)),
+            ("POST", f"/break-it/api/score?round={n}", {"utterance": "hello"}, auth(dave)),
+            ("POST", "/break-it/api/tasks", {"mode": "safe", "round": n}, auth(dave)),
+            ("POST", "/break-it/api/players", {"nickname": "eve", "round": n}, {}),
+            ("POST", f"/break-it/api/admin/rounds/{n}/close", None, ADMIN),
+            ("POST", "/break-it/api/admin/rounds", {"number": n}, ADMIN),
+        ]
+        for method, path, body, headers in calls:
+            r = client.request(method, path, json=body, headers=headers)
+            assert r.status_code == 422, (method, path, r.status_code, r.text)
+            assert r.json()["error"]["code"] == "invalid_request" and r.json()["error"]["field"] in {
+                "round",
+                "task_id",
+                "attack_id",
+                "number",
+            }, r.text
+    assert client.get(f"/break-it/api/tasks/{MAX_ID}", headers=auth(dave)).status_code == 404  # in range: not found
+    assert client.get("/break-it/api/round?round=abc").status_code == 422
