@@ -37,6 +37,7 @@ from dialogue_safety.core.errors import (
     Unauthenticated,
 )
 from dialogue_safety.core.limits import NOT_TEXT_MESSAGE
+from dialogue_safety.service.log_values import printable
 
 log = logging.getLogger("dialogue_safety.service.errors")
 
@@ -360,7 +361,7 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 async def _unexpected(request: Request, exc: Exception) -> Response:
     # Log the traceback (code locations, no request body); answer without any detail.
-    log.error("unexpected error on %s %s", request.method, request.url.path, exc_info=exc)
+    log.error("unexpected error on %s %s", request.method, printable(request.url.path), exc_info=exc)
     return error_response(InternalError("internal error; see the server logs"))
 
 

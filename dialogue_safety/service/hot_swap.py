@@ -32,11 +32,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
 from prometheus_client import Counter
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from dialogue_safety.core.errors import InvalidInput
 from dialogue_safety.core.schema import Example
 from dialogue_safety.service.auth import ADMIN_PREFIX
+from dialogue_safety.service.log_values import UNSAFE_CHARACTERS, printable
 from dialogue_safety.service.memory import collect_replaced
 
 if TYPE_CHECKING:
@@ -50,9 +51,35 @@ RELEASE_CHECKS_S = (0.0, 0.05, 0.25, 1.0, 4.0)
 PROBE = Example.from_texts("thanks, that helps a lot", ["can you recommend a book?"])
 
 
+MAX_PATH_BYTES = 4096  # Linux's PATH_MAX: a longer path cannot name a file
+MAX_NAME_BYTES = 255  # NAME_MAX: the longest file or directory name of the common file systems
+# the answer to every refused swap: why (no such directory, no card, a graph that does not load...) goes
+# to the server log only, so that the answer tells nothing about the server's file system
+REFUSED = (
+    "model refused, the current model keeps serving: the directory does not exist, is not an exported model "
+    "directory, or its model does not load or fails the probe (the server log says which)"
+)
+
+
 class SwapRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     model_dir: str | None = Field(None, description="the model directory to serve (default: reload the current one)")
+
+    @field_validator("model_dir")
+    @classmethod
+    def _a_plain_path(cls, value: str | None) -> str | None:
+        """A path the file system could hold, checked before it is used (the value is never echoed)."""
+        if value is None:
+            return None
+        if not value.strip():
+            raise ValueError("the path is empty: send the model directory's path")
+        if UNSAFE_CHARACTERS.search(value):
+            raise ValueError("the path holds a control character or a lone surrogate: send a plain path")
+        if len(value.encode()) > MAX_PATH_BYTES:
+            raise ValueError(f"the path is longer than {MAX_PATH_BYTES} bytes")
+        if any(len(part.encode()) > MAX_NAME_BYTES for part in value.split("/")):
+            raise ValueError(f"a part of the path is longer than {MAX_NAME_BYTES} bytes")
+        return value
 
 
 class SwapResult(BaseModel):
@@ -94,7 +121,10 @@ class ModelSwapper:
         async with self._lock:
             state = self.state
             target = Path(model_dir) if model_dir is not None else state.settings.model_dir
-            problem = model_dir_problem(target)
+            try:
+                problem = model_dir_problem(target)
+            except (OSError, ValueError) as exc:  # a path the file system refuses to look at
+                problem = f"{target} cannot be read: {type(exc).__name__}: {exc}"
             settings = state.settings.model_copy(update={"model_dir": target})
             classifier = None
             if problem is None:
@@ -108,12 +138,8 @@ class ModelSwapper:
                     classifier = None
                     collect_replaced()
                 self.swaps.labels(outcome="refused").inc()
-                log.error("hot swap refused, %s keeps serving: %s", state.model_id or "nothing", problem)
-                raise InvalidInput(
-                    f"model refused, the current model keeps serving: {problem}",
-                    code="model_refused",
-                    field="model_dir",
-                )
+                log.error("hot swap refused, %s keeps serving: %s", state.model_id or "nothing", printable(problem))
+                raise InvalidInput(REFUSED, code="model_refused", field="model_dir")
             previous_id = state.model_id
             replaced = None if state.classifier is None else weakref.ref(state.classifier)
             old = await state.install(classifier, settings)
@@ -125,7 +151,7 @@ class ModelSwapper:
                 "hot swap: %s -> %s from %s (drained: %s, released: %s)",
                 previous_id,
                 state.model_id,
-                target,
+                printable(target),
                 drained,
                 released,
             )
@@ -152,7 +178,7 @@ class ModelSwapper:
             asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
 
     def _on_sighup(self) -> None:
-        log.info("SIGHUP: reloading %s", self.state.settings.model_dir)
+        log.info("SIGHUP: reloading %s", printable(self.state.settings.model_dir))
         task = asyncio.ensure_future(self.swap())
         task.add_done_callback(_log_failure)
 
