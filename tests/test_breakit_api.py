@@ -296,3 +296,28 @@ def test_ids_and_round_numbers_out_of_range_get_422_not_500(client: httpx.Client
             }, r.text
     assert client.get(f"/break-it/api/tasks/{MAX_ID}", headers=auth(dave)).status_code == 404  # in range: not found
     assert client.get("/break-it/api/round?round=abc").status_code == 422
+
+
+@pytest.mark.parametrize("trusted", [True, False])
+def test_proxy_headers_count_only_from_the_configured_proxies(tmp_path: Path, trusted: bool) -> None:
+    """SAFETY_FORWARDED_ALLOW_IPS: from a trusted proxy, X-Forwarded-For is the client address of the
+    per-address rate limits (two players behind the proxy: two buckets); unset, the header is ignored
+    (one bucket: the connection's address), so a direct client cannot pick its address."""
+    settings = ServiceSettings(
+        host="127.0.0.1",
+        port=0,
+        breakit_db=str(tmp_path / "game.sqlite3"),
+        api_key=KEY,
+        forwarded_allow_ips="127.0.0.1" if trusted else None,
+    )
+    with live_server(settings, FakeClassifier()) as live, live.client() as c:
+        rates = {"register": {"address": "1/minute"}}
+        body = {"number": 1, "signup_open": True, "rates": rates}
+        assert c.post("/break-it/api/admin/rounds", json=body, headers=ADMIN).status_code == 200
+        codes = [
+            c.post(
+                "/break-it/api/players", json={"nickname": f"p{i}"}, headers={"X-Forwarded-For": address}
+            ).status_code
+            for i, address in enumerate(["203.0.113.1", "203.0.113.2", "203.0.113.1"])
+        ]
+    assert codes == ([200, 200, 429] if trusted else [200, 429, 429])

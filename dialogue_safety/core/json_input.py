@@ -26,6 +26,14 @@ class JsonInputError(ValueError):
     """JSON refused before or while parsing: nested too deeply, or a key twice in one object."""
 
 
+class TooDeep(JsonInputError):
+    """Nested deeper than the limit (found before parsing)."""
+
+
+class DuplicateKey(JsonInputError):
+    """An object holds one key twice."""
+
+
 def too_deep(text: str | bytes, max_depth: int = MAX_JSON_DEPTH) -> bool:
     """Whether ``text`` nests objects and arrays deeper than ``max_depth``, without parsing it (and in
     time linear in its length: regular expressions without backtracking do the scanning). Text with
@@ -51,7 +59,7 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     if len(obj) != len(pairs):
         seen: set[str] = set()
         twice = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
-        raise JsonInputError(f"the key {json.dumps(twice)[:80]} appears twice in one object")
+        raise DuplicateKey(f"the key {json.dumps(twice)[:80]} appears twice in one object")
     return obj
 
 
@@ -60,5 +68,5 @@ def loads(text: str | bytes, max_depth: int = MAX_JSON_DEPTH) -> Any:
     than ``max_depth`` (checked before parsing) or an object with a duplicate key, and
     ``json.JSONDecodeError`` / ``UnicodeDecodeError`` (both ``ValueError``) for text that is not JSON."""
     if too_deep(text, max_depth):
-        raise JsonInputError(f"nested deeper than {max_depth} levels of objects and arrays")
+        raise TooDeep(f"nested deeper than {max_depth} levels of objects and arrays")
     return json.loads(text, object_pairs_hook=_unique_keys)
