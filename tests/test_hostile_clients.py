@@ -729,3 +729,14 @@ def test_docs_api_md_lists_every_limit() -> None:
             assert value in row.split("|")[2], (name, default, row)
     assert any("`MAX_JSON_DEPTH`" in r and f"{MAX_JSON_DEPTH} levels" in r for r in rows)
     assert any("`MAX_ID`" in r and str(MAX_ID) in r for r in rows)
+
+
+def test_a_websocket_handshake_gets_a_json_answer(tight: LiveServer) -> None:
+    """The service has no WebSocket route: uvicorn's WebSocket layer used to refuse the handshake with a
+    bare plain-text 403; it is an ordinary request now."""
+    handshake = (
+        f"GET {CLASSIFY} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade, close\r\n"
+        "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    ).encode()
+    status, _, body = raw_exchange(tight, handshake)
+    assert status == 405 and body["error"]["code"] == "method_not_allowed"

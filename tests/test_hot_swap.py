@@ -280,13 +280,15 @@ def test_a_swap_releases_the_replaced_model_and_its_threads(tiny_model_dir: Path
         state = live.app.state.safety
         assert c.post("/admin/model", json={}).status_code == 200  # the executor threads a swap uses exist now
         threads = _process_status()[1]
-        for _ in range(3):
+        for _ in range(5):
             replaced = weakref.ref(state.classifier)
             r = c.post("/admin/model", json={})
             assert r.status_code == 200 and r.json()["released"] is True, r.text
             assert replaced() is None  # nothing holds the old model any more: freed, not waiting for a collection
             assert c.post("/v1/classify", json={"utterance": "hi"}).status_code == 200
-        assert _process_status()[1] <= threads  # each swap used to leave its session's threads behind
+        # each swap used to leave its session's threads behind (at least one a swap); the test process's
+        # other threads (helper pools, servers of earlier tests ending) may come and go by one or two
+        assert _process_status()[1] <= threads + 2
 
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc (Linux)")

@@ -325,6 +325,7 @@ def uvicorn_config(app: Any, settings: ServiceSettings, **overrides: Any) -> uvi
         port=settings.port,
         workers=1,
         http=guarded_protocol(guard),
+        ws="none",  # no WebSocket routes: a handshake is an ordinary request (a JSON 4xx, not a bare 403)
         log_level=settings.log_level,
         access_log=settings.access_log,
         # X-Forwarded-For / -Proto from the configured proxies only (the client address of rate limits and logs)
