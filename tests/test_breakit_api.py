@@ -262,3 +262,62 @@ def test_the_same_limit_for_player_and_address_counts_each_apart() -> None:
     with pytest.raises(RateLimited, match="this player"):
         rates.hit(2, equal, "validate", player="p1", address="10.0.0.8")
     rates.hit(2, equal, "validate", player="p2", address="10.0.0.8")  # the other address's window is its own
+
+
+def test_ids_and_round_numbers_out_of_range_get_422_not_500(client: httpx.Client) -> None:
+    """Integers no database column holds (10**23, 2**63, just past MAX_ID) are refused before any query:
+    they used to reach SQLite and answer 500 with a traceback in the log."""
+    from dialogue_safety.breakit.game import MAX_ID
+
+    [dave] = invite(client, "oscar")
+    huge = [10**23, 2**63, MAX_ID + 1, 0, -1]
+    for n in huge:
+        calls = [
+            ("GET", f"/break-it/api/round?round={n}", None, {}),
+            ("GET", f"/break-it/api/tasks/{n}", None, auth(dave)),
+            ("POST", f"/break-it/api/tasks/{n}/attacks", {"text": "hello"}, auth(dave)),
+            ("POST", f"/break-it/api/attacks/{n}/validations", {"verdict": "confirm"}, auth(dave)),
+            ("GET", f"/break-it/api/validations/todo?round={n}", None, auth(dave)),
+            ("GET", f"/break-it/api/scoreboard?round={n}", None, auth(dave)),
+            ("POST", f"/break-it/api/score?round={n}", {"utterance": "hello"}, auth(dave)),
+            ("POST", "/break-it/api/tasks", {"mode": "safe", "round": n}, auth(dave)),
+            ("POST", "/break-it/api/players", {"nickname": "eve", "round": n}, {}),
+            ("POST", f"/break-it/api/admin/rounds/{n}/close", None, ADMIN),
+            ("POST", "/break-it/api/admin/rounds", {"number": n}, ADMIN),
+        ]
+        for method, path, body, headers in calls:
+            r = client.request(method, path, json=body, headers=headers)
+            assert r.status_code == 422, (method, path, r.status_code, r.text)
+            assert r.json()["error"]["code"] == "invalid_request" and r.json()["error"]["field"] in {
+                "round",
+                "task_id",
+                "attack_id",
+                "number",
+            }, r.text
+    assert client.get(f"/break-it/api/tasks/{MAX_ID}", headers=auth(dave)).status_code == 404  # in range: not found
+    assert client.get("/break-it/api/round?round=abc").status_code == 422
+
+
+@pytest.mark.parametrize("trusted", [True, False])
+def test_proxy_headers_count_only_from_the_configured_proxies(tmp_path: Path, trusted: bool) -> None:
+    """SAFETY_FORWARDED_ALLOW_IPS: from a trusted proxy, X-Forwarded-For is the client address of the
+    per-address rate limits (two players behind the proxy: two buckets); unset, the header is ignored
+    (one bucket: the connection's address), so a direct client cannot pick its address."""
+    settings = ServiceSettings(
+        host="127.0.0.1",
+        port=0,
+        breakit_db=str(tmp_path / "game.sqlite3"),
+        api_key=KEY,
+        forwarded_allow_ips="127.0.0.1" if trusted else None,
+    )
+    with live_server(settings, FakeClassifier()) as live, live.client() as c:
+        rates = {"register": {"address": "1/minute"}}
+        body = {"number": 1, "signup_open": True, "rates": rates}
+        assert c.post("/break-it/api/admin/rounds", json=body, headers=ADMIN).status_code == 200
+        codes = [
+            c.post(
+                "/break-it/api/players", json={"nickname": f"p{i}"}, headers={"X-Forwarded-For": address}
+            ).status_code
+            for i, address in enumerate(["203.0.113.1", "203.0.113.2", "203.0.113.1"])
+        ]
+    assert codes == ([200, 200, 429] if trusted else [200, 429, 429])

@@ -5,6 +5,7 @@ localhost, with bounded counts and bounded waits (no timing assertions: speed li
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import socket
@@ -583,3 +584,159 @@ def test_openapi_declares_the_enforced_limits(tight: LiveServer) -> None:
     assert schemas["BatchRequest"]["properties"]["items"]["minItems"] == 1
     assert schemas["BatchRequest"]["properties"]["items"]["maxItems"] == 256
     assert schemas["TurnIn"]["properties"]["text"]["maxLength"] == 4000
+
+
+# -- round two: HTTP edges ---------------------------------------------------------------------------
+def raw_exchange(live: LiveServer, request: bytes) -> tuple[int, dict[str, str], dict[str, Any]]:
+    """Send ``request`` as it is on a fresh connection; the answer's status, headers and JSON body (the
+    connection must end: every refusal below closes it)."""
+    sock = connect(live)
+    try:
+        with contextlib.suppress(OSError):  # closed while sending (a refused head): the answer was written first
+            sock.sendall(request)
+        raw = read_until_closed(sock)
+    finally:
+        sock.close()
+    header, _, body = raw.partition(b"\r\n\r\n")
+    lines = header.decode("latin-1").split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+    assert headers.get("content-type") == "application/json", raw[:300]
+    return int(lines[0].split(" ", 2)[1]), headers, json.loads(body)
+
+
+def test_no_redirect_is_built_from_the_host_header(tight: LiveServer) -> None:
+    """`POST /v1/classify/` used to redirect to http://<Host header>/v1/classify: an open redirect."""
+    for path in (CLASSIFY + "/", "/health/", "/v1/model/"):
+        request = f"GET {path} HTTP/1.1\r\nHost: evil.example\r\nConnection: close\r\n\r\n".encode()
+        status, headers, body = raw_exchange(tight, request)
+        assert status == 404 and "location" not in headers and body["error"]["code"] == "not_found", (path, headers)
+    with tight.client() as c:
+        r = c.post(CLASSIFY + "/", json={"utterance": "hi"}, headers={"Host": "evil.example"})
+        assert r.status_code == 404 and "location" not in r.headers and "evil" not in r.text
+
+
+@pytest.mark.parametrize(
+    ("raw", "code"),
+    [
+        (b'{"utterance": "have a nice day", "utterance": "you idiot"}', "duplicate_key"),
+        (b'{"items": [{"utterance": "a", "history": [{"text": "x", "text": "y"}]}]}', "duplicate_key"),
+        (b'{"utterance": "a", "threshold": ' + b"[" * 1400 + b"]" * 1400 + b"}", "malformed_json"),
+        (b'{"utterance": "a", "history": ' + b"[" * 65 + b"]" * 65 + b"}", "malformed_json"),
+    ],
+    ids=["duplicate key", "duplicate key in a turn", "1,400 deep", "65 deep"],
+)
+def test_duplicate_keys_and_deep_bodies_are_refused_400(tight: LiveServer, raw: bytes, code: str) -> None:
+    """A proxy that checks the first `utterance` must not see another text than the model is asked about."""
+    with tight.client() as c:
+        route = BATCH if raw.startswith(b'{"items"') else CLASSIFY
+        r = c.post(route, content=raw, headers={"content-type": "application/json"})
+        assert r.status_code == 400 and r.json()["error"]["code"] == code, r.text
+        if code == "duplicate_key":
+            assert "appears twice" in r.json()["error"]["message"]
+        # the same key in two different objects is not a duplicate; a chunked body is read whole
+        ok = c.post(CLASSIFY, content=b'{"utterance": "a", "history": [{"text": "b"}, {"text": "c"}]}')
+        assert ok.status_code == 200, ok.text
+        chunked = c.post(CLASSIFY, content=iter([b'{"utterance": "a", ', b'"utterance": "b"}']))
+        assert chunked.status_code == 400 and chunked.json()["error"]["code"] == "duplicate_key"
+
+
+@pytest.fixture(scope="module")
+def small_heads() -> Iterator[LiveServer]:
+    with live_server(classifier=FakeClassifier(), header_timeout_s=2.0, max_header_bytes=4096) as live:
+        yield live
+
+
+def test_a_request_head_over_the_limit_gets_431_and_is_never_held_whole(small_heads: LiveServer) -> None:
+    guard = small_heads.extra["guard"]
+    assert guard.max_header_bytes == 4096
+    big = f"POST {CLASSIFY} HTTP/1.1\r\nHost: localhost\r\nX-Big: {'a' * 5000}\r\nContent-Length: 2\r\n\r\n{{}}"
+    status, _, body = raw_exchange(small_heads, big.encode())
+    assert status == 431 and body["error"]["code"] == "header_too_large"
+    assert "SAFETY_MAX_HEADER_BYTES" in body["error"]["message"]
+    # a head that never ends, sent in pieces: refused once past the limit, not when the head timeout ends
+    sock = connect(small_heads)
+    try:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: localhost\r\n")
+        started = time.monotonic()
+        answer = b""
+        for i in range(200):
+            try:
+                sock.sendall(f"X-Header-{i}: {'b' * 100}\r\n".encode())
+            except OSError:
+                break
+        answer = read_until_closed(sock)
+    finally:
+        sock.close()
+    assert answer.startswith(b"HTTP/1.1 431 ") and time.monotonic() - started < 2.0
+    # many headers that fit are served
+    with small_heads.client() as c:
+        assert c.get("/health", headers={f"X-H{i}": "v" * 50 for i in range(40)}).status_code == 200
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        b"GARBAGE\r\n\r\n",
+        b"GET /health HTTP/9.9\r\nHost: x\r\n\r\n",
+        b"GET /health HTTP/1.1\r\nBad Header Name: x\r\n\r\n",
+        b"GET /health HTTP/1.1\r\nHost: x\r\nX: a\x00b\r\n\r\n",
+        b"GET /he\x01alth HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"POST /v1/classify HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n",
+        b"POST /v1/classify HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n",
+        b"POST /v1/classify HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}",
+    ],
+    ids=[
+        "request line",
+        "version",
+        "header name",
+        "NUL in a value",
+        "control in the path",
+        "content-length",
+        "chunk size",
+        "two lengths",
+    ],
+)
+def test_what_the_http_parser_refuses_is_answered_in_the_json_error_shape(
+    tight: LiveServer, request_bytes: bytes
+) -> None:
+    status, headers, body = raw_exchange(tight, request_bytes)
+    assert status == 400 and body["error"]["code"] == "malformed_request", body
+    assert headers.get("connection") == "close"
+
+
+def test_docs_api_md_lists_every_limit() -> None:
+    """The limits table names every limit setting (SAFETY_MAX_*, the timeouts, the queue) with its
+    default, and the fixed limits with their values."""
+    from dialogue_safety.breakit.game import MAX_ID
+    from dialogue_safety.core.json_input import MAX_JSON_DEPTH
+
+    doc = (Path(__file__).parents[1] / "docs" / "api.md").read_text()
+    table = doc.split("## Limits", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in table.splitlines() if line.startswith("| ")]
+    limit_settings = [
+        name
+        for name in ServiceSettings.model_fields
+        if (name.startswith("max_") and name not in {"max_batch_size", "max_batch_tokens", "max_wait_ms"})
+        or name.endswith("_timeout_s")
+        or name == "queue_size"
+    ]
+    defaults = ServiceSettings()
+    for name in limit_settings:
+        row = next((r for r in rows if f"`SAFETY_{name.upper()}`" in r), f"SAFETY_{name.upper()} is not listed")
+        default = getattr(defaults, name)
+        if default is not None:  # (unset: measured at start)
+            value = str(int(default)) if float(default).is_integer() else str(default)
+            assert value in row.split("|")[2], (name, default, row)
+    assert any("`MAX_JSON_DEPTH`" in r and f"{MAX_JSON_DEPTH} levels" in r for r in rows)
+    assert any("`MAX_ID`" in r and str(MAX_ID) in r for r in rows)
+
+
+def test_a_websocket_handshake_gets_a_json_answer(tight: LiveServer) -> None:
+    """The service has no WebSocket route: uvicorn's WebSocket layer used to refuse the handshake with a
+    bare plain-text 403; it is an ordinary request now."""
+    handshake = (
+        f"GET {CLASSIFY} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade, close\r\n"
+        "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    ).encode()
+    status, _, body = raw_exchange(tight, handshake)
+    assert status == 405 and body["error"]["code"] == "method_not_allowed"

@@ -5,6 +5,7 @@ the old model; a bad directory is refused and the old model keeps serving. Real 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import signal
@@ -35,11 +36,16 @@ def versioned_copy(model_dir: Path, target: Path, version: str) -> Path:
     return target
 
 
-def test_swap_to_a_new_version_and_refuse_bad_directories(tiny_model_dir: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_swap_to_a_new_version_and_refuse_bad_directories(
+    tiny_model_dir: Path,  # noqa: F811
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     v2 = versioned_copy(tiny_model_dir, tmp_path / "v2", "0.0.2")
     broken = versioned_copy(tiny_model_dir, tmp_path / "broken", "9.9.9")
     (broken / "model.onnx").write_bytes(b"not an onnx graph")
     (tmp_path / "empty").mkdir()
+    refusals = set()
     with live_server(model_dir=tiny_model_dir, api_key=KEY) as live, live.client() as c:
         assert c.post("/admin/model", json={"model_dir": str(v2)}).status_code == 401  # no key
         for bad, why in [
@@ -47,9 +53,13 @@ def test_swap_to_a_new_version_and_refuse_bad_directories(tiny_model_dir: Path, 
             (broken, "does not load"),
             (tmp_path / "nope", "no model"),
         ]:
-            r = c.post("/admin/model", json={"model_dir": str(bad)}, headers=ADMIN)
+            caplog.clear()
+            with caplog.at_level(logging.ERROR, logger="dialogue_safety.service.hot_swap"):
+                r = c.post("/admin/model", json={"model_dir": str(bad)}, headers=ADMIN)
             assert r.status_code == 422, r.text
-            assert r.json()["error"]["code"] == "model_refused" and why in r.json()["error"]["message"]
+            assert r.json()["error"]["code"] == "model_refused" and r.json()["error"]["field"] == "model_dir"
+            refusals.add(r.json()["error"]["message"])
+            assert why in caplog.text and str(tmp_path) not in r.text  # the log says why, the answer does not
             assert c.get("/v1/model", headers=ADMIN).json()["version"] == "0.0.1"  # the old model keeps serving
             assert (
                 c.post("/v1/classify", json={"utterance": "hi"}, headers=ADMIN).json()["model"] == "tiny-random@0.0.1"
@@ -62,14 +72,63 @@ def test_swap_to_a_new_version_and_refuse_bad_directories(tiny_model_dir: Path, 
             "previous": "tiny-random@0.0.1",
             "model_dir": str(v2),
             "drained": True,
+            "released": True,
         }
         assert c.get("/v1/model", headers=ADMIN).json()["version"] == "0.0.2"
         after = c.post("/v1/classify", json={"utterance": "you idiot"}, headers=ADMIN).json()
         assert after["model"] == "tiny-random@0.0.2" and after["score"] == pytest.approx(before["score"], abs=1e-6)
+        assert len(refusals) == 1  # one answer whatever exists: a refusal tells nothing about the file system
         metrics = c.get("/metrics").text
         assert 'version="0.0.2"' in metrics and 'version="0.0.1"' not in metrics
         assert 'safety_model_swaps_total{outcome="swapped"} 1.0' in metrics
         assert 'safety_model_swaps_total{outcome="refused"} 3.0' in metrics
+
+
+def test_hostile_model_dirs_get_422_without_echo_and_log_escaped(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A path component of 300 characters, a lone surrogate, a newline (a forged log line), an empty or
+    over-long path: 422 naming the field, never 500; the answer does not echo the value."""
+    fake = FakeClassifier()
+    good = tmp_path / "m"
+    good.mkdir()
+    (good / CARD_FILE).write_text("{}")
+    (good / "model.onnx").write_bytes(b"")
+    settings = ServiceSettings(host="127.0.0.1", port=0, model_dir=good, api_key=KEY)
+    with live_server(settings, factory=lambda s: fake) as live, live.client(headers=ADMIN) as c:
+        for bad in [
+            "/tmp/" + "a" * 300,
+            "/tmp/\ud800",
+            "/tmp/x\nINFO forged line",
+            "  ",
+            "/" + "d/" * 2100,
+            "a\x1b[2J",
+        ]:
+            # json.dumps escapes the lone surrogate: valid JSON text that decodes to no Unicode text
+            body = json.dumps({"model_dir": bad})
+            r = c.post("/admin/model", content=body, headers={"Content-Type": "application/json"})
+            assert r.status_code == 422, (bad[:40], r.text)
+            error = r.json()["error"]
+            assert error["field"] == "model_dir" and error["code"] == "invalid_request", error
+            assert bad.strip()[:20] not in error["message"] or not bad.strip(), error
+        # a path the checks let through into a loop of symbolic links: refused like any other, not 500
+        loop = tmp_path / "loop"
+        loop.symlink_to(loop)
+        caplog.clear()
+        with caplog.at_level(logging.ERROR, logger="dialogue_safety.service.hot_swap"):
+            r = c.post("/admin/model", json={"model_dir": str(loop / "x")})
+        assert r.status_code == 422 and r.json()["error"]["code"] == "model_refused", r.text
+
+
+def test_request_values_are_escaped_in_log_lines() -> None:
+    from dialogue_safety.service.log_values import printable
+
+    forged = "/models/x\n2026-01-01 INFO forged\r\x1b[2J\u2028\u202e\ud800"
+    logged = printable(forged)
+    assert logged == "/models/x\\x0a2026-01-01 INFO forged\\x0d\\x1b[2J\\u2028\\u202e\\ud800"
+    assert logged.isprintable() and logged.encode("utf-8")
+    assert printable("é ok 😀") == "é ok 😀"  # text is left alone
+    assert printable("x" * 1000, max_chars=10) == "xxxxxxxxxx... (1000 characters)"
 
 
 def test_admin_endpoint_is_off_without_an_api_key(tiny_model_dir: Path) -> None:  # noqa: F811
@@ -198,6 +257,93 @@ def test_sighup_reloads_the_model_directory_in_a_serve_process(tiny_model_dir: P
         assert (
             httpx.post(f"{url}/v1/classify", json={"utterance": "hi"}, headers=ADMIN).json()["model"].endswith("0.0.2")
         )
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def _process_status(pid: int | str = "self") -> tuple[float, int]:
+    """(resident memory in MiB, threads: onnxruntime's native ones included) of a process, from /proc."""
+    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    return int(fields["VmRSS"].split()[0]) / 1024, int(fields["Threads"])
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc (Linux)")
+def test_a_swap_releases_the_replaced_model_and_its_threads(tiny_model_dir: Path) -> None:  # noqa: F811
+    """The replaced classifier (its onnxruntime session and thread pool) is gone when the swap answers."""
+    import weakref
+
+    with live_server(model_dir=tiny_model_dir, api_key=KEY) as live, live.client(headers=ADMIN) as c:
+        state = live.app.state.safety
+        assert c.post("/admin/model", json={}).status_code == 200  # the executor threads a swap uses exist now
+        threads = _process_status()[1]
+        for _ in range(5):
+            replaced = weakref.ref(state.classifier)
+            r = c.post("/admin/model", json={})
+            assert r.status_code == 200 and r.json()["released"] is True, r.text
+            assert replaced() is None  # nothing holds the old model any more: freed, not waiting for a collection
+            assert c.post("/v1/classify", json={"utterance": "hi"}).status_code == 200
+        # each swap used to leave its session's threads behind (at least one a swap); the test process's
+        # other threads (helper pools, servers of earlier tests ending) may come and go by one or two
+        assert _process_status()[1] <= threads + 2
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc (Linux)")
+def test_twenty_swaps_under_traffic_end_within_ten_percent_of_the_starting_memory(
+    tiny_model_dir: Path,  # noqa: F811
+) -> None:
+    """A `serve` process (the CLI's frozen heap and allocator settings) swapped 20 times while a client
+    keeps classifying: every request is answered, and memory and threads come back to where they were."""
+    port = _free_port()
+    env = {**os.environ, "SAFETY_API_KEY": KEY}
+    cmd = [sys.executable, "-m", "dialogue_safety.cli.main", "serve", "--model", str(tiny_model_dir)]
+    proc = subprocess.Popen(
+        [*cmd, "--port", str(port), "--log-level", "warning"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + GUARD_S
+        while True:
+            assert proc.poll() is None and time.monotonic() < deadline, "serve never became ready"
+            try:
+                if httpx.get(f"{url}/ready", timeout=5).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        with httpx.Client(base_url=url, headers=ADMIN, timeout=GUARD_S) as c:
+            for _ in range(2):  # the first swaps start the thread pools they reuse afterwards
+                assert c.post("/admin/model", json={}).json()["released"] is True
+            for _ in range(20):
+                c.post("/v1/classify", json={"utterance": "warm up the allocator"})
+            rss_start, threads_start = _process_status(proc.pid)
+            answers: list[int] = []
+            stop = threading.Event()
+
+            def traffic() -> None:
+                with httpx.Client(base_url=url, headers=ADMIN, timeout=GUARD_S) as t:
+                    while not stop.is_set():
+                        answers.append(t.post("/v1/classify", json={"utterance": "still there?"}).status_code)
+
+            client = threading.Thread(target=traffic)
+            client.start()
+            try:
+                for _ in range(20):
+                    r = c.post("/admin/model", json={})
+                    assert r.status_code == 200 and r.json()["drained"] and r.json()["released"], r.text
+            finally:
+                stop.set()
+                client.join(GUARD_S)
+            rss_end, threads_end = _process_status(proc.pid)
+        assert answers and set(answers) == {200}, answers  # requests in flight during the swaps were answered
+        assert rss_end <= 1.1 * rss_start, f"RSS {rss_start:.0f} MiB -> {rss_end:.0f} MiB after 20 swaps"
+        assert threads_end <= threads_start + 2, f"threads {threads_start} -> {threads_end} after 20 swaps"
     finally:
         proc.terminate()
         try:

@@ -24,6 +24,7 @@ CYCLE_ATTRIBUTES = {"response_complete", "disconnected", "keep_alive", "message_
 PROTOCOL_ATTRIBUTES = {"cycle", "pipeline", "parser", "url", "headers", "scope", "transport", "server_state"}
 PROTOCOL_ATTRIBUTES |= {"access_log", "access_logger", "client", "loop"}
 PROTOCOL_METHODS = {"connection_made", "connection_lost", "on_headers_complete", "on_response_complete"}
+PROTOCOL_METHODS |= {"data_received", "on_message_begin", "on_message_complete", "send_400_response"}
 
 
 def _uvicorn_pin() -> str:
@@ -88,3 +89,15 @@ def test_the_protocol_attributes_and_methods_the_guarded_protocol_uses_exist() -
     for method in PROTOCOL_METHODS:
         assert callable(getattr(httptools_impl.HttpToolsProtocol, method, None)), f"uvicorn lost {method}"
     assert "default_headers" in inspect.getsource(httptools_impl.HttpToolsProtocol.on_headers_complete)
+
+
+def test_every_parser_error_goes_through_send_400_response() -> None:
+    """The guarded protocol answers parser errors in the JSON error shape by overriding
+    ``send_400_response``: uvicorn must still write its plain-text 400 nowhere else."""
+    source = inspect.getsource(httptools_impl.HttpToolsProtocol)
+    assert source.count("STATUS_LINE[400]") == 1 and "def send_400_response" in source
+    data_received = inspect.getsource(httptools_impl.HttpToolsProtocol.data_received)
+    assert "except httptools.HttpParserError" in data_received and "self.send_400_response(" in data_received
+    cycle = inspect.getsource(httptools_impl.RequestResponseCycle)
+    # a request whose body broke the parser: the cycle it started is marked disconnected (its sends dropped)
+    assert "self.response_started = False" in cycle and "if self.disconnected:" in cycle

@@ -29,11 +29,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Protocol, TypeVar
 
 from fastapi import APIRouter, Depends, Query, Request
+from fastapi import Path as PathParameter
 from fastapi.security import APIKeyHeader
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import FileResponse
 
-from dialogue_safety.breakit.game import ATTACKS_PER_TASK, TRIES_PER_ATTACK, Mode, TaskProgress, Verdict
+from dialogue_safety.breakit.game import ATTACKS_PER_TASK, MAX_ID, TRIES_PER_ATTACK, Mode, TaskProgress, Verdict
 from dialogue_safety.breakit.rates import RateLimits, parse_rates
 from dialogue_safety.core.encoding import EncodedExample
 from dialogue_safety.core.errors import Conflict, Forbidden, InvalidInput, NotFound, NotReady, Unauthenticated
@@ -94,13 +95,13 @@ class _Body(BaseModel):
 
 class NewPlayer(_Body):
     nickname: str = Field(min_length=1, max_length=64, description="shown on the score board; unique")
-    round: int | None = Field(None, description="the round to sign up for (default: the newest open one)")
+    round: int | None = Field(None, ge=1, le=MAX_ID, description="the round to sign up for (default: newest open)")
 
 
 class NewTask(_Body):
     mode: Mode = Field(description="offensive: fool the model with an offensive message; safe: make it flag a safe one")
     with_context: bool = Field(True, description="draw a dialogue context from the round's pool")
-    round: int | None = Field(None, description="default: the newest open round")
+    round: int | None = Field(None, ge=1, le=MAX_ID, description="default: the newest open round")
 
 
 class TurnBody(_Body):
@@ -126,7 +127,7 @@ class ValidationBody(_Body):
 
 
 class NewRound(_Body):
-    number: int = Field(ge=1)
+    number: int = Field(ge=1, le=MAX_ID)
     references: dict[str, str] = Field(
         default_factory=dict, description='earlier models of the loop scored alongside, e.g. {"A0": "models/a0"}'
     )
@@ -334,7 +335,11 @@ def game_of(request: Request) -> BreakItGame:
 
 
 Game = Annotated[BreakItGame, Depends(game_of)]
-RoundNumber = Annotated[int | None, Query(alias="round")]
+# every id and round number in a path or query: in range before any database sees it (MAX_ID)
+RoundNumber = Annotated[int | None, Query(alias="round", ge=1, le=MAX_ID)]
+TaskId = Annotated[int, PathParameter(ge=1, le=MAX_ID)]
+AttackId = Annotated[int, PathParameter(ge=1, le=MAX_ID)]
+RoundInPath = Annotated[int, PathParameter(ge=1, le=MAX_ID)]
 _token_header = APIKeyHeader(name=TOKEN_HEADER, auto_error=False, description="the player's secret token")
 
 
@@ -403,7 +408,7 @@ async def new_task(game: Game, body: NewTask, me: Me) -> dict[str, Any]:
 
 
 @router.get("/tasks/{task_id}", summary="One of your tasks: its context, progress and tries")
-async def get_task(game: Game, task_id: int, me: Me) -> dict[str, Any]:
+async def get_task(game: Game, task_id: TaskId, me: Me) -> dict[str, Any]:
     task, context, progress, attacks = await game.call(game.require_store().task_state, task_id, me.id)
     return {
         "task_id": task.id,
@@ -431,7 +436,7 @@ async def live_score(
 
 
 @router.post("/tasks/{task_id}/attacks", summary="Submit a try: scored by every model of the round, then stored")
-async def submit_attack(game: Game, task_id: int, body: AttackBody, me: Me, request: Request) -> dict[str, Any]:
+async def submit_attack(game: Game, task_id: TaskId, body: AttackBody, me: Me, request: Request) -> dict[str, Any]:
     task, context, progress, _ = await game.call(game.require_store().task_state, task_id, me.id)
     if progress.finished:
         raise Conflict("this task is finished; start a new one", field="task_id")
@@ -454,7 +459,7 @@ async def to_validate(
 
 
 @router.post("/attacks/{attack_id}/validations", summary="Confirm or reject an attack's label; flag; contrast")
-async def validate(game: Game, attack_id: int, body: ValidationBody, me: Me, request: Request) -> dict[str, Any]:
+async def validate(game: Game, attack_id: AttackId, body: ValidationBody, me: Me, request: Request) -> dict[str, Any]:
     if body.contrast_text:
         game.check_text(body.contrast_text, "contrast_text")
     attack = await game.call(game.require_store().attack, attack_id)
@@ -493,7 +498,7 @@ async def new_round(game: Game, body: NewRound) -> dict[str, Any]:
 
 
 @admin_router.post("/rounds/{number}/settings", summary="Open or close sign-up; set rate limits (API key)")
-async def round_settings(game: Game, number: int, body: RoundSettings) -> dict[str, Any]:
+async def round_settings(game: Game, number: RoundInPath, body: RoundSettings) -> dict[str, Any]:
     if body.rates is not None:
         parse_rates(body.rates)
     rnd = await game.call(game.require_store().configure_round, number, signup_open=body.signup_open, rates=body.rates)
@@ -508,14 +513,14 @@ async def invite(game: Game, body: Invite) -> dict[str, Any]:
 
 
 @admin_router.post("/rounds/{number}/contexts", summary="Upload a context pool for a round (API key)")
-async def upload_contexts(game: Game, number: int, body: ContextUpload) -> dict[str, Any]:
+async def upload_contexts(game: Game, number: RoundInPath, body: ContextUpload) -> dict[str, Any]:
     turns = [[t.model_dump() for t in c] for c in body.contexts]
     added = await game.call(game.require_store().add_contexts, number, turns, body.source)
     return {"round": number, "added": added, "contexts": await game.call(game.require_store().context_count, number)}
 
 
 @admin_router.post("/rounds/{number}/close", summary="Close a round (API key)")
-async def close_round(game: Game, number: int) -> dict[str, Any]:
+async def close_round(game: Game, number: RoundInPath) -> dict[str, Any]:
     await game.call(game.require_store().close_round, number)
     return {"round": number, "open": False}
 

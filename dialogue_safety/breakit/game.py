@@ -16,6 +16,9 @@ from dialogue_safety.core.schema import Label
 
 ATTACKS_PER_TASK = 5
 TRIES_PER_ATTACK = 2
+#: the largest round number, task, attack or player id there can be: the store keeps them in INTEGER
+#: columns, 32-bit in PostgreSQL (a larger one in a request is refused with 422, never sent to the database)
+MAX_ID = 2**31 - 1
 
 
 class Mode(StrEnum):

@@ -1,10 +1,14 @@
 """Corpus files: JSONL, CSV and Parquet, read in chunks and written in parts, format from the extension.
 
 Readers yield :class:`dialogue_safety.corpus.records.Row` chunks of at most ``chunk_size`` rows, so memory is
-bounded by the chunk, never by the file; ``skip`` rows are passed over first (resuming). A
-JSONL line that is not a JSON object becomes an error row naming file and line; blank lines
-are not rows. CSV cells are strings (a history cell is a JSON list). Parquet (and anything
-Ray) needs pyarrow: ``pip install 'dialogue-safety[scale]'``.
+bounded by the chunk, never by the file; ``skip`` rows are passed over first (resuming). No line
+stops a job: a JSONL line that is not a JSON object (or nests deeper than
+:data:`dialogue_safety.core.json_input.MAX_JSON_DEPTH`, checked before it is parsed, or holds a key
+twice), a CSV record that is not readable CSV or not UTF-8, and a line longer than a request body may
+be (``Limits.max_body_bytes``, never held whole) each become an error row naming file and line.
+Blank (or whitespace-only) lines are not rows; they are counted (:class:`ReadCounts`). CSV cells are
+strings (a history cell is a JSON list). Parquet (and anything Ray) needs pyarrow:
+``pip install 'dialogue-safety[scale]'``.
 
 Writers write one part file per chunk (:func:`write_part`) and :func:`merge_parts` streams the
 parts into the final file; nested values are objects in JSONL and JSON strings in CSV/Parquet
@@ -16,12 +20,15 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import shutil
 import sys
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
+from dialogue_safety.core import json_input
 from dialogue_safety.core.limits import Limits
 from dialogue_safety.corpus.records import Columns, Row, flatten, parse_row, unflatten, unreadable_row
 
@@ -69,41 +76,147 @@ def _pyarrow() -> Any:
 
 
 def _csv_field_limit() -> None:
-    csv.field_size_limit(min(sys.maxsize, 2**31 - 1))  # long comments are rows to judge, not a reader crash
+    # a cell is never longer than its line, which is cut at the row limit first (_CsvLines)
+    csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
+
+
+@dataclass
+class ReadCounts:
+    """What reading a file passed over without making a row of it (reported in the job's summary)."""
+
+    blank_lines: int = 0  # blank or whitespace-only lines (JSONL) or records (CSV)
+
+
+READ_PIECE = 1 << 20  # how much of an over-long line is read at a time while it is passed over
+_SURROGATE = re.compile("[\ud800-\udfff]")  # what surrogateescape makes of bytes that are not UTF-8
+
+
+def _too_long(where: str, max_bytes: int) -> Row:
+    return unreadable_row(
+        where,
+        f"the line is longer than {max_bytes} bytes, the most one row may hold (a request body's limit, "
+        "SAFETY_MAX_BODY_BYTES); it was not read",
+    )
+
+
+def _binary_lines(f: IO[bytes], max_bytes: int) -> Iterator[tuple[int, bytes | None]]:
+    """(line number, line) of a binary file; a line longer than ``max_bytes`` comes as None (it is
+    read past in pieces, never held whole)."""
+    line_no = 0
+    while line := f.readline(max_bytes + 1):
+        line_no += 1
+        if len(line) > max_bytes and not line.endswith(b"\n"):
+            while (rest := f.readline(READ_PIECE)) and not rest.endswith(b"\n"):
+                pass
+            yield line_no, None
+        else:
+            yield line_no, line
+
+
+class _CsvLines:
+    """The physical lines of a text file for ``csv.reader``, each cut to ``max_chars + 1`` characters
+    (the rest is read past, never held); ``cut``: the numbers of the lines that were cut, and
+    ``line_no``: the lines read so far."""
+
+    def __init__(self, f: IO[str], max_chars: int) -> None:
+        self.f, self.max_chars = f, max_chars
+        self.line_no = 0
+        self.cut: set[int] = set()
+
+    def __iter__(self) -> _CsvLines:
+        return self
+
+    def __next__(self) -> str:
+        line = self.f.readline(self.max_chars + 1)
+        if not line:
+            raise StopIteration
+        self.line_no += 1
+        if len(line) > self.max_chars and not line.endswith(("\n", "\r")):
+            self.cut.add(self.line_no)
+            while (rest := self.f.readline(READ_PIECE)) and not rest.endswith(("\n", "\r")):
+                pass
+        return line
+
+
+def _csv_records(
+    f: IO[str], max_chars: int, counts: ReadCounts | None = None
+) -> Iterator[tuple[int, list[str] | None, str | None]]:
+    """(first line, cells, problem) of every CSV record that is not blank: cells None with the problem
+    of a record that cannot be read (not CSV, longer than ``max_chars``, not UTF-8)."""
+    lines = _CsvLines(f, max_chars)
+    reader = csv.reader(lines)
+    while True:
+        first = lines.line_no + 1
+        try:
+            cells = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            yield first, None, f"not a readable CSV record ({exc})"
+            continue
+        if any(n in lines.cut for n in range(first, lines.line_no + 1)):
+            yield (
+                first,
+                None,
+                f"the record is longer than {max_chars} characters, the most one row may hold "
+                "(a request body's limit, SAFETY_MAX_BODY_BYTES); it was not read",
+            )
+        elif len(cells) <= 1 and not "".join(cells).strip():
+            if counts is not None:
+                counts.blank_lines += 1
+        elif any(_SURROGATE.search(c) for c in cells):
+            yield first, None, "not UTF-8 text"
+        else:
+            yield first, cells, None
+
+
+def _open_csv(path: str | Path) -> IO[str]:
+    _csv_field_limit()
+    return open(path, newline="", encoding="utf-8", errors="surrogateescape")
 
 
 # -- counting (for the progress bar) -----------------------------------------------------------
-def count_rows(path: str | Path) -> int:
-    """Rows in the file (JSONL: non-blank lines; CSV: records; Parquet: from the footer)."""
+def count_rows(path: str | Path, max_row_bytes: int | None = None) -> int:
+    """Rows in the file (JSONL: non-blank lines; CSV: non-blank records; Parquet: from the footer);
+    ``max_row_bytes``: as the rows are read (default: ``Limits().max_body_bytes``)."""
     fmt = format_of(path)
+    max_row_bytes = max_row_bytes or Limits().max_body_bytes
     if fmt == "parquet":
         return int(_pyarrow().parquet.ParquetFile(path).metadata.num_rows)
     if fmt == "csv":
-        _csv_field_limit()
-        with open(path, newline="", encoding="utf-8") as f:
-            return max(0, sum(1 for _ in csv.reader(f)) - 1)
+        with _open_csv(path) as f:
+            return max(0, sum(1 for _ in _csv_records(f, max_row_bytes)) - 1)
     with open(path, "rb") as f:
-        return sum(1 for line in f if line.strip())
+        return sum(1 for _, line in _binary_lines(f, max_row_bytes) if line is None or line.strip())
 
 
 # -- reading -----------------------------------------------------------------------------------
-def iter_rows(path: str | Path, columns: Columns, limits: Limits, skip: int = 0) -> Iterator[Row]:
-    """Every row of the file after the first ``skip``, parsed (errors included, never dropped)."""
+def iter_rows(
+    path: str | Path, columns: Columns, limits: Limits, skip: int = 0, counts: ReadCounts | None = None
+) -> Iterator[Row]:
+    """Every row of the file after the first ``skip``, parsed (errors included, never dropped);
+    ``counts``: what was passed over (every blank line of the file, skipped rows' included)."""
     fmt = format_of(path)
     name = Path(path).name
+    counts = counts if counts is not None else ReadCounts()
     if fmt == "jsonl":
-        yield from _jsonl_rows(path, name, columns, limits, skip)
+        yield from _jsonl_rows(path, name, columns, limits, skip, counts)
     elif fmt == "csv":
-        yield from _csv_rows(path, name, columns, limits, skip)
+        yield from _csv_rows(path, name, columns, limits, skip, counts)
     else:
         yield from _parquet_rows(path, name, columns, limits, skip)
 
 
 def iter_chunks(
-    path: str | Path, columns: Columns, limits: Limits, chunk_size: int, skip: int = 0
+    path: str | Path,
+    columns: Columns,
+    limits: Limits,
+    chunk_size: int,
+    skip: int = 0,
+    counts: ReadCounts | None = None,
 ) -> Iterator[list[Row]]:
     chunk: list[Row] = []
-    for row in iter_rows(path, columns, limits, skip):
+    for row in iter_rows(path, columns, limits, skip, counts):
         chunk.append(row)
         if len(chunk) >= chunk_size:
             yield chunk
@@ -112,44 +225,61 @@ def iter_chunks(
         yield chunk
 
 
-def _jsonl_rows(path: str | Path, name: str, columns: Columns, limits: Limits, skip: int) -> Iterator[Row]:
+def parse_jsonl_line(line: str | bytes, where: str, columns: Columns, limits: Limits) -> Row:
+    """One JSONL line → its row, or an error row naming ``where`` (both engines read lines here)."""
+    try:
+        raw = json_input.loads(line)
+    except json_input.JsonInputError as exc:
+        return unreadable_row(where, f"not a JSON line to read ({exc})")
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        return unreadable_row(where, f"not valid JSON ({exc})")
+    if not isinstance(raw, dict):
+        return unreadable_row(where, f"expected a JSON object, got {type(raw).__name__}")
+    return parse_row(raw, columns, limits, where)
+
+
+def _jsonl_rows(
+    path: str | Path, name: str, columns: Columns, limits: Limits, skip: int, counts: ReadCounts
+) -> Iterator[Row]:
     seen = 0
     with open(path, "rb") as f:
-        for line_no, line in enumerate(f, start=1):
-            if not line.strip():
+        for line_no, line in _binary_lines(f, limits.max_body_bytes):
+            if line is not None and not line.strip():
+                counts.blank_lines += 1
                 continue
             seen += 1
             if seen <= skip:
                 continue
             where = f"{name}:{line_no}"
-            try:
-                raw = json.loads(line)
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                yield unreadable_row(where, f"not valid JSON ({exc})")
-                continue
-            if not isinstance(raw, dict):
-                yield unreadable_row(where, f"expected a JSON object, got {type(raw).__name__}")
-                continue
-            yield parse_row(raw, columns, limits, where)
+            yield (
+                _too_long(where, limits.max_body_bytes)
+                if line is None
+                else parse_jsonl_line(line, where, columns, limits)
+            )
 
 
-def _csv_rows(path: str | Path, name: str, columns: Columns, limits: Limits, skip: int) -> Iterator[Row]:
-    _csv_field_limit()
-    with open(path, newline="", encoding="utf-8") as f:
-        reader = csv.DictReader(f)
-        if reader.fieldnames is None:
+def _csv_rows(
+    path: str | Path, name: str, columns: Columns, limits: Limits, skip: int, counts: ReadCounts
+) -> Iterator[Row]:
+    with _open_csv(path) as f:
+        records = _csv_records(f, limits.max_body_bytes, counts)
+        header = next(records, None)
+        if header is None:
             return
-        for seen, raw in enumerate(reader, start=1):
+        line, fieldnames, problem = header
+        if fieldnames is None:
+            raise CorpusFileError(f"{path}:{line}: the header is not readable ({problem})")
+        for seen, (line, cells, problem) in enumerate(records, start=1):
             if seen <= skip:
                 continue
-            where = f"{name}:{reader.line_num}"
-            if None in raw:  # more cells than header names
-                yield unreadable_row(
-                    where,
-                    f"{len(raw[None]) + len(reader.fieldnames)} cells for {len(reader.fieldnames)} columns",
-                )
-                continue
-            yield parse_row(raw, columns, limits, where)
+            where = f"{name}:{line}"
+            if cells is None:
+                yield unreadable_row(where, str(problem))
+            elif len(cells) > len(fieldnames):  # more cells than header names
+                yield unreadable_row(where, f"{len(cells)} cells for {len(fieldnames)} columns")
+            else:
+                raw = {k: (cells[i] if i < len(cells) else None) for i, k in enumerate(fieldnames)}
+                yield parse_row(raw, columns, limits, where)
 
 
 def _parquet_rows(path: str | Path, name: str, columns: Columns, limits: Limits, skip: int) -> Iterator[Row]:

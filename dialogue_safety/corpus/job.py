@@ -26,6 +26,7 @@ from dialogue_safety.core.limits import Limits
 from dialogue_safety.core.policy import Policy, load_policy
 from dialogue_safety.corpus.formats import (
     CorpusFileError,
+    ReadCounts,
     count_rows,
     iter_chunks,
     merge_parts,
@@ -105,6 +106,7 @@ class Summary:
     scored: int = 0
     errors: int = 0
     resumed_rows: int = 0
+    blank_lines: int = 0  # blank or whitespace-only lines passed over, not rows (local engine)
     seconds: float = 0.0
     output: str = ""
     engine: str = "local"
@@ -196,11 +198,12 @@ def run_local(
         summary.errors += stats["errors"]
     summary.resumed_rows = summary.rows
     if total is None and progress:
-        total = count_rows(job.input)
+        total = count_rows(job.input, limits.max_body_bytes)
     bar = tqdm(total=total, initial=summary.rows, unit="rows", disable=not progress, dynamic_ncols=True, smoothing=0.1)
     index = done_parts
+    counts = ReadCounts()
     try:
-        for chunk in iter_chunks(job.input, job.columns, limits, job.chunk_size, skip=summary.rows):
+        for chunk in iter_chunks(job.input, job.columns, limits, job.chunk_size, skip=summary.rows, counts=counts):
             records = score_rows(
                 classifier,
                 chunk,
@@ -230,6 +233,7 @@ def run_local(
         bar.close()
     merge_parts([_part(parts_dir, i, suffix) for i in range(index)], job.output, job.fields)
     shutil.rmtree(parts_dir)
+    summary.blank_lines = counts.blank_lines  # the whole file's: every run reads it from its first line
     summary.scored = summary.rows - summary.errors
     summary.seconds = time.perf_counter() - started
     return summary

@@ -37,7 +37,7 @@ from dialogue_safety.core.explain import Method
 from dialogue_safety.core.limits import Limits
 from dialogue_safety.core.model_card import ModelCard
 from dialogue_safety.core.policy import Policy
-from dialogue_safety.corpus.formats import CorpusFileError, format_of, merge_parts, write_part
+from dialogue_safety.corpus.formats import CorpusFileError, format_of, merge_parts, parse_jsonl_line, write_part
 from dialogue_safety.corpus.job import ScoreJob, Summary
 from dialogue_safety.corpus.records import (
     Columns,
@@ -47,7 +47,6 @@ from dialogue_safety.corpus.records import (
     parse_row,
     score_rows,
     unflatten,
-    unreadable_row,
 )
 
 LINE_COLUMN = "text"  # ray.data.read_text's column
@@ -135,21 +134,7 @@ class RowScorer:
         records = batch.to_pylist()
         if not self.jsonl:
             return [parse_row(r, self.columns, self.limits) for r in records]
-        import json
-
-        rows = []
-        for r in records:
-            line = r[LINE_COLUMN]
-            try:
-                raw = json.loads(line)
-            except json.JSONDecodeError as exc:
-                rows.append(unreadable_row("JSONL line", f"not valid JSON ({exc})"))
-                continue
-            if not isinstance(raw, dict):
-                rows.append(unreadable_row("JSONL line", f"expected a JSON object, got {type(raw).__name__}"))
-                continue
-            rows.append(parse_row(raw, self.columns, self.limits))
-        return rows
+        return [parse_jsonl_line(r[LINE_COLUMN], "JSONL line", self.columns, self.limits) for r in records]
 
     def __call__(self, batch: Any) -> dict[str, list[Any]]:
         records = score_rows(

@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from dialogue_safety.core import json_input
 from dialogue_safety.core.errors import InvalidInput
 from dialogue_safety.core.explain import Method
 from dialogue_safety.core.limits import Limits
@@ -97,11 +98,13 @@ def _history(value: Any, name: str) -> tuple[Turn, ...]:
         return ()
     if isinstance(value, str):
         try:
-            value = json.loads(value)
+            value = json_input.loads(value)  # depth checked before parsing: a hostile cell is an error row
         except json.JSONDecodeError as exc:
             raise RowError(
                 "invalid_history", f"{name} is not a JSON list of turns ({exc.msg} at character {exc.pos})", name
             ) from None
+        except json_input.JsonInputError as exc:
+            raise RowError("invalid_history", f"{name} is not a JSON list of turns to read ({exc})", name) from None
     if hasattr(value, "tolist"):  # numpy arrays from pyarrow/pandas
         value = value.tolist()
     if not isinstance(value, list | tuple):
@@ -128,7 +131,8 @@ def _utterance_field(raw: Mapping[str, Any]) -> str:
 
 
 def parse_row(raw: Mapping[str, Any], columns: Columns, limits: Limits, where: str = "") -> Row:
-    """The example in ``raw``, or a :class:`RowError` saying why it cannot be scored."""
+    """The example in ``raw``, or a :class:`RowError` saying why it cannot be scored (its message
+    starts with ``where``, the file and line, when known)."""
     row = Row(where, raw)
     try:
         if columns.messages and not _is_missing(raw.get(columns.messages)):
@@ -150,7 +154,7 @@ def parse_row(raw: Mapping[str, Any], columns: Columns, limits: Limits, where: s
             raise RowError(exc.code, exc.message, exc.field) from None
         row.example = Example(utterance=utterance, history=turns)
     except RowError as exc:
-        row.error = exc
+        row.error = RowError(exc.code, f"{where}: {exc.message}", exc.field) if where else exc
     return row
 
 
@@ -272,7 +276,9 @@ def score_rows(
         try:
             (limits or Limits()).check_read(prediction.read)
         except InvalidInput as exc:
-            rows[i] = Row(rows[i].where, rows[i].raw, None, RowError(exc.code, exc.message, exc.field))
+            where = rows[i].where
+            message = f"{where}: {exc.message}" if where else exc.message
+            rows[i] = Row(where, rows[i].raw, None, RowError(exc.code, message, exc.field))
             del predictions[i]
             explanations.pop(i, None)
     if policy is not None:

@@ -27,6 +27,7 @@ from dialogue_safety.service.auth import ApiKeyMiddleware, api_key_declaration, 
 from dialogue_safety.service.batcher import Announcement
 from dialogue_safety.service.errors import ERROR_RESPONSES, error_response, install_error_handlers
 from dialogue_safety.service.hot_swap import ModelSwapper, admin_router
+from dialogue_safety.service.json_body import StrictJsonMiddleware
 from dialogue_safety.service.limits import BodyGuardMiddleware, apply_to_openapi
 from dialogue_safety.service.routes import package_version
 from dialogue_safety.service.schemas import REQUEST_FIELDS
@@ -121,6 +122,7 @@ def create_app(
         version=package_version(),
         lifespan=lifespan,
         strict_content_type=False,  # a body without Content-Type is read as JSON; a wrong one is a 415
+        redirect_slashes=False,  # a redirect to the path with(out) its slash is built from the Host header: 404
     )
     app.state.safety = state
     app.state.swapper = swapper  # the hot swap's route reaches it here (hot_swap.swapper_of)
@@ -129,6 +131,7 @@ def create_app(
     # Innermost first: the body guard (size, time, in-flight bytes), then the early 429 of an
     # overloaded service (before any body byte is read), then the API key (checked before that),
     # then the request metrics (outermost: they see every answer).
+    app.add_middleware(StrictJsonMiddleware)  # innermost: reads the body through the guard below
     app.add_middleware(
         BodyGuardMiddleware,
         max_body_bytes=settings.max_body_bytes,

@@ -37,12 +37,25 @@ from dialogue_safety.core.errors import (
     Unauthenticated,
 )
 from dialogue_safety.core.limits import NOT_TEXT_MESSAGE
+from dialogue_safety.service.log_values import printable
 
 log = logging.getLogger("dialogue_safety.service.errors")
 
 
 class MalformedJson(ServiceError):
     default_code = "malformed_json"
+
+
+class MalformedRequest(ServiceError):
+    """What the HTTP parser cannot parse (answered by the server's protocol, the connection closed)."""
+
+    default_code = "malformed_request"
+
+
+class HeaderTooLarge(ServiceError):
+    """A request head over ``max_header_bytes`` (answered by the server's protocol, the connection closed)."""
+
+    default_code = "header_too_large"
 
 
 class UnsupportedMediaType(ServiceError):
@@ -127,7 +140,13 @@ class ErrorRow:
 # THE table: every status and code the service answers with (docs/api.md reproduces it; a test
 # holds the doc to it). Order matters only for documentation; lookup follows the exception's MRO.
 ERROR_TABLE: tuple[ErrorRow, ...] = (
-    ErrorRow(MalformedJson, 400, "the body is not valid UTF-8 JSON (or nests too deeply)"),
+    ErrorRow(
+        MalformedJson,
+        400,
+        "the body is not valid UTF-8 JSON, nests too deeply, or holds an object with a key twice",
+        ("malformed_json", "duplicate_key"),
+    ),
+    ErrorRow(MalformedRequest, 400, "the request is not valid HTTP/1.1 (request line, header, chunked body)"),
     ErrorRow(Unauthorized, 401, "an API key is configured and the request lacks it or has a wrong one"),
     ErrorRow(Unauthenticated, 401, "a break-it player endpoint without a valid player token (X-Player-Token)"),
     ErrorRow(Forbidden, 403, "break-it sign-up on a round where the organiser has turned it off (invites only)"),
@@ -137,6 +156,7 @@ ERROR_TABLE: tuple[ErrorRow, ...] = (
     ErrorRow(Conflict, 409, "a break-it game rule or a concurrent write refused the request"),
     ErrorRow(PayloadTooLarge, 413, "the body is larger than max_body_bytes (Content-Length or streamed)"),
     ErrorRow(UnsupportedMediaType, 415, "a Content-Type other than JSON, or a Content-Encoding (gzip...)"),
+    ErrorRow(HeaderTooLarge, 431, "the request head is longer than max_header_bytes (the connection is closed)"),
     ErrorRow(
         InvalidInput,
         422,
@@ -363,7 +383,7 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 async def _unexpected(request: Request, exc: Exception) -> Response:
     # Log the traceback (code locations, no request body); answer without any detail.
-    log.error("unexpected error on %s %s", request.method, request.url.path, exc_info=exc)
+    log.error("unexpected error on %s %s", request.method, printable(request.url.path), exc_info=exc)
     return error_response(InternalError("internal error; see the server logs"))
 
 

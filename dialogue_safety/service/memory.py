@@ -4,6 +4,8 @@
 it once the model serves); :func:`fix_trim_threshold` and :func:`give_back_freed_memory` give the
 memory freed after a burst of requests back to the system. All three are called by
 ``dialogue-safety serve`` (:mod:`dialogue_safety.service.cli`); the app itself works without them.
+:func:`collect_replaced` is the hot swap's (:mod:`dialogue_safety.service.hot_swap`): the model it
+replaced is freed at once, frozen heap or not.
 """
 
 from __future__ import annotations
@@ -47,6 +49,27 @@ def settle_heap() -> None:
     gc.freeze()
     young, middle, oldest = gc.get_threshold()
     gc.set_threshold(young, middle, max(oldest, GC_FULL_EVERY))
+
+
+def collect_replaced() -> None:
+    """A full collection, of the heap :func:`settle_heap` froze too, then the heap frozen again (when it
+    was) and the freed memory given back to the system (glibc).
+
+    A replaced model (its onnxruntime session with its threads and arenas, its tokenizer, its
+    batcher) is held in reference cycles (the batcher and its helpers point at each other), so
+    reference counting alone never frees it, and the full collections that would are rare here
+    (:data:`GC_FULL_EVERY`); the first model was even frozen out of them. Without this, every hot
+    swap kept the model it replaced. One full scan of the heap per swap, on the event loop: swaps
+    are rare, and the scan is far shorter than loading the model that caused it."""
+    frozen = gc.get_freeze_count() > 0
+    if frozen:
+        gc.unfreeze()
+    gc.collect()
+    if frozen:
+        gc.freeze()
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
 
 
 def fix_trim_threshold() -> bool:

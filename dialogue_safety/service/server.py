@@ -18,9 +18,17 @@ builds the one configuration the CLI and the tests use, with a protocol class th
   :func:`dialogue_safety.service.app.create_app`: the 429 of an overloaded service) says so: no ASGI task,
   middleware or body parsing, so that refusing most requests under overload stays far cheaper
   than answering them (the body that follows is skipped; the connection stays open);
+* refuses a request head (request line and headers) longer than ``max_header_bytes`` with 431, as
+  soon as it is (never more than that and one read of the socket is held), and closes the
+  connection: httptools itself has no limit, and 16 connections sending huge headers grew the
+  process by 155 MB;
+* answers what the HTTP parser cannot parse (a bad request line, header or chunk) in the service's
+  JSON error shape (400 ``malformed_request``) instead of uvicorn's plain text: uvicorn sends all of
+  them through the protocol's ``send_400_response``, overridden here;
 
-and an access-log filter that drops query strings. Memory (garbage collector and allocator) tuning
-lives in :mod:`dialogue_safety.service.memory`; request bodies are guarded by
+an access-log filter that drops query strings; and the proxy headers (``X-Forwarded-For``,
+``X-Forwarded-Proto``) trusted only from ``forwarded_allow_ips`` (off when unset). Memory (garbage
+collector and allocator) tuning lives in :mod:`dialogue_safety.service.memory`; request bodies are guarded by
 :class:`dialogue_safety.service.limits.BodyGuardMiddleware` (size, time, in-flight bytes).
 """
 
@@ -37,7 +45,7 @@ import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from dialogue_safety.core.errors import ServiceError
-from dialogue_safety.service.errors import error_response_bytes, status_of
+from dialogue_safety.service.errors import HeaderTooLarge, MalformedRequest, error_response_bytes, status_of
 from dialogue_safety.service.settings import ServiceSettings
 
 #: (method, raw request target, headers, scope) -> the error to answer at once, or None to serve the
@@ -79,10 +87,16 @@ class ConnectionGuard:
     """Shared by every connection of one server: the cap, the head timeout, refusal counts."""
 
     def __init__(
-        self, max_connections: int, header_timeout_s: float, early_admission: EarlyAdmission | None = None
+        self,
+        max_connections: int,
+        header_timeout_s: float,
+        early_admission: EarlyAdmission | None = None,
+        max_header_bytes: int | None = None,
     ) -> None:
         self.max_connections = max_connections
         self.header_timeout_s = header_timeout_s
+        self.max_header_bytes = max_header_bytes  # a request head's bytes at most (None: no limit)
+        self.refused_heads = 0  # request heads refused: too long (431) or not HTTP (400)
         self.early_admission = early_admission
         self.refused_early = 0  # requests answered from their head (early_admission)
         self.open = 0
@@ -128,6 +142,8 @@ def guarded_protocol(guard: ConnectionGuard) -> type[HttpToolsProtocol]:
     class GuardedHttpToolsProtocol(HttpToolsProtocol):
         _admitted = False
         _head_timer: asyncio.TimerHandle | None = None
+        _head_bytes = 0  # bytes received since the current request head began (while it is incomplete)
+        _in_head = True  # a request head is (or may be) arriving: not between its end and its body's end
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
@@ -155,9 +171,56 @@ def guarded_protocol(guard: ConnectionGuard) -> type[HttpToolsProtocol]:
             self._release_slot()
             self.transport.abort()
 
+        def data_received(self, data: bytes) -> None:
+            if self._in_head:
+                self._head_bytes += len(data)
+            super().data_received(data)
+            limit = guard.max_header_bytes
+            if self._in_head and limit is not None and self._head_bytes > limit and not self.transport.is_closing():
+                self._refuse_head(_head_too_large(limit))  # still incomplete, and already too long
+
+        def on_message_begin(self) -> None:
+            self._in_head = True
+            super().on_message_begin()
+
+        def on_message_complete(self) -> None:
+            self._in_head, self._head_bytes = True, 0  # the next request's head counts from here
+            super().on_message_complete()
+
+        def send_400_response(self, msg: str) -> None:
+            """What the parser cannot parse: the JSON error instead of uvicorn's plain text (``msg``)."""
+            self._refuse_head(
+                MalformedRequest(
+                    "the request is not valid HTTP/1.1 (its request line, a header, or the chunked body); "
+                    "the connection is closed"
+                )
+            )
+
+        def _refuse_head(self, refusal: ServiceError) -> None:
+            """Answer ``refusal`` and close the connection (what follows on it is not read)."""
+            guard.refused_heads += 1
+            self._disarm_head_timer()
+            self._in_head = False
+            cycle = self.cycle
+            if cycle is None or cycle.response_complete:
+                self.cycle = _ANSWERED  # type: ignore[assignment]  # uvicorn skips what the parser still sees
+            elif not cycle.response_started:  # a body that broke the parser: its request gets no other answer
+                cycle.disconnected = True  # what the app still sends is dropped; its body reads end
+                cycle.message_event.set()
+            else:  # never inside a response already begun
+                self.transport.close()
+                return
+            self.transport.write(error_response_bytes(refusal, self.server_state.default_headers, keep_alive=False))
+            self.transport.close()
+
         def on_headers_complete(self) -> None:
             guard.activity += 1
             self._disarm_head_timer()
+            self._in_head = False
+            limit = guard.max_header_bytes
+            if limit is not None and len(self.url) + sum(len(n) + len(v) + 4 for n, v in self.headers) > limit:
+                self._refuse_head(_head_too_large(limit))  # complete, but too long (it came in one read)
+                return
             admit = guard.early_admission
             idle = (self.cycle is None or self.cycle.response_complete) and not self.pipeline
             if admit is not None and idle and not self.parser.should_upgrade():
@@ -215,6 +278,13 @@ def guarded_protocol(guard: ConnectionGuard) -> type[HttpToolsProtocol]:
     return GuardedHttpToolsProtocol
 
 
+def _head_too_large(limit: int) -> HeaderTooLarge:
+    return HeaderTooLarge(
+        f"the request head (request line and headers) is longer than {limit} bytes (SAFETY_MAX_HEADER_BYTES); "
+        "send shorter headers; the connection is closed"
+    )
+
+
 class _AnsweredCycle:
     """Stands in for uvicorn's request cycle of a request answered from its head (complete)."""
 
@@ -246,16 +316,21 @@ def uvicorn_config(app: Any, settings: ServiceSettings, **overrides: Any) -> uvi
     early_admission = getattr(
         getattr(app, "state", None), "early_admission", None
     )  # dialogue_safety.service.app.create_app's
-    guard = ConnectionGuard(connection_cap(settings), settings.header_timeout_s, early_admission)
+    guard = ConnectionGuard(
+        connection_cap(settings), settings.header_timeout_s, early_admission, settings.max_header_bytes
+    )
     logging.getLogger("uvicorn.access").addFilter(DropQueryString())
     options: dict[str, Any] = dict(
         host=settings.host,
         port=settings.port,
         workers=1,
         http=guarded_protocol(guard),
+        ws="none",  # no WebSocket routes: a handshake is an ordinary request (a JSON 4xx, not a bare 403)
         log_level=settings.log_level,
         access_log=settings.access_log,
-        proxy_headers=False,
+        # X-Forwarded-For / -Proto from the configured proxies only (the client address of rate limits and logs)
+        proxy_headers=settings.forwarded_allow_ips is not None,
+        forwarded_allow_ips=settings.forwarded_allow_ips,
         server_header=False,
         timeout_keep_alive=settings.keep_alive_timeout_s,
         timeout_graceful_shutdown=10,

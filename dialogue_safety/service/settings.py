@@ -100,6 +100,18 @@ class ServiceSettings(BaseSettings):
     body_timeout_s: float = Field(
         default=10.0, gt=0.0, description="seconds a request has to send its whole body (then 408, closed)"
     )
+    max_header_bytes: int = Field(
+        default=16 * 1024,
+        ge=1024,
+        description="bytes a request head (request line and headers) may have; beyond: 431 and the connection "
+        "is closed",
+    )
+    forwarded_allow_ips: str | None = Field(
+        default=None,
+        description="comma-separated addresses or networks (or *) of the reverse proxies whose X-Forwarded-For "
+        "and X-Forwarded-Proto headers are trusted: the client address (break-it rate limits, the access log) is "
+        "then the one the proxy saw. Unset: the headers are ignored (the client is the connection's peer)",
+    )
     max_inflight_body_bytes: int = Field(
         default=64 * 1024 * 1024,
         ge=1,

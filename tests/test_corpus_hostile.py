@@ -1,0 +1,163 @@
+"""No line stops a corpus job: lines nested thousands of brackets deep (JSONL, and a CSV history
+cell), duplicate keys, bytes that are not UTF-8, lines longer than a row may be, rows with a bad
+field: each becomes an error row naming file and line; blank lines are counted; an interrupted job
+resumes past them. The tiny exported model with a real ONNX Runtime session."""
+
+# ruff: noqa: F811  (pytest fixtures imported from service_conftest are parameters here)
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from service_conftest import tiny_model_dir  # noqa: F401  (fixture)
+
+from dialogue_safety.cli.score import main as score_main
+from dialogue_safety.core.json_input import MAX_JSON_DEPTH, JsonInputError, loads, too_deep
+from dialogue_safety.core.limits import Limits
+from dialogue_safety.core.runtime import OnnxClassifier
+from dialogue_safety.core.schema import Example, Prediction
+from dialogue_safety.corpus.formats import count_rows, read_records
+from dialogue_safety.corpus.job import ScoreJob, run_local
+
+DEEP = 3000
+SMALL_ROWS = Limits(max_body_bytes=20_000)  # a line over 20,000 bytes is longer than a row may be
+
+
+class Counting:
+    """The real classifier, counting what it scores (none twice after a resume)."""
+
+    def __init__(self, inner: OnnxClassifier) -> None:
+        self.inner, self.model_id = inner, inner.model_id
+        self.scored: list[str] = []
+
+    def predict(self, examples: Sequence[Example], threshold: float | None = None) -> list[Prediction]:
+        self.scored.extend(e.utterance for e in examples)
+        return self.inner.predict(examples, threshold)
+
+
+@pytest.fixture(scope="module")
+def clf(tiny_model_dir: Path) -> OnnxClassifier:
+    return OnnxClassifier(tiny_model_dir, variant="fp32")
+
+
+def hostile_jsonl(path: Path) -> tuple[Path, dict[int, str]]:
+    """A JSONL file of good and hostile lines; returns it and {line number: what its error says}."""
+    lines = [
+        json.dumps({"id": 1, "utterance": "have a nice day"}),  # 1
+        "[" * DEEP + "]" * DEEP,  # 2: nested 3,000 deep
+        json.dumps({"id": 3, "utterance": "hi", "history": json.loads("[" * 50 + "]" * 50)}),  # 3: a bad field
+        "   \t ",  # 4: whitespace only
+        '{"id": 5, "utterance": "fine", "utterance": "you idiot"}',  # 5: a key twice
+        '{"id": 6, "utterance": "x", "history": ' + '{"a":' * DEEP + "1" + "}" * DEEP + "}",  # 6
+        "",  # 7: blank
+        json.dumps({"id": 8, "utterance": "y" * 25_000}),  # 8: longer than a row may be
+        json.dumps({"id": 9, "utterance": "thanks, that helps"}),  # 9
+    ]
+    path.write_bytes(("\n".join(lines) + "\n").encode() + b'{"id": 10, "utterance": "\xff\xfe"}\n')
+    expected = {
+        2: "nested deeper than",
+        3: "history[0] must be a string",
+        5: "appears twice",
+        6: "nested deeper than",
+        8: "longer than 20000 bytes",
+        10: "not valid JSON",
+    }
+    return path, expected
+
+
+def test_json_input_checks_depth_before_parsing_and_refuses_duplicate_keys() -> None:
+    assert too_deep("[" * DEEP) and too_deep(b"[" * DEEP + b"]" * DEEP) and too_deep('{"a":' * DEEP)
+    at_limit = "[" * MAX_JSON_DEPTH + "]" * MAX_JSON_DEPTH
+    assert not too_deep(at_limit) and loads(at_limit) is not None
+    assert too_deep("[" + at_limit + "]")
+    # brackets inside strings do not nest, escaped quotes do not end a string
+    assert not too_deep(json.dumps(["[" * DEEP]))
+    assert not too_deep(json.dumps(['\\"' + "{" * DEEP]))
+    assert loads(json.dumps({"text": "[" * DEEP})) == {"text": "[" * DEEP}
+    with pytest.raises(JsonInputError, match="nested deeper than 64"):
+        loads("[" * DEEP + "]" * DEEP)
+    with pytest.raises(JsonInputError, match='"b" appears twice'):
+        loads('{"a": {"b": 1, "b": 2}}')
+    with pytest.raises(json.JSONDecodeError):
+        loads("{oops")
+
+
+def test_hostile_jsonl_lines_become_error_rows_naming_file_and_line(
+    tmp_path: Path, tiny_model_dir: Path, clf: OnnxClassifier
+) -> None:
+    inp, expected = hostile_jsonl(tmp_path / "in.jsonl")
+    the_job = ScoreJob(inp, tmp_path / "out.jsonl", model_dir=tiny_model_dir, variant="fp32", chunk_size=3)
+    summary = run_local(the_job, classifier=clf, limits=SMALL_ROWS, progress=False)
+    assert (summary.rows, summary.errors, summary.scored, summary.blank_lines) == (8, 6, 2, 2)
+    records = read_records(the_job.output)
+    errors = [r["error"]["message"] for r in records if r["error"] is not None]
+    for (line, what), message in zip(expected.items(), errors, strict=True):
+        assert message.startswith(f"in.jsonl:{line}: ") and what in message, message
+    assert [r["id"] for r in records if r["error"] is None] == [1, 9]
+    assert count_rows(inp, SMALL_ROWS.max_body_bytes) == 8  # the progress bar's total: the same rows
+
+
+def test_hostile_csv_records_become_error_rows_naming_file_and_line(
+    tmp_path: Path, tiny_model_dir: Path, clf: OnnxClassifier
+) -> None:
+    inp = tmp_path / "in.csv"
+    with open(inp, "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(["id", "utterance", "history"])
+        writer.writerow(["1", "have a nice day", '["hello"]'])  # line 2
+        writer.writerow(["2", "ok", "[" * DEEP + "]" * DEEP])  # 3: a history cell nested 3,000 deep
+        f.write("   \n")  # 4: whitespace only
+        writer.writerow(["4", "z" * 25_000, ""])  # 5: longer than a row may be
+        writer.writerow(["5", "fine", '{"a": 1}'])  # 6: a history that is not a list
+    with open(inp, "ab") as b:
+        b.write(b"6,caf\xe9,\n")  # 7: Latin-1, not UTF-8
+        b.write(b'7,"thanks, that helps",\n')  # 8
+    the_job = ScoreJob(inp, tmp_path / "out.csv", model_dir=tiny_model_dir, variant="fp32", chunk_size=2)
+    summary = run_local(the_job, classifier=clf, limits=SMALL_ROWS, progress=False)
+    assert (summary.rows, summary.errors, summary.blank_lines) == (6, 4, 1)
+    records = read_records(the_job.output)
+    by_line = {
+        3: ("invalid_history", "nested deeper than"),
+        5: ("unreadable_row", "longer than 20000 characters"),
+        6: ("invalid_history", "must be a list of turns"),
+        7: ("unreadable_row", "not UTF-8"),
+    }
+    errors = [r["error"] for r in records if r["error"] is not None]
+    for (line, (code, what)), error in zip(by_line.items(), errors, strict=True):
+        assert error["code"] == code and error["message"].startswith(f"in.csv:{line}: ") and what in error["message"]
+    assert errors[0]["field"] == "history"  # the deep cell: the field at fault is named
+    assert [r["id"] for r in records if r["error"] is None] == ["1", "7"]
+
+
+def test_a_job_interrupted_around_a_hostile_line_resumes_past_it(
+    tmp_path: Path, tiny_model_dir: Path, clf: OnnxClassifier
+) -> None:
+    inp, _ = hostile_jsonl(tmp_path / "in.jsonl")
+    the_job = ScoreJob(inp, tmp_path / "out.parquet", model_dir=tiny_model_dir, variant="fp32", chunk_size=2)
+
+    def stop_after_two(done: int) -> None:
+        if done == 2:
+            raise KeyboardInterrupt
+
+    counting = Counting(clf)
+    with pytest.raises(KeyboardInterrupt):
+        run_local(the_job, classifier=counting, limits=SMALL_ROWS, progress=False, on_chunk=stop_after_two)
+    summary = run_local(the_job, classifier=counting, limits=SMALL_ROWS, progress=False)
+    assert (summary.resumed_rows, summary.rows, summary.errors, summary.blank_lines) == (4, 8, 6, 2)
+    assert sorted(counting.scored) == ["have a nice day", "thanks, that helps"]  # each good row once
+    assert [r["error"] is None for r in read_records(the_job.output)] == [True, *[False] * 5, True, False]
+
+
+def test_the_score_command_reports_blank_lines_and_survives_a_deep_line(
+    tmp_path: Path, tiny_model_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    inp = tmp_path / "in.jsonl"
+    inp.write_text('{"utterance": "hello"}\n\n' + "[" * DEEP + "]" * DEEP + "\n  \n")
+    code = score_main([str(inp), str(tmp_path / "out.jsonl"), "--model", str(tiny_model_dir), "--no-progress"])
+    assert code == 0
+    summary: dict[str, Any] = json.loads(capsys.readouterr().out)
+    assert (summary["rows"], summary["errors"], summary["blank_lines"]) == (2, 1, 2)
