@@ -38,6 +38,7 @@ from dialogue_safety.breakit import api as breakit_api
 from dialogue_safety.core import explain
 from dialogue_safety.core.errors import InvalidInput
 from dialogue_safety.core.limits import Limits
+from dialogue_safety.core.model_card import public_card
 from dialogue_safety.core.schema import Example, Prediction, Turn
 from dialogue_safety.service.auth import ApiKeyMiddleware, api_key_declaration, api_key_of, log_auth_state
 from dialogue_safety.service.batcher import Announcement
@@ -537,7 +538,7 @@ def _build_router(state: ServiceState) -> APIRouter:
         served = state.require_served()
         classifier = state.classifier
         assert classifier is not None
-        card = classifier.card.model_dump(mode="json")
+        card = public_card(classifier.card)  # a few KB; the full card stays in the model directory
         batcher = served.batcher
         card["serving"] = {
             "model": state.model_id,
