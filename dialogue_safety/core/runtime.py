@@ -417,15 +417,17 @@ class OnnxClassifier:
         """[n] main OFFENSIVE scores of encoded examples (as :meth:`predict_proba`)."""
         return main_scores(head_probabilities(self.logits_encoded(encoded), self.card), self.card)
 
-    def warmup(self, rounds: int = 2) -> float:
-        """Run a few shapes once so the first request does not pay allocation; returns seconds taken."""
+    def warmup(self, rounds: int = 1) -> float:
+        """Run a short and a full-length dialogue so that the first request does not pay the session's
+        first-run costs (memory arena, kernel set-up); returns seconds taken. One of each is enough for
+        that: a full batch is left out, it costs as much as serving one and would be paid on every start
+        (the batcher's first full batch grows the arena once, by allocation only)."""
         started = time.perf_counter()
         short = Example.from_texts("hello there", ["hi"])
         long = Example.from_texts(" ".join(["word"] * 400), ["context " * 100])
         for _ in range(rounds):
             self.predict([short])
             self.predict([long])
-            self.predict([short, long] * 8)
         return time.perf_counter() - started
 
     def __repr__(self) -> str:
