@@ -38,10 +38,13 @@ def load(model_dir: str | Path | None = None, *, variant: str | None = None) -> 
     ``variant``: ``fp32``, ``optimized``, ``int8`` or ``fp16`` (default: the card's choice for this
     machine). Raises :class:`~dialogue_safety.core.runtime.ModelLoadError` for a directory that is not
     an exported model."""
+    from dialogue_safety.core import language
     from dialogue_safety.core.model_dir import default_model_dir
     from dialogue_safety.core.runtime import OnnxClassifier
 
-    return OnnxClassifier(default_model_dir() if model_dir is None else model_dir, variant=variant)
+    # the language check as the service runs it by default: the same text gets the same answer here and over HTTP
+    directory = default_model_dir() if model_dir is None else model_dir
+    return OnnxClassifier(directory, variant=variant, language_check=language.CHECK_BY_DEFAULT)
 
 
 @functools.cache
