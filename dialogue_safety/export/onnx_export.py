@@ -507,6 +507,10 @@ def _export_into(
             entry["tolerance"] = limit
         variant_report[name] = entry
     card.export["variants"] = variant_report
+    # the channels the int8 split computes apart, as chosen here: a first start of the service derives the
+    # same graph without running it over the calibration rows again (core.variants.OUTLIER_CHOICE)
+    if "int8" in variant_files and variants.record_outlier_choice(staging, "int8", card):
+        card.save(staging)
 
     comparison = None
     cpu_candidates = [v for v in variant_names if v != "fp16"]

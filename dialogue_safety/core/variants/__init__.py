@@ -56,6 +56,7 @@ from dialogue_safety.core.variants.graphs import (
     quantize_matmul_nbits,
     quantize_static_qdq,
     saturate_outlier_masks,
+    split_channels_of,
     split_outlier_channels,
     to_float16,
     weights_storage,
@@ -196,6 +197,28 @@ INT8_PRESETS["dynamic-split"] = {
 }
 
 
+#: a recipe's record of the channels its split computes apart ({MatMul name: indices}), written by the export
+#: from the variant it derived and validated (:func:`record_outlier_choice`): a first start then splits those
+#: channels without running the graph over the calibration rows to find them again (a third of the derivation)
+OUTLIER_CHOICE = "outlier_channel_indices"
+
+
+def record_outlier_choice(model_dir: str | Path, name: str, card: ModelCard) -> bool:
+    """Record in ``card``'s recipe of variant ``name`` the outlier channels its derived file split (in
+    place; the caller saves the card), and stamp that file with the recipe as recorded (the same graph:
+    deriving it with the record splits the same channels). False when the recipe splits none."""
+    recipes = card.export.get("recipes") or {}
+    recipe = recipes.get(name)
+    if not recipe or not recipe.get("outlier_channels") or OUTLIER_CHOICE in recipe:
+        return False
+    path = ensure_variant(model_dir, name, card)
+    graph = onnx.load(str(path))
+    recipe[OUTLIER_CHOICE] = split_channels_of(graph)
+    set_meta(graph, {"recipe": _recipe_key(recipe_chain(name, card))})
+    save_atomic(graph, path)
+    return True
+
+
 def needs_calibration(recipe: Mapping[str, Any]) -> bool:
     """Whether deriving ``recipe`` reads the model directory's calibration rows."""
     return recipe.get("kind") == "quantize_static" or bool(recipe.get("outlier_channels"))
@@ -298,14 +321,7 @@ def derive(
         raise VariantError(f"outlier_mask 'saturate' needs fixed activation scales (quantize_static): {dict(recipe)}")
     feeds = _calibration_feeds(recipe, calibration) if needs_calibration(recipe) else []
     if recipe.get("outlier_channels"):  # before either quantiser: those channels stay out of the int8 products
-        source, _ = split_outlier_channels(
-            source,
-            feeds,
-            tuple(recipe.get("outlier_patterns") or ()),
-            int(recipe["outlier_channels"]),
-            min_ratio=float(recipe.get("outlier_min_ratio", 0.0)),
-            zero_rows=saturate,
-        )
+        source, _ = _split(source, recipe, feeds, saturate)
     derived = _derive_kind(source, recipe, feeds, num_heads, hidden_size)
     if recipe.get("rewrites"):  # how onnxruntime's CPU kernels compute it, not what (core/variants/rewrites.py)
         derived = copy_model(derived) if derived is source else derived
@@ -315,6 +331,23 @@ def derive(
             raise VariantError(f"{exc} (recipe {dict(recipe)})") from exc
         log.debug("graph rewrites: %s", counts)
     return derived
+
+
+def _split(
+    source: onnx.ModelProto, recipe: Mapping[str, Any], feeds: list[dict[str, Any]], saturate: bool
+) -> tuple[onnx.ModelProto, int]:
+    try:
+        return split_outlier_channels(
+            source,
+            feeds,
+            tuple(recipe.get("outlier_patterns") or ()),
+            int(recipe["outlier_channels"]),
+            min_ratio=float(recipe.get("outlier_min_ratio", 0.0)),
+            zero_rows=saturate,
+            chosen=recipe.get(OUTLIER_CHOICE),
+        )
+    except ValueError as exc:
+        raise VariantError(f"{exc} (recipe preset {recipe.get('preset', '?')})") from exc
 
 
 def _derive_kind(
