@@ -128,7 +128,8 @@ def public_card(card: ModelCard) -> dict[str, Any]:
     ``source_checkpoint``), the free text (intended use, limitations: they live in ``MODEL_CARD.md``,
     which is rendered from the same card and shipped with the model), and the per-round metrics.
     The full card stays in the model directory (``model_card.json``, ``MODEL_CARD.md``)."""
-    test = card.metrics.get("test") if isinstance(card.metrics.get("test"), dict) else {}
+    found = card.metrics.get("test")
+    test: dict[str, Any] = found if isinstance(found, dict) else {}
     metrics = {
         dataset: {k: round(v, PUBLIC_METRICS[k]) for k, v in split["all"].items() if k in PUBLIC_METRICS}
         for dataset, split in sorted(test.items())

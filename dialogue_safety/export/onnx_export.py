@@ -144,7 +144,7 @@ def fp32_order_factor(geometry: Mapping[str, int]) -> float:
 
 def head_linear(model: torch.nn.Module) -> torch.nn.Linear:
     """The layer that writes the logits: the last Linear with one output per head."""
-    n = int(model.config.num_labels)
+    n = int(getattr(model, "config").num_labels)  # noqa: B009  (a Hugging Face model: typed as a plain Module)
     linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear) and m.out_features == n]
     if not linears:
         raise ExportError(f"no Linear layer with {n} outputs writes the logits of {type(model).__name__}")
