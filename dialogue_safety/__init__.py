@@ -36,12 +36,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dialogue_safety.client import Client
 from dialogue_safety.core.messages import parse_messages
 from dialogue_safety.core.policy import Policy, PolicyError, load_policy
 from dialogue_safety.core.schema import Example, Label, Prediction, Turn
 
 if TYPE_CHECKING:
+    from dialogue_safety.client import Client
     from dialogue_safety.core.runtime import OnnxClassifier
 
 __all__ = [
@@ -60,16 +60,28 @@ __all__ = [
 ]
 
 
+def __getattr__(name: str) -> Any:
+    """``Client`` is imported when first asked for: importing the package (or the runtime) loads no HTTP code."""
+    if name == "Client":
+        from dialogue_safety.client import Client
+
+        return Client
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def load(model_dir: str | Path | None = None, *, variant: str | None = None) -> OnnxClassifier:
     """The model directory ``model_dir`` (default: the bundled model) ready to predict, without torch.
 
     ``variant``: ``fp32``, ``optimized``, ``int8`` or ``fp16`` (default: the card's choice for this
     machine). Raises :class:`~dialogue_safety.core.runtime.ModelLoadError` for a directory that is not
     an exported model."""
+    from dialogue_safety.core import language
     from dialogue_safety.core.model_dir import default_model_dir
     from dialogue_safety.core.runtime import OnnxClassifier
 
-    return OnnxClassifier(default_model_dir() if model_dir is None else model_dir, variant=variant)
+    # the language check as the service runs it by default: the same text gets the same answer here and over HTTP
+    directory = default_model_dir() if model_dir is None else model_dir
+    return OnnxClassifier(directory, variant=variant, language_check=language.CHECK_BY_DEFAULT)
 
 
 @functools.cache

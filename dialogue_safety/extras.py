@@ -66,8 +66,9 @@ def missing_distributions(extra: str) -> list[str]:
 
 #: import names that differ from their distribution's name
 _DISTRIBUTION_OF = {"sklearn": "scikit-learn", "optimum": "optimum-onnx", "yaml": "pyyaml"}
-#: the extras in the order a missing module is attributed to them (the smallest install first)
-EXTRA_ORDER: tuple[str, ...] = ("serve", "evaluate", "train", "dev")
+#: the extras in the order a missing module is attributed to them (the smallest install first); every
+#: extra of pyproject.toml is here, so that a missing module is never attributed to an extra without it
+EXTRA_ORDER: tuple[str, ...] = ("serve", "breakit", "scale", "evaluate", "train", "dev")
 
 
 def extra_providing(module: str) -> str | None:
@@ -80,12 +81,12 @@ def extra_providing(module: str) -> str | None:
 
 
 #: the scripts/env.sh job whose environment holds an extra, where the names differ
-_ENV_JOB = {"scale": "score", "breakit": "dev"}
+ENV_JOB = {"scale": "score"}
 
 
 def install_hint(extra: str) -> str:
     """How to install ``extra``: the setup script in a checkout, or pip."""
-    job = _ENV_JOB.get(extra, extra)
+    job = ENV_JOB.get(extra, extra)
     return f"install it with: scripts/env.sh {job} (in a checkout), or pip install '{PACKAGE}[{extra}]'"
 
 

@@ -9,11 +9,16 @@ In the fenced ``sh``/``bash`` blocks of the documentation:
 - a curl command followed by lines starting with ``# => `` documents its output: those lines are
   the server's JSON answer (floats rounded to 2 decimals), *generated* by this script, never typed;
 - every ``dialogue-safety ...`` and ``python -m lab.bench ...`` command line must name an existing
-  (sub)command and only options that its ``--help`` lists.
+  (sub)command and only options that its ``--help`` lists;
+- every figure the prose quotes from the model is marked ``0.37<!--probe:juggle-->`` (invisible once
+  rendered): the number before the mark is the served score of the probe of that name (:data:`PROBES`,
+  2 decimals), or with ``<!--probe:threshold-->`` the threshold in force, *generated* from the same
+  server (the served variant, at the precision it answers), in README.md, docs/*.md and the served
+  model's card (``model_card.json``'s text and the ``MODEL_CARD.md`` rendered from it).
 
 ::
 
-    python scripts/docs_examples.py           # rewrite the "# => " outputs from the server (after a model change)
+    python scripts/docs_examples.py           # rewrite the "# => " outputs and the figures (after a model change)
     python scripts/docs_examples.py --check   # exit 1 and show what differs (tests/test_docs_examples.py runs this)
 
 Needs the serving extra and curl; ``--model DIR`` serves another model directory.
@@ -49,6 +54,20 @@ SHELL_LANGUAGES = frozenset({"sh", "bash", "shell"})
 FENCE = re.compile(r"^(\s*)```(\S*)\s*$")
 FLOAT_DIGITS = 2
 LINE_WIDTH = 110
+
+#: the probes whose served figures the prose quotes: name -> (utterance, history oldest first)
+PROBES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "juggle": ("Yes, you should definitely do it!", ("Should I learn to juggle?",)),
+    "hurt": ("Yes, you should definitely do it!", ("Should I hurt myself?",)),
+    "do-it-alone": ("Yes, you should definitely do it!", ()),
+    "women-smart": ("women are smart", ()),
+    "immigrants-work": ("Immigrants work hard.", ()),
+    "muslims-kind": ("Muslims are kind people.", ()),
+    "muslim-neighbours": ("I love my muslim neighbours", ()),
+    "mondays": ("I hate mondays", ()),
+}
+THRESHOLD_PROBE = "threshold"  # the threshold in force (GET /v1/model), as the card states it
+FIGURE = re.compile(r"(-?\d+(?:\.\d+)?)(<!--probe:([a-z0-9-]+)-->)")
 
 
 @dataclass
@@ -163,8 +182,8 @@ def find_examples(path: Path) -> tuple[list[Example], list[CliLine]]:
 def _rounded(value: Any) -> Any:
     if isinstance(value, float):
         return round(value, FLOAT_DIGITS)
-    if isinstance(value, dict):
-        return {k: _rounded(v) for k, v in value.items()}
+    if isinstance(value, dict):  # a threshold is shown as set (0.415), not rounded to a score's digits
+        return {k: v if k == "threshold" and isinstance(v, float) else _rounded(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_rounded(v) for v in value]
     return value
@@ -338,6 +357,56 @@ def process(paths: Sequence[Path], address: str | Mapping[str, str], *, write: b
     return findings
 
 
+def figure_paths(model_dir: Path | None = None, root: Path = REPO) -> list[Path]:
+    """The files whose prose quotes the model's figures: the docs and the served model's card."""
+    from dialogue_safety.core.model_dir import CARD_FILE, CARD_MARKDOWN_FILE, default_model_dir
+
+    model = model_dir if model_dir is not None else default_model_dir()
+    return [*doc_paths(root), *(p for p in (model / CARD_FILE, model / CARD_MARKDOWN_FILE) if p.is_file())]
+
+
+def served_figures(address: str, names: set[str]) -> dict[str, str]:
+    """{probe name: the figure as documented}, asked of the server at ``address`` (what a client reads)."""
+    import httpx
+
+    figures: dict[str, str] = {}
+    with httpx.Client(base_url=f"http://{address}", timeout=60) as client:
+        for name in sorted(names):
+            if name == THRESHOLD_PROBE:
+                threshold = client.get("/v1/model").raise_for_status().json()["serving"]["threshold"]
+                figures[name] = f"{threshold:g}"
+            elif name in PROBES:
+                utterance, history = PROBES[name]
+                answer = client.post("/v1/classify", json={"utterance": utterance, "history": list(history)})
+                figures[name] = f"{answer.raise_for_status().json()['score']:.{FLOAT_DIGITS}f}"
+    return figures
+
+
+def process_figures(paths: Sequence[Path], address: str, *, write: bool) -> list[Finding]:
+    """Check (or rewrite) every marked figure in ``paths`` against the server's answers."""
+    texts = {path: path.read_text(encoding="utf-8") for path in paths}
+    names = {m.group(3) for text in texts.values() for m in FIGURE.finditer(text)}
+    figures = served_figures(address, names)
+    findings: list[Finding] = []
+    for path, text in texts.items():
+        for m in FIGURE.finditer(text):
+            name = m.group(3)
+            line = text.count("\n", 0, m.start()) + 1
+            if name not in figures:
+                known = ", ".join([*PROBES, THRESHOLD_PROBE])
+                findings.append(Finding(f"{_shown(path)}:{line}", f"unknown probe {name!r} (known: {known})"))
+            elif m.group(1) != figures[name] and not write:
+                findings.append(
+                    Finding(f"{_shown(path)}:{line}", f"probe {name}: documented {m.group(1)}, served {figures[name]}")
+                )
+        if write:
+            new = FIGURE.sub(lambda m: figures.get(m.group(3), m.group(1)) + m.group(2), text)
+            if new != text:
+                path.write_text(new, encoding="utf-8")
+                print(f"rewrote figures in {_shown(path)}", file=sys.stderr)
+    return findings
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("--check", action="store_true", help="change nothing; exit 1 if an output or command is wrong")
@@ -346,6 +415,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     paths = doc_paths()
     with running_servers(paths, args.model) as addresses:
         findings = process(paths, addresses, write=not args.check)
+        findings += process_figures(figure_paths(args.model), addresses[DOCUMENTED_SERVER], write=not args.check)
     for f in findings:
         print(f"{f.where}: {f.problem}", file=sys.stderr)
     if findings:

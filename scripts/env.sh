@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # One environment per job (docs/install.md); prints the environment's directory on stdout.
 #   scripts/env.sh serve      .venv        the serving extra: onnxruntime, FastAPI, uvicorn; no torch (scripts/serve.sh)
+#   scripts/env.sh breakit    .venv        serve + the break-it game's extra (SQLAlchemy, Alembic, psycopg, limits); no torch
+#                                          (scripts/serve.sh when SAFETY_BREAKIT_DB or --breakit-db is set)
 #   scripts/env.sh evaluate   .venv-eval   serve + evaluation and benchmark extras, for exported models; no torch
 #   scripts/env.sh score      .venv-score  serve + the scale extra (Parquet, Ray Data) for dialogue-safety score
 #   scripts/env.sh train      .venv-dev    CPU torch, the train + evaluate extras, the base encoder (train, export);
@@ -24,17 +26,18 @@ print_extras=false
 if [ "$job" = extras ]; then print_extras=true; job="${2:-}"; fi
 case "$job" in
   serve)    default_venv=.venv;       extras="serve" ;;
+  breakit)  default_venv=.venv;       extras="serve,breakit"; lock_job=dev ;;  # dev pins every extra
   evaluate) default_venv=.venv-eval;  extras="evaluate" ;;
   train)    default_venv=.venv-dev;   extras="train,evaluate" ;;
   score)    default_venv=.venv-score; extras="serve,scale" ;;
   dev)      default_venv=.venv-dev;   extras="serve,train,evaluate,scale,breakit,dev" ;;
-  *) echo "usage: scripts/env.sh serve|evaluate|score|train|dev, or scripts/env.sh extras JOB (see docs/install.md)" >&2; exit 2 ;;
+  *) echo "usage: scripts/env.sh serve|breakit|evaluate|score|train|dev, or scripts/env.sh extras JOB (see docs/install.md)" >&2; exit 2 ;;
 esac
 if $print_extras; then echo "$extras"; exit 0; fi
-lock="$REPO/constraints/$job.txt"
+lock="$REPO/constraints/${lock_job:-$job}.txt"
 venv="${DIALOGUE_SAFETY_VENV:-$REPO/$default_venv}"
 case "$venv" in /*) ;; *) venv="$PWD/$venv" ;; esac
-if [ "$job" != serve ] && [ "$(cd "$(dirname "$venv")" 2>/dev/null && pwd)/$(basename "$venv")" = "$REPO/.venv" ]; then
+if [ "$job" != serve ] && [ "$job" != breakit ] && [ "$(cd "$(dirname "$venv")" 2>/dev/null && pwd)/$(basename "$venv")" = "$REPO/.venv" ]; then
   echo "scripts/env.sh: refusing to install the '$job' job into $REPO/.venv, the torch-free serving environment" >&2
   exit 2
 fi
@@ -77,7 +80,7 @@ if [ "$job" = train ] || [ "$job" = dev ]; then
     fi
   fi
 fi
-versions="constraints/$job.txt"
+versions="constraints/${lock_job:-$job}.txt"
 if [ "${DIALOGUE_SAFETY_NO_LOCK:-}" = 1 ]; then versions="the ranges in pyproject.toml"; fi
 echo "scripts/env.sh: installing dialogue-safety[$extras] into $venv (versions: $versions)" >&2
 "${pip[@]}" -e "$REPO[$extras]" >&2

@@ -32,6 +32,8 @@ from dialogue_safety.cli.fix_it import main as fix_it_cli
 from dialogue_safety.service.settings import ServiceSettings
 from dialogue_safety.sources.registry import load_source
 
+pytestmark = pytest.mark.browser  # needs Chromium; scripts/test.sh installs it, no other test does
+
 FULL = Path(__file__).parent / "fixtures" / "sources" / "full"
 
 KEY = "browser-key"

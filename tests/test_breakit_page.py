@@ -27,6 +27,8 @@ from test_breakit_browser import browser, chromium_path, shot  # noqa: F401  (fi
 from dialogue_safety.cli.breakit import main as breakit_cli
 from dialogue_safety.service.settings import ServiceSettings
 
+pytestmark = pytest.mark.browser  # needs Chromium; scripts/test.sh installs it, no other test does
+
 KEY = "page-key"
 CONTEXT = [
     {"speaker": "user", "text": "my idiot boss moved the meeting again"},

@@ -30,6 +30,8 @@ from dialogue_safety.breakit.game import ATTACKS_PER_TASK, TRIES_PER_ATTACK, Mod
 from dialogue_safety.breakit.store import ConflictError, open_store
 from dialogue_safety.service.settings import ServiceSettings
 
+pytestmark = pytest.mark.postgres  # needs PostgreSQL; scripts/test.sh installs it, no other test does
+
 INSTALL_HINT = "install Debian's postgresql package (apt-get install postgresql) or put pg_ctl and initdb on PATH"
 
 

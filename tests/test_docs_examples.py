@@ -1,5 +1,6 @@
 """Docs are tested: the curl examples of README.md and docs/*.md run against a real server of the
-bundled model, their ``# => `` outputs are what it answers, and every documented
+bundled model, their ``# => `` outputs are what it answers, the figures the prose and the model card
+quote (``0.37<!--probe:NAME-->``) are what it scores, and every documented
 ``dialogue-safety`` command line names real (sub)commands and options (scripts/docs_examples.py).
 
 When the model changes, regenerate the outputs: ``python scripts/docs_examples.py``.
@@ -105,7 +106,53 @@ def test_the_docs_match_the_bundled_model_served_for_real(curl: str) -> None:
     paths = docs_examples.doc_paths()
     with docs_examples.running_servers(paths) as addresses:
         findings = docs_examples.process(paths, addresses, write=False)
+        findings += docs_examples.process_figures(
+            docs_examples.figure_paths(), addresses[docs_examples.DOCUMENTED_SERVER], write=False
+        )
     assert not findings, (
         "\n".join(f"{f.where}: {f.problem}" for f in findings)
         + "\nregenerate the outputs with: python scripts/docs_examples.py"
     )
+
+
+def test_figures_in_the_prose_are_generated_from_the_served_model_and_drift_is_caught(tmp_path: Path) -> None:
+    """``0.37<!--probe:NAME-->`` in prose is the served score of that probe (the fake: 0.10 for a clean
+    utterance), ``<!--probe:threshold-->`` the threshold in force; an unknown probe name is an error."""
+    doc = tmp_path / "card.md"
+    doc.write_text(
+        "- replies score 0.42<!--probe:juggle--> (threshold 0.5<!--probe:threshold-->)\n"
+        "- and 0.3<!--probe:no-such-probe-->\n",
+        encoding="utf-8",
+    )
+    with live_server(classifier=FakeClassifier()) as server:
+        address = f"127.0.0.1:{server.port}"
+        found = docs_examples.process_figures([doc], address, write=False)
+        assert [f.problem for f in found] == [
+            "probe juggle: documented 0.42, served 0.10",
+            f"unknown probe 'no-such-probe' (known: {', '.join([*docs_examples.PROBES, 'threshold'])})",
+        ]
+        assert "0.42<!--probe:juggle-->" in doc.read_text(encoding="utf-8"), "check mode changes nothing"
+        docs_examples.process_figures([doc], address, write=True)
+        assert doc.read_text(encoding="utf-8").startswith("- replies score 0.10<!--probe:juggle--> (threshold 0.5")
+        assert [f.problem for f in docs_examples.process_figures([doc], address, write=False)] == [found[1].problem]
+
+
+def test_the_model_card_and_the_readme_quote_probes_the_generator_knows() -> None:
+    paths = docs_examples.figure_paths(REPO / "models" / "default")
+    assert {p.name for p in paths} >= {"README.md", "model_card.json", "MODEL_CARD.md"}
+    marks = {p.name: [m.group(3) for m in docs_examples.FIGURE.finditer(p.read_text(encoding="utf-8"))] for p in paths}
+    assert {"juggle", "women-smart", "threshold"} <= set(marks["README.md"])
+    assert {"women-smart", "threshold"} <= set(marks["MODEL_CARD.md"]) and marks["MODEL_CARD.md"] == marks[
+        "model_card.json"
+    ]
+    known = {*docs_examples.PROBES, docs_examples.THRESHOLD_PROBE}
+    assert all(set(names) <= known for names in marks.values()), marks
+
+
+def test_the_shipped_model_card_markdown_is_rendered_from_its_json() -> None:
+    """The generator rewrites the figures in both files; they stay one card."""
+    from dialogue_safety.core.model_card import ModelCard
+    from dialogue_safety.export.card_markdown import render_model_card
+
+    model = REPO / "models" / "default"
+    assert (model / "MODEL_CARD.md").read_text(encoding="utf-8") == render_model_card(ModelCard.load(model))

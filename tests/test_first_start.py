@@ -28,7 +28,10 @@ def test_the_first_start_says_it_derives_the_variant(
     with live_server(model_dir=model, variant="optimized") as live, live.client() as c:
         assert c.get("/v1/model").json()["serving"]["variant"] == "optimized"
     said = [r.getMessage() for r in caplog.records if r.name == "dialogue_safety.core.variants"]
-    assert said == [f"deriving the optimized variant of {model} (first start with this model: tens of seconds)"]
+    assert said == [
+        f"building the optimized variant of {model} (first start with this model, recipe or onnxruntime version: "
+        "about a minute; later starts reuse it)"
+    ]
     assert variants.is_derived(model, "optimized")
     caplog.clear()
     with live_server(model_dir=model, variant="optimized"):  # the second start: nothing to derive, nothing said
@@ -57,6 +60,49 @@ def test_ready_names_what_the_first_load_is_doing() -> None:
         }
         release.set()
         deadline = time.monotonic() + 10
+        while c.get("/ready").status_code != 200:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+
+
+def test_a_later_start_starts_no_child_process_and_a_new_onnxruntime_derives_again(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import concurrent.futures
+
+    from dialogue_safety.core.variants.stamps import read_stamp, save_atomic, set_meta
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, model)
+    first = variants.ensure_variant_in_subprocess(model, "optimized")  # the first start derives it (in a child)
+
+    def no_child(*_: object, **__: object) -> None:
+        raise AssertionError("a child process was started although nothing had to be derived")
+
+    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", no_child)
+    assert variants.ensure_variant_in_subprocess(model, "optimized") == first
+    # the same file stamped by another onnxruntime is stale: derived again, with this one's stamp
+    import onnx
+
+    graph = onnx.load(str(first))
+    set_meta(graph, {"onnxruntime": "0.0.1"})
+    save_atomic(graph, first)
+    assert variants.derived_path(model, "optimized") is None
+    monkeypatch.undo()
+    again = variants.ensure_variant_in_subprocess(model, "optimized")
+    assert again == first and read_stamp(again)["onnxruntime"] != "0.0.1"
+
+
+def test_ready_says_warming_up_while_the_model_warms_up() -> None:
+    fake = FakeClassifier()
+    fake.warm_gate.clear()
+    with live_server(classifier=fake, wait_ready=False) as live, live.client() as c:
+        deadline = time.monotonic() + 10
+        while "warming up" not in c.get("/ready").text:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        assert c.get("/ready").status_code == 503
+        fake.warm_gate.set()
         while c.get("/ready").status_code != 200:
             assert time.monotonic() < deadline
             time.sleep(0.02)

@@ -1,7 +1,10 @@
 """The language check (dialogue_safety/core/language.py): English is supported, a confident other
-language is said, an uncertain short text is undetermined and counts as supported."""
+language is said, an uncertain short text is undetermined and claims no support, a non-Latin-script text is
+never supported English, and the Python API and the HTTP service answer the same for the same text."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
@@ -15,11 +18,18 @@ from dialogue_safety.core import language
         ("va te faire foutre espèce de con, tu ne comprends rien", "fr", False),
         ("Du bist ein Idiot und alle hassen dich", "de", False),
         ("sei proprio un idiota, nessuno ti sopporta più", "it", False),
-        ("lol", language.UNDETERMINED, True),
-        ("@USER ok", language.UNDETERMINED, True),
+        ("lol", language.UNDETERMINED, None),
+        ("@USER ok", language.UNDETERMINED, None),
+        ("Du bist so dumm", language.UNDETERMINED, None),  # short German: too short to tell, no claim
+        ("Halt die Klappe, du Idiot", language.UNDETERMINED, None),
+        ("你真是个蠢货", language.UNDETERMINED, False),  # a short Chinese insult: never supported English
+        ("去死吧", language.UNDETERMINED, False),
+        ("Ты идиот", language.UNDETERMINED, False),
+        ("バカ", "ja", False),
+        ("🙂👍", language.UNDETERMINED, None),
     ],
 )
-def test_detect(text: str, code: str, supported: bool) -> None:
+def test_detect(text: str, code: str, supported: bool | None) -> None:
     found = language.detect(text)
     assert (found.code, found.supported) == (code, supported), found
     assert 0.0 <= found.confidence <= 1.0
@@ -59,3 +69,34 @@ def test_the_language_benchmark_runs(data_dir: object, capsys: pytest.CaptureFix
     in_force = next(r for r in report["not_english_by_confidence"] if r["in_force"])
     assert in_force["min_confidence"] == language.MIN_CONFIDENCE
     assert in_force["english_not_english"] < 0.05 < 0.5 < in_force["foreign_not_english"]
+
+
+#: short texts of each kind: English, too short to tell, German, Chinese, Cyrillic
+SAME_ANSWER = ["you are a clown and everyone laughs at you", "ok", "Du bist so dumm", "你真是个蠢货", "Ты идиот"]
+
+
+def test_the_python_api_and_the_http_service_answer_the_same() -> None:
+    """``dialogue_safety.load`` and ``dialogue-safety serve`` (defaults both) on the same model and texts."""
+    from service_conftest import live_server
+
+    import dialogue_safety
+
+    model = Path(__file__).resolve().parents[1] / "models" / "default"
+    python = [
+        p.reading()
+        for p in dialogue_safety.classify_batch(SAME_ANSWER, model=dialogue_safety.load(model, variant="fp32"))
+    ]
+    with live_server(model_dir=model, variant="fp32") as server, server.client() as client:
+        http = [client.post("/v1/classify", json={"utterance": t}).json() for t in SAME_ANSWER]
+    for text, mine, theirs in zip(SAME_ANSWER, python, http, strict=True):
+        assert "language" in mine, "the Python API checks the language by default, as the service does"
+        assert (mine["language"], mine["language_supported"]) == (theirs["language"], theirs["language_supported"]), (
+            text
+        )
+    assert [(a["language"], a["language_supported"]) for a in http] == [
+        ("en", True),
+        ("und", None),
+        ("und", None),
+        ("und", False),
+        ("und", False),
+    ]

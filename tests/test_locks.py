@@ -133,7 +133,7 @@ def test_uvicorn_is_pinned_to_the_tested_minor_version():
 
 def test_installers_use_the_locks():
     env_sh = (ROOT / "scripts" / "env.sh").read_text(encoding="utf-8")
-    assert 'lock="$REPO/constraints/$job.txt"' in env_sh and '-c "$lock"' in env_sh
+    assert 'lock="$REPO/constraints/${lock_job:-$job}.txt"' in env_sh and '-c "$lock"' in env_sh
     dockerfile = (ROOT / "Dockerfile").read_text(encoding="utf-8")
     assert re.search(r"pip install[^\n]*-c constraints/serve\.txt", dockerfile), "the Dockerfile ignores the lock"
     assert "constraints/serve.txt" in (ROOT / ".dockerignore").read_text(encoding="utf-8")

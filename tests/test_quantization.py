@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -292,8 +293,9 @@ def test_8_bit_int8_recipes_fall_back_to_an_exact_variant_on_x86_without_vnni() 
 
 
 def _with_int8_recipe(model_dir: Path, preset: str, band: float = 0.0) -> ModelCard:
+    """The card with an int8 recipe of ``preset`` (the product's presets, or the lab's research ones)."""
     card = ModelCard.load(model_dir)
-    recipe = {"from": "optimized", **variants.INT8_PRESETS[preset], "preset": preset}
+    recipe = {"from": "optimized", **LAB_INT8_PRESETS[preset], "preset": preset}
     if variants.needs_calibration(recipe):
         recipe["calibration_sha256"] = card.export["calibration"]["sha256"]
     card.export["recipes"]["int8"] = recipe
@@ -794,3 +796,40 @@ def test_7_bit_integer_products_are_exact_on_this_cpu_and_8_bit_ones_where_the_r
     assert _integer_matmul_error(64) < 1e-3  # what a portable (7-bit) recipe relies on, on every CPU
     if cpu_has_vnni() is not False:  # VNNI (or not x86): 8-bit weights are served, so they must be exact here
         assert _integer_matmul_error(127) < 1e-3
+
+
+def test_the_recorded_outlier_channels_derive_the_same_int8_graph_without_the_ranges_pass(
+    exported: onnx_export.ExportResult, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A first start derives int8 from the channels the export recorded in the recipe: the same graph,
+    without running the fp32 graph over the calibration rows to find them (core.variants.OUTLIER_CHOICE)."""
+    from dialogue_safety.core.variants import graphs
+
+    model = tmp_path / "model"
+    shutil.copytree(exported.out_dir, model)
+    for derived in model.glob("model.int8.onnx"):
+        derived.unlink()
+    card = _with_int8_recipe(model, "static-split")  # every FFN layer split (the lean one: where outliers are)
+    long_way = variants.ensure_variant(model, "int8", card)
+    assert variants.record_outlier_choice(model, "int8", card)
+    chosen = card.export["recipes"]["int8"][variants.OUTLIER_CHOICE]
+    assert chosen and all(len(idx) == 8 for idx in chosen.values())
+    card.save(model)
+    assert variants.derived_path(model, "int8", card) == long_way  # re-stamped: no second derivation
+    before = onnx.load(str(long_way))
+
+    def no_ranges_pass(*_: Any, **__: Any) -> None:
+        raise AssertionError("the recorded channels were not used")
+
+    monkeypatch.setattr(graphs, "activation_ranges", no_ranges_pass)
+    again = variants.ensure_variant(model, "int8", ModelCard.load(model), force=True)
+    after = onnx.load(str(again))
+    assert [(n.op_type, list(n.input)) for n in after.graph.node] == [
+        (n.op_type, list(n.input)) for n in before.graph.node
+    ]
+    for a, b in zip(before.graph.initializer, after.graph.initializer, strict=True):
+        assert a.name == b.name and a.raw_data == b.raw_data, a.name
+    wrong = {**card.export["recipes"]["int8"], variants.OUTLIER_CHOICE: {"/not/a/node/MatMul": [0]}}
+    _, fp32, feeds = _fp32_and_feeds(model)
+    with pytest.raises(variants.VariantError, match="does not split"):
+        variants.derive(fp32, wrong, calibration=model / CALIBRATION_FILE)

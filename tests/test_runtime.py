@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import assert_fp32_parity
 from tokenizers import Tokenizer
 
 from dialogue_safety.core import variants
@@ -106,7 +107,7 @@ def test_warmup_runs_each_shape_and_reports_the_time_it_took(
     start = time.perf_counter()
     took = clf.warmup(rounds=2)
     assert 0 < took <= time.perf_counter() - start
-    assert calls == [1, 1, 16, 1, 1, 16]  # a short dialogue, a long one and a mixed batch, each round
+    assert calls == [1, 1, 1, 1]  # a short dialogue and a full-length one, each round
 
 
 def test_scores_follow_the_card(clf: OnnxClassifier) -> None:
@@ -181,11 +182,10 @@ def test_torch_parity(two_head_checkpoint: Path, model_dir: Path) -> None:
     with torch.no_grad():  # the export rounded the weights to fp16 (--ship): compare with those
         for p in model.parameters():
             p.copy_(p.half().float())
-    from dialogue_safety.export.onnx_export import torch_logits
-
+    # this head is rescaled (logits of std 2 from terms of magnitude ~1400): a fixed 1e-4 failed on
+    # Intel AVX-512 CPUs by the accumulation order alone; the allowance follows the computation
     for ex, row in zip(DIALOGUES, onnx_logits, strict=True):
-        ref = torch_logits(model, encoder.encode_batch([ex]), encoder.pad_id)[0]
-        np.testing.assert_allclose(row, ref, atol=1e-4)
+        assert_fp32_parity(row[None, :], model, encoder.encode_batch([ex]), encoder.pad_id)
 
 
 def test_missing_and_corrupt_model_dirs(model_dir: Path, tmp_path: Path) -> None:

@@ -7,10 +7,10 @@ import json
 import shutil
 from pathlib import Path
 
-import numpy as np
 import onnx
 import pytest
 import torch
+from conftest import assert_fp32_parity
 
 from dialogue_safety.core.model_card import ModelCard
 from dialogue_safety.core.runtime import OnnxClassifier
@@ -61,13 +61,8 @@ def test_the_rebuilt_checkpoint_is_the_shipped_model(shipped: Path, distinct_che
     for name, value in theirs.items():  # shipped weights are the checkpoint's rounded to fp16
         assert torch.equal(mine[name], value.half().float()), name
     rows = [r for e in encoder.encode_batch(DIALOGUES) for r in (e, e.alone) if r is not None]
-    from dialogue_safety.core.encoding import pad_batch
-
-    feeds = pad_batch(rows, encoder.pad_id)
-    with torch.no_grad():
-        logits = model(**{k: torch.from_numpy(v) for k, v in feeds.items()}).logits.numpy()
     clf = OnnxClassifier(shipped, variant="fp32")
-    np.testing.assert_allclose(logits, clf.run_batch(rows), atol=1e-4)
+    assert_fp32_parity(clf.run_batch(rows), model, rows, encoder.pad_id)
 
 
 def test_a_graph_missing_a_weight_is_refused_by_name(shipped: Path, tmp_path: Path) -> None:

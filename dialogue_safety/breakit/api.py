@@ -251,9 +251,10 @@ class BreakItGame:
         try:
             from dialogue_safety.breakit.store import open_store  # imported here: the service runs without the extra
         except ImportError as exc:
+            from dialogue_safety.extras import install_hint
+
             raise RuntimeError(
-                f"SAFETY_BREAKIT_DB is set but the break-it extra is missing ({exc}): "
-                "pip install 'dialogue-safety[breakit]'"
+                f"SAFETY_BREAKIT_DB is set but the break-it extra is missing ({exc}); {install_hint('breakit')}"
             ) from exc
         self.store = await asyncio.to_thread(open_store, self.database)
 

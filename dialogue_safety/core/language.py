@@ -8,8 +8,12 @@ The detector is py3langid (a maintained fork of langid.py: naive Bayes over byte
 languages, its model shipped inside the package, numpy only). Its raw top language is wrong for a
 quarter of short English texts (``"it"`` for a two-word tweet), so a language other than English
 is only reported when its normalised probability reaches :data:`MIN_CONFIDENCE`; a text whose top
-guess is another language below that is ``"und"`` (undetermined) and counts as supported. Only the
-first :data:`SAMPLE_CHARS` characters are read (the cost grows with the length). Measured by
+guess is another language below that is ``"und"`` (undetermined, too short to tell), and the answer
+claims nothing about support (``language_supported`` is None: JSON ``null``). A text whose letters are
+mostly not Latin (Chinese, Cyrillic, Arabic...) is never said to be supported, whatever the detector's
+confidence: it cannot be the English the model reads. Only the first :data:`SAMPLE_CHARS` characters are
+read (the cost grows with the length). The Python API (``dialogue_safety.load``) and the service both
+check by default (:data:`CHECK_BY_DEFAULT`), through ``OnnxClassifier.encode``, so they answer the same. Measured by
 ``python -m lab.bench language`` (:mod:`lab.bench.language`; docs/api.md, "Language"):
 at 0.8, 0.23 % of 1,713 short English test utterances are said "not English", and 91.8 % of 400
 French and Italian texts (64.8 % of their first 5 words).
@@ -18,6 +22,7 @@ French and Italian texts (64.8 % of their first 5 words).
 from __future__ import annotations
 
 import threading
+import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +30,7 @@ SUPPORTED = frozenset({"en"})  # the languages the model was trained on
 MIN_CONFIDENCE = 0.8  # normalised probability a language other than English needs to be reported
 SAMPLE_CHARS = 600  # characters of the text the check reads
 UNDETERMINED = "und"  # ISO 639-2: no language could be told with confidence
+CHECK_BY_DEFAULT = True  # dialogue_safety.load() and SAFETY_LANGUAGE_CHECK: answers say their language
 
 _lock = threading.Lock()
 _identifier: Any = None
@@ -34,7 +40,7 @@ _identifier: Any = None
 class Language:
     code: str  # ISO 639-1 code, or "und"
     confidence: float  # normalised probability of the detector's top language
-    supported: bool  # False: confidently a language the model does not read
+    supported: bool | None  # False: not a language the model reads; None: cannot tell ("und")
 
 
 class LanguageCheckUnavailable(RuntimeError):
@@ -67,11 +73,22 @@ def top_guess(text: str) -> tuple[str, float]:
     return str(code), float(prob)
 
 
+def latin_script(text: str) -> bool:
+    """Whether most letters of ``text`` are Latin (True for a text without letters: emoji, digits)."""
+    letters = [c for c in text if c.isalpha()]
+    latin = sum(1 for c in letters if unicodedata.name(c, "").startswith("LATIN"))
+    return 2 * latin >= len(letters)
+
+
 def detect(text: str) -> Language:
     """The language of ``text`` (its first :data:`SAMPLE_CHARS` characters)."""
-    code, prob = top_guess(text)
+    sample = text[:SAMPLE_CHARS]
+    code, prob = top_guess(sample)
+    if not latin_script(sample):  # never the English the model reads, however short
+        told = code not in SUPPORTED and prob >= MIN_CONFIDENCE
+        return Language(code if told else UNDETERMINED, prob, False)
     if code in SUPPORTED:
         return Language(code, prob, True)
     if prob < MIN_CONFIDENCE:
-        return Language(UNDETERMINED, prob, True)
+        return Language(UNDETERMINED, prob, None)  # too short to tell: no claim of support
     return Language(code, prob, False)

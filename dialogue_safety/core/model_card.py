@@ -13,7 +13,11 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dialogue_safety.core.encoding import EncodingConfig
-from dialogue_safety.core.model_dir import CARD_FILE, TOKENIZER_FILE  # noqa: F401 - re-exported: callers import them here
+from dialogue_safety.core.model_dir import (  # noqa: F401 - TOKENIZER_FILE re-exported: callers import it here
+    CARD_FILE,
+    CARD_MARKDOWN_FILE,
+    TOKENIZER_FILE,
+)
 
 
 class ModelCard(BaseModel):
@@ -109,3 +113,46 @@ class ModelCard(BaseModel):
         path = Path(directory) / CARD_FILE
         path.write_text(json.dumps(self.model_dump(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         return path
+
+
+#: the test-split figures ``GET /v1/model`` shows per dataset, with the decimals they are read to (the rest
+#: stays in the model directory's card)
+PUBLIC_METRICS = {"n": 0, "offensive_f1": 1, "pr_auc": 3, "roc_auc": 3}
+
+
+def public_card(card: ModelCard) -> dict[str, Any]:
+    """What ``GET /v1/model`` shows of ``card``: a few KB of facts about the served model that the
+    answers depend on (id, labels, heads, threshold, temperatures, encoding, variants in use, test
+    F1 per dataset, data licences). Left out, so that nothing leaks or goes stale: the export and
+    training records (paths of the machine that trained or exported it, such as ``init_from`` or
+    ``source_checkpoint``), the free text (intended use, limitations: they live in ``MODEL_CARD.md``,
+    which is rendered from the same card and shipped with the model), and the per-round metrics.
+    The full card stays in the model directory (``model_card.json``, ``MODEL_CARD.md``)."""
+    found = card.metrics.get("test")
+    test: dict[str, Any] = found if isinstance(found, dict) else {}
+    metrics = {
+        dataset: {k: round(v, PUBLIC_METRICS[k]) for k, v in split["all"].items() if k in PUBLIC_METRICS}
+        for dataset, split in sorted(test.items())
+        if isinstance(split, dict) and isinstance(split.get("all"), dict)
+    }
+    sources = card.training.get("sources")
+    return {
+        "name": card.name,
+        "version": card.version,
+        "labels": list(card.labels),
+        "heads": list(card.heads),
+        "score_heads": list(card.score_heads),
+        "context_heads": list(card.context_heads),
+        "threshold": card.threshold,
+        "temperatures": {head: round(t, 4) for head, t in card.temperatures.items()},
+        "encoding": dict(card.encoding),
+        # a named base ("minilm"); a local directory is shown by its last part only
+        "base_model": Path(card.base_model).name if card.base_model else "",
+        "variants": sorted(card.variants),
+        "cpu_variant": card.cpu_variant,
+        "gpu_variant": card.gpu_variant,
+        "training_sources": sorted(str(s) for s in sources) if isinstance(sources, list) else [],
+        "test_metrics": metrics,
+        "licences": dict(card.licences),
+        "full_card": f"{CARD_FILE} and {CARD_MARKDOWN_FILE} in the model directory",
+    }

@@ -34,8 +34,11 @@ VARIANT_FILES: dict[str, str] = {
 #: activation ranges when it is derived at start (dialogue_safety.core.variants.calibration); committed
 CALIBRATION_FILE = "calibration.npz"
 VARIANT_LOCK_FILE = ".variants.lock"  # taken while a variant is derived (dialogue_safety.core.variants.cache)
+STAMP_INDEX_FILE = (
+    ".stamps.json"  # what the ONNX files here say about themselves (dialogue_safety.core.variants.stamps)
+)
 #: what a shipped model directory's .gitignore leaves out: every derived file
-DERIVED_PATTERNS: tuple[str, ...] = ("model.*.onnx", ".*.tmp", VARIANT_LOCK_FILE)
+DERIVED_PATTERNS: tuple[str, ...] = ("model.*.onnx", ".*.tmp", VARIANT_LOCK_FILE, STAMP_INDEX_FILE)
 
 Kind = Literal["onnx", "checkpoint"]
 

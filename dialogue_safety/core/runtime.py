@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
@@ -48,6 +49,27 @@ log = logging.getLogger("dialogue_safety.core.runtime")
 CPU = "CPUExecutionProvider"
 CUDA = "CUDAExecutionProvider"
 VNNI_FLAGS = frozenset({"avx512_vnni", "avx_vnni"})
+
+
+class _Background:
+    """``fn()`` run in a thread now; :meth:`result` waits for it and raises what it raised."""
+
+    def __init__(self, fn: Any) -> None:
+        self._error: BaseException | None = None
+
+        def run() -> None:
+            try:
+                fn()
+            except BaseException as exc:  # handed to the caller of result()
+                self._error = exc
+
+        self._thread = threading.Thread(target=run, name="safety-load", daemon=True)
+        self._thread.start()
+
+    def result(self) -> None:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
 
 
 def cpu_has_vnni(cpuinfo: str | None = None) -> bool | None:
@@ -198,8 +220,9 @@ class OnnxClassifier:
         self.max_batch_size = int(max_batch_size)
         self.max_windows = max_windows  # windows over one long utterance at most (None: all it needs)
         self.language_check = language_check  # say in each prediction which language the utterance is in
-        if language_check:
-            language.load()
+        # the detector's model is decompressed while the sessions load (both release the GIL): a start
+        # otherwise waits for one and then the other
+        detector = _Background(language.load) if language_check else None
         self.card = self._load_card()
         self.encoder = self._load_encoder()
         self.model_id = self.card.model_id
@@ -221,6 +244,8 @@ class OnnxClassifier:
             # its threads do not spin after a run: spinning, they took the cores from the next int8 batch
             # (measured: 0.4.0, 2 threads, sorted batches of 64: 269 -> 331 dialogues/s, single p50 3.9 -> 3.0 ms)
             self._checker, _ = self._session("fp32", [CPU], intra_op_threads, False)
+        if detector is not None:
+            detector.result()  # raises LanguageCheckUnavailable when py3langid is missing
 
     # -- loading --
     def _load_card(self) -> ModelCard:
@@ -417,15 +442,17 @@ class OnnxClassifier:
         """[n] main OFFENSIVE scores of encoded examples (as :meth:`predict_proba`)."""
         return main_scores(head_probabilities(self.logits_encoded(encoded), self.card), self.card)
 
-    def warmup(self, rounds: int = 2) -> float:
-        """Run a few shapes once so the first request does not pay allocation; returns seconds taken."""
+    def warmup(self, rounds: int = 1) -> float:
+        """Run a short and a full-length dialogue so that the first request does not pay the session's
+        first-run costs (memory arena, kernel set-up); returns seconds taken. One of each is enough for
+        that: a full batch is left out, it costs as much as serving one and would be paid on every start
+        (the batcher's first full batch grows the arena once, by allocation only)."""
         started = time.perf_counter()
         short = Example.from_texts("hello there", ["hi"])
         long = Example.from_texts(" ".join(["word"] * 400), ["context " * 100])
         for _ in range(rounds):
             self.predict([short])
             self.predict([long])
-            self.predict([short, long] * 8)
         return time.perf_counter() - started
 
     def __repr__(self) -> str:

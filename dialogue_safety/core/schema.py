@@ -115,7 +115,7 @@ class Reading:
     utterance_chars_unread: int = 0
     history_turns_dropped: int = 0
     language: str | None = None  # the utterance's language (None: not checked; "und": undetermined)
-    language_supported: bool = True  # False: confidently a language the model does not read
+    language_supported: bool | None = True  # False: not a language the model reads; None: "und", cannot tell
 
     @property
     def truncated(self) -> bool:

@@ -20,6 +20,7 @@ from starlette.types import Receive
 from dialogue_safety.core import explain
 from dialogue_safety.core.errors import InvalidInput
 from dialogue_safety.core.limits import Limits
+from dialogue_safety.core.model_card import public_card
 from dialogue_safety.core.schema import Example, Prediction, Turn
 from dialogue_safety.service import chat
 from dialogue_safety.service.errors import ERROR_RESPONSES, ErrorResponse, error_body
@@ -188,7 +189,7 @@ async def model_card(state: State) -> dict[str, Any]:
     served = state.require_served()
     classifier = state.classifier
     assert classifier is not None
-    card = classifier.card.model_dump(mode="json")
+    card = public_card(classifier.card)  # a few KB; the full card stays in the model directory
     batcher = served.batcher
     card["serving"] = {
         "model": state.model_id,

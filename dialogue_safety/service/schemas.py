@@ -207,8 +207,8 @@ class Classification(BaseModel):
     )
     language_supported: bool | None = Field(
         None,
-        description="false when the utterance is confidently in a language the model does not read (it is "
-        "English-only): the verdict is still given, but it is not to be trusted",
+        description="false when the utterance is confidently in a language the model does not read, or not in Latin "
+        "script (it is English-only): the verdict is still given, but it is not to be trusted; null with 'und'",
     )
     truncated: Truncation | None = Field(None, description="only when part of the item was not read: what was left out")
 

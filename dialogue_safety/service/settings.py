@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from dialogue_safety.core import language
 from dialogue_safety.core.batch_budget import MAX_BATCH_SIZE, MAX_BATCH_TOKENS
 from dialogue_safety.core.limits import MAX_WINDOWS, Limits
 from dialogue_safety.core.model_dir import default_model_dir
@@ -147,7 +148,7 @@ class ServiceSettings(BaseSettings):
         default=False, description="with an API key set, keep /docs, /redoc and /openapi.json open without it"
     )
     language_check: bool = Field(
-        default=True,
+        default=language.CHECK_BY_DEFAULT,
         description="say in each answer which language the utterance is in (language, language_supported: the "
         "model reads English only); off: no language fields",
     )

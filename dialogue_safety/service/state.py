@@ -155,7 +155,7 @@ class ServiceState:
         """Load and warm up the model off the event loop, then start the batcher."""
         self.loading = f"loading the model from {self.settings.model_dir}"
         try:
-            with _LoadingNotes(self):  # e.g. deriving a variant on the first start (tens of seconds)
+            with _LoadingNotes(self):  # e.g. building a variant on the first start
                 classifier = await self.load_classifier(self.settings)
         except Exception as exc:
             # The operator gets the details in the log; clients only learn that it failed.
@@ -369,7 +369,7 @@ class ServiceState:
 
 class _LoadingNotes(logging.Handler):
     """While the first model loads, what the loading code logs (``dialogue_safety.core.variants``:
-    "deriving the int8 variant...") becomes the detail of ``/ready``'s 503, and is logged at INFO
+    "building the int8 variant...") becomes the detail of ``/ready``'s 503, and is logged at INFO
     even when the service logs less (a silent minute at first start looks like a hang)."""
 
     LOGGER = "dialogue_safety.core.variants"

@@ -133,7 +133,7 @@ class ServiceMetrics:
                 self.truncated.labels(part="utterance").inc()
             if read.history_turns_dropped:
                 self.truncated.labels(part="history").inc()
-            if read.language is not None and not read.language_supported:
+            if read.language is not None and read.language_supported is False:
                 self.unsupported_language.labels(language=read.language).inc()
 
     # -- what the batcher reports (dialogue_safety.service.batcher.BatchObserver) -----------------------------

@@ -17,8 +17,11 @@ exactly (fp16 → fp32 is lossless), which is what the other variants start from
 
 Derived files are cached next to the artifact (or in a per-user cache directory when the model
 directory is read-only), written to a temporary file and renamed into place, and stamped with
-the artifact's sha256 and the recipe (ONNX ``metadata_props``): a derived file whose stamp does
-not match the current artifact or recipe is derived again.
+the artifact's sha256, the recipe and the onnxruntime version (ONNX ``metadata_props``): a derived
+file whose stamp does not match the current artifact, recipe or onnxruntime is derived again. The
+derived files hold no CPU-specific code (the CPU decides at each start which variant is served:
+``dialogue_safety.core.runtime.int8_supported``), so the CPU is not part of the key. What the files
+say is indexed by size, mtime and inode (:mod:`.stamps`), so a later start reads no graph to check them.
 
 This package: the variants, their recipes and their derivation (here); the graph transforms
 (:mod:`.graphs`); the stamps and atomic writes (:mod:`.stamps`); the cache directory and the
@@ -36,7 +39,13 @@ from typing import Any
 import onnx
 
 from dialogue_safety.core.model_card import ModelCard
-from dialogue_safety.core.model_dir import ARTIFACT_FILE, CALIBRATION_FILE, VARIANT_FILES, VARIANT_LOCK_FILE
+from dialogue_safety.core.model_dir import (
+    ARTIFACT_FILE,
+    CALIBRATION_FILE,
+    STAMP_INDEX_FILE,
+    VARIANT_FILES,
+    VARIANT_LOCK_FILE,
+)
 from dialogue_safety.core.variants import cache as variant_cache
 from dialogue_safety.core.variants import rewrites
 from dialogue_safety.core.variants.graphs import (
@@ -47,6 +56,7 @@ from dialogue_safety.core.variants.graphs import (
     quantize_matmul_nbits,
     quantize_static_qdq,
     saturate_outlier_masks,
+    split_channels_of,
     split_outlier_channels,
     to_float16,
     weights_storage,
@@ -151,6 +161,28 @@ INT8_PRESETS.update(
 )
 
 
+#: a recipe's record of the channels its split computes apart ({MatMul name: indices}), written by the export
+#: from the variant it derived and validated (:func:`record_outlier_choice`): a first start then splits those
+#: channels without running the graph over the calibration rows to find them again (a third of the derivation)
+OUTLIER_CHOICE = "outlier_channel_indices"
+
+
+def record_outlier_choice(model_dir: str | Path, name: str, card: ModelCard) -> bool:
+    """Record in ``card``'s recipe of variant ``name`` the outlier channels its derived file split (in
+    place; the caller saves the card), and stamp that file with the recipe as recorded (the same graph:
+    deriving it with the record splits the same channels). False when the recipe splits none."""
+    recipes = card.export.get("recipes") or {}
+    recipe = recipes.get(name)
+    if not recipe or not recipe.get("outlier_channels") or OUTLIER_CHOICE in recipe:
+        return False
+    path = ensure_variant(model_dir, name, card)
+    graph = onnx.load(str(path))
+    recipe[OUTLIER_CHOICE] = split_channels_of(graph)
+    set_meta(graph, {"recipe": _recipe_key(recipe_chain(name, card))})
+    save_atomic(graph, path)
+    return True
+
+
 def needs_calibration(recipe: Mapping[str, Any]) -> bool:
     """Whether deriving ``recipe`` reads the model directory's calibration rows."""
     return recipe.get("kind") == "quantize_static" or bool(recipe.get("outlier_channels"))
@@ -253,14 +285,7 @@ def derive(
         raise VariantError(f"outlier_mask 'saturate' needs fixed activation scales (quantize_static): {dict(recipe)}")
     feeds = _calibration_feeds(recipe, calibration) if needs_calibration(recipe) else []
     if recipe.get("outlier_channels"):  # before either quantiser: those channels stay out of the int8 products
-        source, _ = split_outlier_channels(
-            source,
-            feeds,
-            tuple(recipe.get("outlier_patterns") or ()),
-            int(recipe["outlier_channels"]),
-            min_ratio=float(recipe.get("outlier_min_ratio", 0.0)),
-            zero_rows=saturate,
-        )
+        source, _ = _split(source, recipe, feeds, saturate)
     derived = _derive_kind(source, recipe, feeds, num_heads, hidden_size)
     if recipe.get("rewrites"):  # how onnxruntime's CPU kernels compute it, not what (core/variants/rewrites.py)
         derived = copy_model(derived) if derived is source else derived
@@ -270,6 +295,23 @@ def derive(
             raise VariantError(f"{exc} (recipe {dict(recipe)})") from exc
         log.debug("graph rewrites: %s", counts)
     return derived
+
+
+def _split(
+    source: onnx.ModelProto, recipe: Mapping[str, Any], feeds: list[dict[str, Any]], saturate: bool
+) -> tuple[onnx.ModelProto, int]:
+    try:
+        return split_outlier_channels(
+            source,
+            feeds,
+            tuple(recipe.get("outlier_patterns") or ()),
+            int(recipe["outlier_channels"]),
+            min_ratio=float(recipe.get("outlier_min_ratio", 0.0)),
+            zero_rows=saturate,
+            chosen=recipe.get(OUTLIER_CHOICE),
+        )
+    except ValueError as exc:
+        raise VariantError(f"{exc} (recipe preset {recipe.get('preset', '?')})") from exc
 
 
 def _derive_kind(
@@ -377,8 +419,17 @@ def ensure_variant_in_subprocess(model_dir: str | Path, name: str, card: ModelCa
     artifact = directory / ARTIFACT_FILE
     if artifact.is_file() and variant_file(name, card, artifact) == ARTIFACT_FILE:
         return artifact  # nothing to derive
-    if artifact.is_file() and not is_derived(directory, name, card):  # said here: the child's log goes nowhere
-        log.info("deriving the %s variant of %s (first start with this model: tens of seconds)", name, directory)
+    if artifact.is_file():
+        found = derived_path(directory, name, card)
+        if found is not None:  # a later start: nothing to derive, no child process to start
+            return found
+        # said here (the child's log goes nowhere); the service shows it as the step /ready's 503 is in
+        log.info(
+            "building the %s variant of %s (first start with this model, recipe or onnxruntime version: "
+            "about a minute; later starts reuse it)",
+            name,
+            directory,
+        )
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
@@ -392,13 +443,20 @@ def is_derived(model_dir: str | Path, name: str, card: ModelCard | None = None) 
     ``model_dir`` or the cache (what :func:`ensure_variant` would use as it is)."""
     directory = Path(model_dir)
     card = card if card is not None else ModelCard.load(directory)
+    if variant_file(name, card, directory / ARTIFACT_FILE) == ARTIFACT_FILE:
+        return True
+    return derived_path(directory, name, card) is not None
+
+
+def derived_path(model_dir: str | Path, name: str, card: ModelCard | None = None) -> Path | None:
+    """The valid derived file of variant ``name`` in ``model_dir`` or the cache, or None (to derive)."""
+    directory = Path(model_dir)
+    card = card if card is not None else ModelCard.load(directory)
     artifact = directory / ARTIFACT_FILE
     final = variant_file(name, card, artifact)
-    if final == ARTIFACT_FILE:
-        return True
     sha = file_sha256(artifact)
     candidates = [directory / final, variant_cache.cache_root() / sha[:16] / final]
-    return _valid_existing(candidates, sha, _recipe_key(recipe_chain(name, card))) is not None
+    return _valid_existing(candidates, sha, _recipe_key(recipe_chain(name, card)))
 
 
 def _ensure_chain(
@@ -462,8 +520,12 @@ def _valid_existing(candidates: list[Path], artifact_sha: str, key: str) -> Path
         except Exception as exc:  # a damaged file: derive it again
             log.warning("%s is unreadable (%s): deriving it again", path, exc)
             continue
+        # the onnxruntime version is part of the key: its quantisation tools write the int8 graphs
         if stamp.get("artifact_sha256") == artifact_sha and stamp.get("recipe") == key:
-            return path
+            if stamp.get("onnxruntime") == _ort_version():
+                return path
+            log.info("%s was derived with onnxruntime %s: deriving it again", path, stamp.get("onnxruntime"))
+            continue
         log.info("%s is stale (the artifact or the recipe changed): deriving it again", path)
     return None
 
@@ -493,7 +555,7 @@ def prune(model_dir: str | Path, keep: dict[str, Path], card: ModelCard | None =
     removed = [
         directory / f for f in sorted(derived) if (directory / f).is_file() and (directory / f).resolve() not in kept
     ]
-    removed += [p for p in [directory / VARIANT_LOCK_FILE] if p.is_file()]
+    removed += [p for p in [directory / VARIANT_LOCK_FILE, directory / STAMP_INDEX_FILE] if p.is_file()]
     for path in removed:
         path.unlink()
     return removed

@@ -12,7 +12,7 @@ import os
 import re
 import sys
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -394,6 +394,7 @@ def split_outlier_channels(
     *,
     min_ratio: float = 0.0,
     zero_rows: bool = False,
+    chosen: Mapping[str, Sequence[int]] | None = None,
 ) -> tuple[onnx.ModelProto, int]:
     """Compute the ``channels`` input channels with the widest calibration range of every matching
     MatMul in fp32 apart: ``X W = (X * mask) W + X[..., idx] W[idx]``. The masked product is what
@@ -405,7 +406,10 @@ def split_outlier_channels(
     widest channel left in the product (the ``channels + 1``-th): a layer without outliers keeps its
     one product. ``zero_rows`` also zeroes rows ``idx`` of the masked product's weight (the same
     function: those inputs are masked to 0), which lets :func:`saturate_outlier_masks` drop the mask
-    once the activation scales are fixed. Returns the graph and the number of MatMuls split."""
+    once the activation scales are fixed. ``chosen`` ({MatMul name: channel indices}, what an earlier split
+    of the same graph and rows chose: :func:`split_channels_of`) splits those channels without running the
+    graph over ``feeds`` (a first start's derivation then skips that pass). Returns the graph and the number
+    of MatMuls split."""
     out = copy_model(model)
     inits = {i.name: i for i in out.graph.initializer}
     wanted = [re.compile(p) for p in patterns]
@@ -414,22 +418,31 @@ def split_outlier_channels(
         for n in out.graph.node
         if n.op_type == "MatMul" and n.input[1] in inits and any(p.search(n.name) for p in wanted)
     }
-    amax = activation_ranges(out, feeds, sorted({n.input[0] for n in targets.values()}))
+    picked: dict[str, np.ndarray] = {}
+    if chosen is not None:
+        unknown = sorted(set(chosen) - set(targets))
+        if unknown:
+            raise ValueError(f"recorded outlier channels name MatMuls the recipe does not split: {unknown[:3]}")
+        picked = {name: np.sort(np.asarray(list(idx), dtype=np.int64)) for name, idx in chosen.items()}
+    else:
+        amax = activation_ranges(out, feeds, sorted({n.input[0] for n in targets.values()}))
+        for name, node in targets.items():
+            ranges = amax[node.input[0]]
+            if min_ratio > 0:
+                widest = np.sort(ranges)[::-1]
+                if ranges.size <= channels or not widest[0] >= min_ratio * widest[channels]:  # NaN: not an outlier
+                    continue  # no outlier here: one int8 product
+            picked[name] = np.sort(np.argsort(-ranges, kind="stable")[:channels]).astype(np.int64)
     nodes: list[onnx.NodeProto] = []
     split = 0
     replaced: set[str] = set()
     for node in out.graph.node:
-        ranges = amax[node.input[0]] if node.name in targets else None
-        if ranges is not None and min_ratio > 0:
-            widest = np.sort(ranges)[::-1]
-            if ranges.size <= channels or not widest[0] >= min_ratio * widest[channels]:  # NaN: not an outlier
-                ranges = None  # no outlier here: one int8 product
-        if ranges is None:
+        idx = picked.get(node.name) if node.name in targets else None
+        if idx is None:
             nodes.append(node)
             continue
         split += 1
         weight = numpy_helper.to_array(inits[node.input[1]]).astype(np.float32)
-        idx = np.sort(np.argsort(-ranges, kind="stable")[:channels]).astype(np.int64)
         mask = np.ones(weight.shape[0], dtype=np.float32)
         mask[idx] = 0.0
         base = f"{node.name}{FP32_OUTLIERS}"
@@ -460,6 +473,16 @@ def split_outlier_channels(
     if replaced:  # the weights a zeroed copy replaced, unless something else reads them
         drop_unused_initializers(out, among=replaced)
     return out, split
+
+
+def split_channels_of(model: onnx.ModelProto) -> dict[str, list[int]]:
+    """{MatMul name: channel indices} that :func:`split_outlier_channels` computed apart in ``model``."""
+    suffix = f"{FP32_OUTLIERS}/channels"
+    return {
+        i.name[: -len(suffix)]: [int(c) for c in numpy_helper.to_array(i)]
+        for i in model.graph.initializer
+        if i.name.endswith(suffix)
+    }
 
 
 def drop_unused_initializers(model: onnx.ModelProto, among: set[str] | None = None) -> None:
