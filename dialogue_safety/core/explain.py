@@ -362,7 +362,7 @@ def plan(
 
 
 def plan_within(example: Example, sequences: int, *, history: bool = False, method: Method = DEFAULT_METHOD) -> Plan:
-    """:func:`plan` needing at most ``sequences`` sequences (the service's queue size): occlusion
+    """:func:`plan` needing at most ``sequences`` sequences (the service: what one explanation may cost): occlusion
     explains fewer words; Shapley draws fewer coalitions and, if still needed, explains fewer words."""
     if method == "occlusion":
         return plan(example, history=history, max_words=min(MAX_EXPLAINED_WORDS, sequences - 1), method=method)
