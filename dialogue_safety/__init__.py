@@ -40,8 +40,10 @@ def load(model_dir: str | Path | None = None, *, variant: str | None = None) -> 
     an exported model."""
     from dialogue_safety.core.model_dir import default_model_dir
     from dialogue_safety.core.runtime import OnnxClassifier
+    from dialogue_safety.core.runtime_options import runtime_options
 
-    return OnnxClassifier(default_model_dir() if model_dir is None else model_dir, variant=variant)
+    options = runtime_options(variant=variant)  # the runtime's defaults: built as serve and score build theirs
+    return OnnxClassifier(default_model_dir() if model_dir is None else model_dir, **options)
 
 
 @functools.cache

@@ -22,6 +22,7 @@ from dialogue_safety.core.encoding import EncodedExample
 from dialogue_safety.core.errors import NotReady
 from dialogue_safety.core.explain import DEFAULT_METHOD, Method, Plan
 from dialogue_safety.core.model_card import ModelCard
+from dialogue_safety.core.runtime_options import runtime_options
 from dialogue_safety.core.schema import Example, Label, Prediction
 from dialogue_safety.core.scoring import is_offensive, threshold_in_force
 from dialogue_safety.service.admission import CLASSIFY, EXPLAIN, AdmissionGate, http_client
@@ -74,21 +75,9 @@ ClassifierFactory = Callable[[ServiceSettings], Classifier]
 def load_onnx_classifier(settings: ServiceSettings) -> Classifier:
     from dialogue_safety.core.runtime import OnnxClassifier  # imported here: tests and --help never load onnxruntime
 
-    kwargs: dict[str, Any] = {
-        "variant": settings.variant,
-        "providers": settings.provider_list,
-        "max_batch_tokens": settings.max_batch_tokens,
-        "max_batch_size": settings.max_batch_size,
-        "derive_in_subprocess": True,  # a derived variant's peak memory stays in a child process
-        "max_windows": settings.max_windows,
-        "language_check": settings.language_check,
-        "thresholds": () if settings.threshold is None else (settings.threshold,),
-    }
-    if settings.intra_op_threads is not None:
-        kwargs["intra_op_threads"] = settings.intra_op_threads
-    if settings.allow_spinning is not None:
-        kwargs["allow_spinning"] = settings.allow_spinning
-    classifier: Classifier = OnnxClassifier(settings.model_dir, **kwargs)
+    # a derived variant's peak memory stays in a child process
+    options = runtime_options(settings, derive_in_subprocess=True)
+    classifier: Classifier = OnnxClassifier(settings.model_dir, **options)
     return classifier
 
 
