@@ -199,3 +199,39 @@ def test_overload_is_answered_429_with_retry_after_before_the_body_is_read() -> 
         assert result["r"].status_code == 200
     head = answer.split(b"\r\n\r\n")[0].lower()
     assert head.startswith(b"http/1.1 429") and b"retry-after: 1" in head and b"fair share" in answer
+
+
+def test_break_it_players_are_charged_apart_whatever_their_address(tmp_path: Path) -> None:
+    key = {"Authorization": "Bearer k3y"}
+    fake = FakeClassifier()
+    settings = {"breakit_db": str(tmp_path / "game.sqlite3"), "api_key": "k3y", "max_pending_tokens": 16}
+    with live_server(classifier=fake, **settings) as live, live.client() as c:
+        rates = {"score": {"player": "1000/minute"}}
+        assert c.post("/break-it/api/admin/rounds", json={"number": 1, "rates": rates}, headers=key).status_code == 200
+        players = c.post("/break-it/api/admin/players", json={"nicknames": ["ann", "ben"]}, headers=key).json()
+        ann, ben = ({"X-Player-Token": p["token"]} for p in players["players"])
+        lane = live.app.state.safety.gate.lane("classify")
+        fake.gate.clear()
+        result: dict[str, httpx.Response] = {}
+
+        def score(name: str, who: dict[str, str], text: str) -> threading.Thread:
+            thread = threading.Thread(
+                target=lambda: result.setdefault(
+                    name, c.post("/break-it/api/score", json={"utterance": text}, headers=who)
+                )
+            )
+            thread.start()
+            return thread
+
+        held = score("held", ann, "one two")  # 5 model tokens of ann's 8 (16 / 2)
+        wait_until(lambda: lane.charged == 5, "ann's score admitted")
+        over = c.post("/break-it/api/score", json={"utterance": "three four"}, headers=ann)  # 10 > 8
+        other = score("other", ben, "five six")  # the same address, another player: admitted
+        wait_until(lambda: lane.charged == 10, "ben's score admitted")
+        charged_to = sorted(lane.clients)
+        fake.gate.set()
+        held.join(GUARD_S)
+        other.join(GUARD_S)
+    assert over.status_code == 429 and "fair share" in over.json()["error"]["message"]
+    assert result["held"].status_code == 200 and result["other"].status_code == 200
+    assert len(charged_to) == 2 and all(name.startswith("player:") for name in charged_to)

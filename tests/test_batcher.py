@@ -812,3 +812,22 @@ def test_one_max_batch_size_default() -> None:
     assert ServiceSettings.model_fields["max_batch_size"].default == MAX_BATCH_SIZE
     assert inspect.signature(OnnxClassifier).parameters["max_batch_size"].default == MAX_BATCH_SIZE
     assert "max_batch_size" not in inspect.signature(MicroBatcher).parameters  # the batcher repeats no default
+
+
+def test_clients_take_turns_so_a_large_request_does_not_hold_back_another_clients_item() -> None:
+    model = FakeModel()
+    model.gate.clear()
+
+    async def body(b: MicroBatcher, m: FakeModel, o: RecordingObserver) -> None:
+        running = asyncio.create_task(b.submit([item(1)], client="a"))
+        await wait_entered(m)
+        large = asyncio.create_task(b.submit([item(i) for i in range(10, 16)], client="a"))
+        await until(lambda: b.depth == 6)
+        other = asyncio.create_task(b.submit([item(20)], client="b"))
+        await until(lambda: b.depth == 7)
+        m.gate.set()
+        await asyncio.gather(running, large, other)
+
+    _, model, _ = run(body, model, max_batch_size=2)
+    # the other client's item runs in the next batch, beside the large request's first item, not after it all
+    assert model.batches == [[1], [10, 20], [11, 12], [13, 14], [15]]

@@ -1,7 +1,9 @@
 """The micro-batcher's queue: pending items (an encoded example, the future its caller awaits and the
 admission charge it holds) in two lanes, and how a batch is formed from them (by size, or at a deadline
 once traffic is concurrent). Classification items go first; explanation items fill what room is left,
-so that a long explanation never stands in front of a classification. Used by
+so that a long explanation never stands in front of a classification. Within a lane the clients take
+turns, one item each, in the order they arrived: a client's large request fills the batches only while
+nobody else waits, and another client's items join the next batch instead of waiting behind it all. Used by
 :class:`dialogue_safety.service.batcher.MicroBatcher`; admission (:mod:`dialogue_safety.service.admission`)
 bounds what it holds.
 """
@@ -9,8 +11,8 @@ bounds what it holds.
 from __future__ import annotations
 
 import asyncio
-from collections import deque
-from collections.abc import Callable
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from dialogue_safety.core.encoding import EncodedExample
@@ -28,37 +30,54 @@ class Pending:
 
 
 class BatchQueue:
-    """The pending items of both lanes, in arrival order within each.
+    """The pending items of both lanes, each lane a queue per client (arrival order within a client).
     ``on_dropped(n)``: items whose caller went away were dropped when reached."""
 
     def __init__(self, on_dropped: Callable[[int], None]) -> None:
-        self._lanes: dict[LaneName, deque[Pending]] = {CLASSIFY: deque(), EXPLAIN: deque()}
+        self._lanes: dict[LaneName, OrderedDict[str, deque[Pending]]] = {
+            CLASSIFY: OrderedDict(),
+            EXPLAIN: OrderedDict(),
+        }
+        self._size = 0
         self._arrived = asyncio.Event()
         self._on_dropped = on_dropped
 
     def __len__(self) -> int:
-        return sum(len(q) for q in self._lanes.values())
+        return self._size
+
+    def _items(self) -> Iterator[Pending]:
+        return (item for lane in self._lanes.values() for q in lane.values() for item in q)
 
     def live(self) -> int:
         """Items waiting whose caller still waits (cancelled ones are dropped when reached)."""
-        return sum(1 for q in self._lanes.values() for item in q if not item.future.done())
+        return sum(1 for item in self._items() if not item.future.done())
 
     def put(self, item: Pending) -> None:
-        self._lanes[item.lane].append(item)
+        client = item.charge.client if item.charge is not None else ""
+        self._lanes[item.lane].setdefault(client, deque()).append(item)
+        self._size += 1
         self._arrived.set()
 
     def take_all(self) -> list[Pending]:
         """Empty the queue (stopping)."""
-        items = [item for q in self._lanes.values() for item in q]
-        for q in self._lanes.values():
-            q.clear()
+        items = list(self._items())
+        for lane in self._lanes.values():
+            lane.clear()
+        self._size = 0
         return items
 
     def _fill(self, batch: list[Pending], max_size: int) -> None:
-        """Move items into ``batch`` (classification first) until it holds ``max_size``; drop the abandoned."""
-        for q in self._lanes.values():
-            while q and len(batch) < max_size:
+        """Move items into ``batch`` (classification first; the clients of a lane in turn, one item each)
+        until it holds ``max_size``; drop the abandoned."""
+        for lane in self._lanes.values():
+            while lane and len(batch) < max_size:
+                client, q = next(iter(lane.items()))
                 item = q.popleft()
+                self._size -= 1
+                if q:
+                    lane.move_to_end(client)  # the next client's turn
+                else:
+                    del lane[client]
                 if item.future.done():  # its caller is gone
                     self._on_dropped(1)
                 else:
