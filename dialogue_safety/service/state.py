@@ -26,7 +26,6 @@ from dialogue_safety.core.runtime_options import runtime_options
 from dialogue_safety.core.schema import Example, Label, Prediction
 from dialogue_safety.core.scoring import is_offensive, threshold_in_force
 from dialogue_safety.service.admission import CLASSIFY, EXPLAIN, AdmissionGate, http_client
-from dialogue_safety.service.auth import api_key_of
 from dialogue_safety.service.batcher import MicroBatcher, PredictFn
 from dialogue_safety.service.errors import Overloaded
 from dialogue_safety.service.settings import ServiceSettings
@@ -131,7 +130,6 @@ class ServiceState:
         self.ready = False
         self.load_error: str | None = None
         self.loading: str | None = None  # what the first load is doing now (the detail of /ready's 503)
-        self.api_key = api_key_of(settings)
         self.gate = AdmissionGate(
             settings.max_pending_tokens,
             settings.max_explain_tokens,
