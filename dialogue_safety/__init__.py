@@ -78,10 +78,12 @@ def load(model_dir: str | Path | None = None, *, variant: str | None = None) -> 
     from dialogue_safety.core import language
     from dialogue_safety.core.model_dir import default_model_dir
     from dialogue_safety.core.runtime import OnnxClassifier
+    from dialogue_safety.core.runtime_options import runtime_options
 
-    # the language check as the service runs it by default: the same text gets the same answer here and over HTTP
-    directory = default_model_dir() if model_dir is None else model_dir
-    return OnnxClassifier(directory, variant=variant, language_check=language.CHECK_BY_DEFAULT)
+    # built as serve and score build theirs, with the language check on as the service runs it by default:
+    # the same text gets the same answer here and over HTTP
+    options = runtime_options(variant=variant, language_check=language.CHECK_BY_DEFAULT)
+    return OnnxClassifier(default_model_dir() if model_dir is None else model_dir, **options)
 
 
 @functools.cache

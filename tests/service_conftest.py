@@ -45,6 +45,9 @@ class FakeClassifier:
         self.model_id = self.card.model_id
         self.variant = "fp32"
         self.provider = "CPUExecutionProvider"
+        self.check_band = 0.0  # no int8 check (an fp32 model)
+        self.check_thresholds: tuple[float, ...] = ()
+        self.checked_items = 0
         self.gate = threading.Event()  # predict_encoded waits for it (clear() holds batches)
         self.gate.set()
         self.warm_gate = threading.Event()  # warmup waits for it (clear() keeps the service unready)
@@ -136,9 +139,6 @@ def live_server(
     **overrides: Any,
 ) -> Iterator[LiveServer]:
     """Run ``create_app`` (with ``classifier`` if given, or ``factory``, else the real ONNX runtime) under uvicorn."""
-    # A generous queue-wait bound unless a test sets one: on a busy CI machine the default (1 s)
-    # would turn scheduling hiccups into 429s (the bound itself is tested in test_batcher.py).
-    overrides.setdefault("max_queue_wait_ms", 60_000)
     base = settings or ServiceSettings(host="127.0.0.1", port=0, **overrides)
     if classifier is not None:
         factory = lambda _s: classifier  # noqa: E731

@@ -189,10 +189,11 @@ def test_explain_is_off_by_default_and_validated(client: httpx.Client) -> None:
 
 
 def test_long_utterances_are_explained_up_to_the_cap() -> None:
-    with live_server(classifier=FakeClassifier(), queue_size=6, max_batch_items=4) as live, live.client() as c:
+    # the text costs 11 model tokens ([CLS] [SEP] 8 words [SEP]); an explanation may cost half the explain lane (66)
+    with live_server(classifier=FakeClassifier(), max_explain_tokens=132) as live, live.client() as c:
         body = c.post("/v1/classify", json={"utterance": "a b c d e f g idiot", "explain": True}).json()
     words = body["explanation"]["utterance"]
-    # queue_size 6: an exact game of 2 words (the request, no words, 2 coalitions) fits, one of 3 (8) does not
+    # 66 // 11 = 6 sequences: an exact game of 2 words (the request, no words, 2 coalitions) fits, one of 3 (8) not
     assert len(words) == 8 and body["explanation"]["unexplained_words"] == 6
     assert [w["contribution"] is None for w in words] == [False] * 2 + [True] * 6
 

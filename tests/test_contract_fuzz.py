@@ -25,8 +25,9 @@ REJECTIONS = sorted({row.status for row in ERROR_TABLE if 400 <= row.status < 50
 
 @pytest.fixture(scope="module")
 def api_schema() -> Iterator[Any]:
-    # Room enough that fuzzing never meets the queue bound (429 is declared, not fuzzed).
-    with live_server(classifier=FakeClassifier(), queue_size=4096, max_queue_wait_ms=60_000) as live:
+    # Room enough that fuzzing never meets the admission budgets (429 is declared, not fuzzed).
+    budgets = {"max_pending_tokens": 10**7, "max_explain_tokens": 10**7}
+    with live_server(classifier=FakeClassifier(), **budgets) as live:
         schema = schemathesis.openapi.from_url(f"{live.url}/openapi.json")
         # Schema-violating data may also be refused for its size (413): that is a rejection too.
         rejection = type(schema.config.checks.negative_data_rejection)

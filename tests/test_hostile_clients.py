@@ -348,21 +348,19 @@ def read_response(sock: socket.socket) -> tuple[int, dict[str, str], dict[str, A
 
 @pytest.fixture()
 def overloaded() -> Iterator[tuple[LiveServer, FakeClassifier]]:
-    """A server whose batcher refuses every submission: a batch holds the inference thread and the
-    measured throughput says it would take seconds to finish (bound: 500 ms)."""
+    """A server whose admission refuses this client: a held batch charges it its whole fair share
+    (4 model tokens of a classify lane of 8, shared by at least two)."""
     fake = FakeClassifier()
-    with live_server(classifier=fake, max_queue_wait_ms=500, api_key="s3cret") as live:
+    with live_server(classifier=fake, max_pending_tokens=8, api_key="s3cret") as live:
         key = {"X-API-Key": "s3cret"}
         with live.client(headers=key) as c, live.client(headers=key) as held:
-            assert c.post(CLASSIFY, json={"utterance": "first"}).status_code == 200  # throughput measured
+            assert c.post(CLASSIFY, json={"utterance": "first"}).status_code == 200
             fake.gate.clear()
             fake.entered.clear()
             blocker = threading.Thread(target=lambda: held.post(CLASSIFY, json={"utterance": "held"}), daemon=True)
             blocker.start()
             assert fake.entered.wait(GUARD_S)
-            batcher = live.app.state.safety.batcher
-            batcher.estimator.seconds_per_token = 10.0  # the held batch: seconds of work left
-            assert batcher.refusal(1) is not None
+            assert live.app.state.safety.gate.refusal("address:127.0.0.1") is not None
             try:
                 yield live, fake
             finally:
@@ -370,7 +368,7 @@ def overloaded() -> Iterator[tuple[LiveServer, FakeClassifier]]:
                 blocker.join(GUARD_S)
 
 
-def test_an_overloaded_service_answers_429_from_the_head_before_the_body_and_keeps_the_connection(
+def test_an_overloaded_service_answers_429_before_the_body_and_keeps_the_connection(
     overloaded: tuple[LiveServer, FakeClassifier],
 ) -> None:
     live, fake = overloaded
@@ -380,7 +378,7 @@ def test_an_overloaded_service_answers_429_from_the_head_before_the_body_and_kee
         sock.sendall(head(CLASSIFY, len(body), "X-API-Key: s3cret\r\n"))  # the head only: no body sent
         status, headers, error = read_response(sock)
         assert status == 429 and error["error"]["code"] == "overloaded"
-        assert "SAFETY_MAX_QUEUE_WAIT_MS" in error["error"]["message"] and headers["retry-after"] == "1"
+        assert "fair share" in error["error"]["message"] and headers["retry-after"] == "1"
         assert headers["content-type"] == "application/json" and "connection" not in headers
         # the body comes late: it is skipped, and the connection serves the next request
         sock.sendall(body + b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
@@ -388,28 +386,10 @@ def test_an_overloaded_service_answers_429_from_the_head_before_the_body_and_kee
         assert status == 200 and health["status"] == "ok"
     finally:
         sock.close()
-    guard = live.extra["guard"]
-    assert guard.refused_early == 1  # answered by the protocol, not by the app
     with live.client() as c:
         metrics = c.get("/metrics").text
     assert 'safety_requests_total{route="/v1/classify",status="429"} 1.0' in metrics
     assert fake.batches == [fake.batches[0]]  # only the first request reached the model
-
-
-def test_any_asgi_server_refuses_before_the_body_too(overloaded: tuple[LiveServer, FakeClassifier]) -> None:
-    live, _ = overloaded
-    guard = live.extra["guard"]
-    guard.early_admission = None  # as under a plain ASGI server: the app's middleware refuses
-    sock = connect(live)
-    try:
-        sock.sendall(head(CLASSIFY, 100, "X-API-Key: s3cret\r\n"))  # the head only
-        status, _, error = read_response(sock)
-    finally:
-        sock.close()
-    assert status == 429 and error["error"]["code"] == "overloaded"
-    assert guard.refused_early == 0
-    with live.client() as c:
-        assert 'safety_requests_total{route="/v1/classify",status="429"} 1.0' in c.get("/metrics").text
 
 
 def test_overload_does_not_hide_a_wrong_api_key(overloaded: tuple[LiveServer, FakeClassifier]) -> None:
@@ -419,44 +399,24 @@ def test_overload_does_not_hide_a_wrong_api_key(overloaded: tuple[LiveServer, Fa
     assert response.status_code == 401
 
 
-def test_requests_admitted_from_their_head_stop_counting_whatever_their_answer() -> None:
-    with live_server(classifier=FakeClassifier(), max_queue_wait_ms=500) as live, live.client() as c:
+def test_requests_that_end_before_being_queued_hold_no_charge() -> None:
+    with live_server(classifier=FakeClassifier()) as live, live.client() as c:
         assert c.post(CLASSIFY, json={"utterance": "first"}).status_code == 200
-        assert c.post(CLASSIFY, json={"utterance": ""}).status_code == 422  # announced, never queued
+        assert c.post(CLASSIFY, json={"utterance": ""}).status_code == 422  # refused before encoding
         assert c.post(CLASSIFY, content=b"{not json").status_code == 400
         assert c.post(BATCH, json={"items": [""]}).status_code == 200  # every item refused in its slot
         assert c.post(CLASSIFY, json={"utterance": "again"}).status_code == 200
-        assert live.app.state.safety.batcher._announced == 0
-
-
-def test_one_batch_that_outlasts_the_wait_bound_does_not_lock_the_service_out() -> None:
-    """A maximal batch request that takes longer than max_queue_wait_ms (a slow machine, long texts)
-    used to make every later request 429 for ever: the admission added that batch's time as
-    headroom, so even an idle service refused, and no batch ran to correct the estimate."""
-    fake = FakeClassifier()
-    with live_server(classifier=fake, max_queue_wait_ms=300) as live, live.client() as c:
-        assert c.post(CLASSIFY, json={"utterance": "first"}).status_code == 200
-        fake.gate.clear()
-        fake.entered.clear()
-        statuses: list[int] = []
-        big = {"items": [f"text number {i}" for i in range(64)]}
-        worker = threading.Thread(target=lambda: statuses.append(c.post(BATCH, json=big).status_code), daemon=True)
-        worker.start()
-        assert fake.entered.wait(GUARD_S)
-        time.sleep(0.9)  # the batch runs 3x the bound
-        fake.gate.set()
-        worker.join(GUARD_S)
-        assert statuses == [200]
-        with live.client() as other:
-            assert [other.post(CLASSIFY, json={"utterance": f"next {i}"}).status_code for i in range(3)] == [200] * 3
+        lanes = live.app.state.safety.gate.lanes
+        assert all(lane.charged == 0 and not lane.clients for lane in lanes.values())
 
 
 # -- 3. one large valid request does not stall the server (real tokenizer) ------------------------
 def test_largest_allowed_requests_are_served_while_health_answers(tiny_model_dir: Path) -> None:  # noqa: F811
     big = {"history": ["🤬" * 4000] * 32, "utterance": "🤬" * 4000}
     # 4,000 emoji are read as their names: ~200 windows, far past the default cap (32, too_many_windows);
-    # the cap raised so that the largest texts the character limits allow are read whole, every window
-    with live_server(model_dir=tiny_model_dir, max_queue_wait_ms=60_000, max_windows=1000) as live:
+    # the cap raised so that the largest texts the character limits allow are read whole, every window, and
+    # the admission budget raised to admit four of them (by default one is refused: request_too_costly)
+    with live_server(model_dir=tiny_model_dir, max_pending_tokens=10**7, max_windows=1000) as live:
 
         async def scenario() -> tuple[list[int], list[int]]:
             async with httpx.AsyncClient(base_url=live.url, timeout=GUARD_S * 3) as c:
@@ -718,7 +678,6 @@ def test_docs_api_md_lists_every_limit() -> None:
         for name in ServiceSettings.model_fields
         if (name.startswith("max_") and name not in {"max_batch_size", "max_batch_tokens", "max_wait_ms"})
         or name.endswith("_timeout_s")
-        or name == "queue_size"
     ]
     defaults = ServiceSettings()
     for name in limit_settings:

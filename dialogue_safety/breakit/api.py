@@ -75,11 +75,14 @@ class Host(Protocol):
         """The service's request limits for one message (SAFETY_MAX_UTTERANCE_CHARS...): InvalidInput."""
         ...
 
-    async def score_deployed(self, example: Example) -> tuple[str, float, Label, float]:
-        """The served model's id, score, label and threshold, through the service's batcher."""
+    async def score_deployed(self, example: Example, *, client: str = "") -> tuple[str, float, Label, float]:
+        """The served model's id, score, label and threshold, through the service's batcher (its work
+        charged to ``client``: each player apart)."""
         ...
 
-    async def explain_deployed(self, example: Example, *, history: bool) -> tuple[str, float, Label, float, Any]:
+    async def explain_deployed(
+        self, example: Example, *, history: bool, client: str = ""
+    ) -> tuple[str, float, Label, float, Any]:
         """:meth:`score_deployed` and the explanation ``/v1/classify`` gives with ``explain``."""
         ...
 
@@ -314,14 +317,15 @@ class BreakItGame:
         address = request.client.host if request.client else None
         self.rates.hit(rnd.number, rnd.rates, action, player=player.id if player else None, address=address)
 
-    async def score(self, example: Example) -> tuple[str, float, Label, float]:
-        """The deployed model's id, score, label and threshold, through the service's batcher."""
-        return await self.host.score_deployed(example)
+    async def score(self, example: Example, player_id: str) -> tuple[str, float, Label, float]:
+        """The deployed model's id, score, label and threshold, through the service's batcher (charged
+        to the player)."""
+        return await self.host.score_deployed(example, client=f"player:{player_id}")
 
-    async def score_attack(self, rnd: Round, example: Example) -> Scores:
+    async def score_attack(self, rnd: Round, example: Example, player_id: str) -> Scores:
         from dialogue_safety.breakit.store import Scores
 
-        model_id, score, label, threshold = await self.score(example)
+        model_id, score, label, threshold = await self.score(example, player_id)
         references = await self.references.scores(rnd.references, example)
         return Scores(model_id, score, label, threshold, references)
 
@@ -430,9 +434,11 @@ async def live_score(
     await game.limit(await game.round(number), "score", request, me)
     example = _example(body.history, body.utterance)
     if not body.explain:
-        model_id, score, label, threshold = await game.score(example)
+        model_id, score, label, threshold = await game.score(example, me.id)
         return {"model": model_id, "score": score, "label": label.value, "threshold": threshold}
-    model_id, score, label, threshold, explanation = await game.host.explain_deployed(example, history=True)
+    model_id, score, label, threshold, explanation = await game.host.explain_deployed(
+        example, history=True, client=f"player:{me.id}"
+    )
     return {"model": model_id, "score": score, "label": label.value, "threshold": threshold, "explanation": explanation}
 
 
@@ -445,7 +451,7 @@ async def submit_attack(game: Game, task_id: TaskId, body: AttackBody, me: Me, r
     rnd = await game.round(task.round_number)
     await game.limit(rnd, "try", request, me)
     example = _example(context.turns if context else [], body.text)
-    scores = await game.score_attack(rnd, example)
+    scores = await game.score_attack(rnd, example, me.id)
     attack, after = await game.call(game.require_store().record_attack, task_id, me.id, body.text, scores)
     return {"attack": _attack_view(attack), "progress": _progress_view(after)}
 

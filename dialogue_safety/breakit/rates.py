@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # `limits` comes with the breakit extra: imported where a rou
 ACTIONS = ("register", "score", "try", "validate")
 SCOPES = ("player", "address")
 #: per action and scope; sign-up has no player yet. Typing and reading speed, with room for bursts:
-#: the page asks for a live score 300 ms after the last keystroke.
+#: the page asks for a live score a moment after the last keystroke.
 DEFAULT_RATES: dict[str, dict[str, str]] = {
     "register": {"address": "5/minute;20/hour"},
     "score": {"player": "3/second;60/minute", "address": "10/second;300/minute"},

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from dialogue_safety.core.explain import DEFAULT_METHOD, METHODS
 from dialogue_safety.core.runtime import ModelLoadError
+from dialogue_safety.core.runtime_options import runtime_options
 from dialogue_safety.corpus.formats import CorpusFileError
 from dialogue_safety.corpus.job import DEFAULT_CHUNK_SIZE, ScoreJob, run_local
 from dialogue_safety.corpus.records import Columns
@@ -132,12 +133,15 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety score")
                 threads_per_actor=args.threads_per_actor,
                 batch_size=args.batch_size,
             )
+            # the actors' runtime as serve builds it (providers, spinning, batch budget...), one actor's threads each
+            runtime = runtime_options(settings)
             with dropping(RAY_HARMLESS):  # Ray's alarming but harmless lines (an "E ... core_worker" line...)
-                summary = run_ray(job, options, limits=limits, progress=not args.no_progress)
+                summary = run_ray(job, options, limits=limits, progress=not args.no_progress, runtime=runtime)
         else:
-            # the runtime as serve builds it (providers, threads, batch budget...), for this job's model and variant
-            runtime = settings.model_copy(update={"model_dir": job.model_dir, "variant": job.variant})
-            classifier = load_onnx_classifier(runtime)
+            # the runtime as serve builds it (providers, threads, batch budget...), for this job's model,
+            # variant and threshold
+            job_settings = {"model_dir": job.model_dir, "variant": job.variant, "threshold": job.threshold}
+            classifier = load_onnx_classifier(settings.model_copy(update=job_settings))
             summary = run_local(
                 job, classifier=classifier, limits=limits, restart=args.restart, progress=not args.no_progress
             )

@@ -18,17 +18,14 @@ and the values are exact. Beyond, the objective is estimated by strata: every si
 (short sequences, so cheap) with its exact kernel weight, plus ``budget`` coalitions of the other
 sizes drawn from the Shapley kernel, each with its complement (Covert & Lee, 2021), seeded by the
 text (the same request gets the same answer); the fit is shrunk towards each word's score alone,
-scaled to the total (:func:`singleton_prior`), where the few coalitions cannot decide (on a
-synthetic game with two redundant words among 40, the largest error falls from 0.34 to 0.08 at
-16 coalitions; on the shipped model, against a 1,500-coalition estimate over five messages of 7
-to 42 words, the correlation rises from 0.77-0.97 to 0.83-0.98). Shapley
+scaled to the total (:func:`singleton_prior`), where the few coalitions cannot decide (how much
+that helps, against estimates from many more coalitions: lab/notes/benchmarks.md, "Explanations";
+tests/test_explain.py holds it on a synthetic game). Shapley
 values see redundant evidence: in "you are a stupid idiot" either insult alone keeps the score
 high, so leaving one out barely moves it, but both get a large positive share. The cost is
 ``n`` sequences of one word plus ``budget`` sequences of on average half the words, instead of
 ``n`` sequences of nearly all of them: linear in length, not quadratic (``python -m lab.bench
-explain``). Sampled values are estimates: against the 1,500-coalition estimate, the largest
-single-word error on those five messages was 0.09 to 0.27 (mean of 5 seeds); the efficiency
-constraint holds exactly.
+explain``). Sampled values are estimates; the efficiency constraint holds exactly.
 
 ``"occlusion"``: ``contribution(w_i) = v(all) - v(all but w_i)``. Exact and cheaper for a few
 words; blind to redundancy (two insults each get about 0) and quadratic in length.
@@ -362,7 +359,7 @@ def plan(
 
 
 def plan_within(example: Example, sequences: int, *, history: bool = False, method: Method = DEFAULT_METHOD) -> Plan:
-    """:func:`plan` needing at most ``sequences`` sequences (the service's queue size): occlusion
+    """:func:`plan` needing at most ``sequences`` sequences (the service: what one explanation may cost): occlusion
     explains fewer words; Shapley draws fewer coalitions and, if still needed, explains fewer words."""
     if method == "occlusion":
         return plan(example, history=history, max_words=min(MAX_EXPLAINED_WORDS, sequences - 1), method=method)

@@ -87,8 +87,8 @@ def cpu_has_vnni(cpuinfo: str | None = None) -> bool | None:
 
 def portable_int8(recipe: Mapping[str, Any]) -> bool:
     """Whether an int8 recipe computes the same on every CPU: 7-bit weights (``reduce_range``). With 8-bit
-    weights, x86 CPUs without VNNI add u8*s8 products in saturating 16-bit pairs (AVX2 ``vpmaddubsw``; measured
-    on an AVX2-only EPYC: one integer MatMul of random 8-bit operands off by up to 62 where 7-bit ones are exact)."""
+    weights, x86 CPUs without VNNI add u8*s8 products in saturating 16-bit pairs (AVX2 ``vpmaddubsw``: one integer
+    MatMul of random 8-bit operands can be off by tens where 7-bit ones are exact)."""
     return bool(recipe.get("reduce_range", False))  # the quantisers' default too: 8-bit weights
 
 
@@ -241,8 +241,7 @@ class OnnxClassifier:
         self.checked_items = 0  # dialogues scored again with fp32 (read by the service's metrics)
         self._checker: Any = None
         if self.check_band > 0:
-            # its threads do not spin after a run: spinning, they took the cores from the next int8 batch
-            # (measured: 0.4.0, 2 threads, sorted batches of 64: 269 -> 331 dialogues/s, single p50 3.9 -> 3.0 ms)
+            # its threads do not spin after a run: spinning, they take the cores from the next int8 batch
             self._checker, _ = self._session("fp32", [CPU], intra_op_threads, False)
         if detector is not None:
             detector.result()  # raises LanguageCheckUnavailable when py3langid is missing

@@ -120,17 +120,31 @@ class Summary:
         return {**asdict(self), "rows_per_s": round(self.rows_per_s, 2)}
 
 
-def load_classifier(job: ScoreJob, intra_op_threads: int | None = None, limits: Limits | None = None) -> Any:
+def load_classifier(
+    job: ScoreJob,
+    intra_op_threads: int | None = None,
+    limits: Limits | None = None,
+    runtime: dict[str, Any] | None = None,
+) -> Any:
+    """The job's classifier: built from ``runtime`` (:func:`dialogue_safety.core.runtime_options.runtime_options`,
+    what the command read from the settings; default: the runtime's defaults), for the job's variant and
+    threshold, reading at most the windows a row may need."""
     from dialogue_safety.core.model_dir import default_model_dir
     from dialogue_safety.core.runtime import OnnxClassifier
+    from dialogue_safety.core.runtime_options import runtime_options
 
-    # windows over a long utterance: at most the limit a row must keep (a row that needs more is an error)
-    kwargs: dict[str, Any] = {"variant": job.variant, "max_windows": (limits or Limits()).max_windows}
-    if job.threshold is not None:  # the int8 check covers the threshold the job decides at
-        kwargs["thresholds"] = (job.threshold,)
-    if intra_op_threads:
-        kwargs["intra_op_threads"] = intra_op_threads
-    return OnnxClassifier(job.model_dir or default_model_dir(), **kwargs)
+    options = {
+        **(runtime or {}),
+        **runtime_options(
+            variant=job.variant,
+            # windows over a long utterance: at most the limit a row must keep (a row that needs more is an error)
+            max_windows=(limits or Limits()).max_windows,
+            # the int8 check covers the threshold the job decides at
+            thresholds=None if job.threshold is None else (job.threshold,),
+            intra_op_threads=intra_op_threads or None,
+        ),
+    }
+    return OnnxClassifier(job.model_dir or default_model_dir(), **options)
 
 
 def _part(parts_dir: Path, index: int, suffix: str) -> Path:

@@ -29,16 +29,15 @@ import shutil
 import tarfile
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from dialogue_safety.core.explain import Method
 from dialogue_safety.core.limits import Limits
 from dialogue_safety.core.model_card import ModelCard
 from dialogue_safety.core.policy import Policy
 from dialogue_safety.corpus.formats import CorpusFileError, format_of, merge_parts, parse_jsonl_line, write_part
-from dialogue_safety.corpus.job import ScoreJob, Summary
+from dialogue_safety.corpus.job import ScoreJob, Summary, load_classifier
 from dialogue_safety.corpus.records import (
     Columns,
     Row,
@@ -104,26 +103,20 @@ class RowScorer:
         columns: Columns,
         limits: Limits,
         threads: int,
-        variant: str | None,
-        threshold: float | None,
-        explain: bool,
-        explain_history: bool,
+        job: ScoreJob,
         jsonl: bool,
-        explain_method: Method = "shapley",
+        runtime: dict[str, Any] | None = None,
         policy: Policy | None = None,
     ) -> None:
         import ray
 
-        from dialogue_safety.core.runtime import OnnxClassifier
-
         self.model_dir = unpack_model(ray.get(model_ref[0]))
-        self.classifier = OnnxClassifier(
-            self.model_dir,
-            variant=variant,
-            intra_op_threads=threads,
-            max_windows=limits.max_windows,
-            thresholds=() if threshold is None else (threshold,),
+        # the runtime as the command built it from the settings (as serve does), one actor's threads
+        self.classifier = load_classifier(
+            replace(job, model_dir=self.model_dir), intra_op_threads=threads, limits=limits, runtime=runtime
         )
+        threshold, explain, explain_history = job.threshold, job.explain, job.explain_history
+        explain_method = job.explain_method
         self.columns, self.limits, self.jsonl = columns, limits, jsonl
         self.threshold, self.explain, self.explain_history = threshold, explain, explain_history
         self.explain_method = explain_method
@@ -189,9 +182,18 @@ def _read(ray: Any, path: Path, fmt: str) -> Any:
     return ray.data.read_parquet(source, **_no_cpu(ray.data.read_parquet))
 
 
-def run_ray(job: ScoreJob, options: RayOptions, *, limits: Limits | None = None, progress: bool = True) -> Summary:
+def run_ray(
+    job: ScoreJob,
+    options: RayOptions,
+    *,
+    limits: Limits | None = None,
+    progress: bool = True,
+    runtime: dict[str, Any] | None = None,
+) -> Summary:
     """Score ``job`` on Ray Data (a local Ray started for the job unless ``options.address``); ``limits``
-    as in :func:`dialogue_safety.corpus.job.run_local`."""
+    as in :func:`dialogue_safety.corpus.job.run_local`; ``runtime``: the actors' runtime options
+    (:func:`dialogue_safety.core.runtime_options.runtime_options`; each actor runs ``threads_per_actor``
+    intra-op threads whatever they say)."""
     from dialogue_safety.core.model_dir import default_model_dir
 
     ray = _ray()
@@ -223,13 +225,10 @@ def run_ray(job: ScoreJob, options: RayOptions, *, limits: Limits | None = None,
                 "columns": job.columns,
                 "limits": limits or Limits(),
                 "threads": threads,
-                "variant": job.variant,
-                "threshold": job.threshold,
-                "explain": job.explain,
-                "explain_history": job.explain_history,
-                "explain_method": job.explain_method,
+                "job": job,
                 "policy": job.rules(ModelCard.load(model_dir).heads),
                 "jsonl": fmt == "jsonl",
+                "runtime": runtime,
             },
             batch_size=options.batch_size or job.chunk_size,
             batch_format="pyarrow",

@@ -149,9 +149,8 @@ def check_band_for(
 BATCH_SAMPLE_PER_SPLIT = 40
 BATCH_SIZE_MIXED = 32
 #: the most a score may move with its batch neighbours (fp32 moves ~1e-6): per-tensor *dynamic* activation
-#: scales are taken over the whole batch, so one dialogue's score (0.4.0: by up to 0.2, 0.5 % of the labels)
-#: followed the traffic it was batched with; static scales do not (blockwise `nbits8`: 0 in one export, 0.0023 in
-#: the next, so it is measured every time)
+#: scales are taken over the whole batch, so one dialogue's score follows the traffic it is batched with; static
+#: scales do not, and blockwise ones may a little (so it is checked at every export)
 BATCH_TOLERANCE = 1e-3
 
 

@@ -24,7 +24,6 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from dialogue_safety.breakit import api as breakit_api
 from dialogue_safety.service import chat, moderations, policy_admin, routes
 from dialogue_safety.service.auth import ApiKeyMiddleware, api_key_declaration, api_key_of, log_auth_state
-from dialogue_safety.service.batcher import Announcement
 from dialogue_safety.service.errors import ERROR_RESPONSES, error_response, install_error_handlers
 from dialogue_safety.service.hot_swap import ModelSwapper, admin_router
 from dialogue_safety.service.json_body import StrictJsonMiddleware
@@ -32,7 +31,7 @@ from dialogue_safety.service.limits import BodyGuardMiddleware, apply_to_openapi
 from dialogue_safety.service.routes import package_version
 from dialogue_safety.service.schemas import REQUEST_FIELDS
 from dialogue_safety.service.settings import ServiceSettings
-from dialogue_safety.service.state import ANNOUNCEMENT, ClassifierFactory, ServiceState, load_onnx_classifier
+from dialogue_safety.service.state import ClassifierFactory, ServiceState, load_onnx_classifier
 from dialogue_safety.service.telemetry import RequestMetricsMiddleware
 
 
@@ -45,14 +44,12 @@ class _RouteLabel:
 
 class EarlyRefusalMiddleware:
     """Answer 429 to ``POST /v1/classify`` and ``/v1/classify/batch`` before their body is read or
-    parsed when the batcher would refuse even one item now (:meth:`ServiceState.early_refusal`).
+    parsed when admission would refuse even one more token of work from their client
+    (:meth:`ServiceState.early_refusal`): the one early-refusal entry point, portable to any ASGI server.
 
     Under overload most requests are refused: a refusal must cost far less than an answer, or
-    refusing alone takes the CPU that the accepted requests need (and the event loop falls behind,
-    so every answer, 429s included, comes late). Served by ``dialogue-safety serve``, the server's
-    protocol gives these answers itself, before any ASGI work (:mod:`dialogue_safety.service.server`); this
-    middleware is the same rule for any other ASGI server. The connection stays open (the unread
-    body is skipped).
+    refusing alone takes the CPU that the accepted requests need. The connection stays open (the
+    unread body is skipped).
     """
 
     def __init__(self, app: ASGIApp, state: ServiceState) -> None:
@@ -60,21 +57,13 @@ class EarlyRefusalMiddleware:
         self.state = state
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        announcement: Announcement | None = scope.get(ANNOUNCEMENT)  # admitted from its head by the server
-        if announcement is None:
-            refusal = self.state.early_refusal(scope["method"], scope["path"])
+        if scope["type"] == "http":
+            refusal = self.state.early_refusal(scope["method"], scope["path"], scope)
             if refusal is not None:
                 scope["route"] = _RouteLabel(scope["path"])  # counted under its route, not "unmatched"
                 await error_response(refusal)(scope, receive, send)
                 return
-        try:
-            await self.app(scope, receive, send)
-        finally:
-            if announcement is not None:
-                announcement.settle()  # ended before its items were queued (invalid, refused...)
+        await self.app(scope, receive, send)
 
 
 def create_app(
@@ -126,7 +115,6 @@ def create_app(
     )
     app.state.safety = state
     app.state.swapper = swapper  # the hot swap's route reaches it here (hot_swap.swapper_of)
-    app.state.early_admission = state.admit_from_head  # dialogue_safety.service.server's protocol answers these itself
     install_error_handlers(app, REQUEST_FIELDS)
     # Innermost first: the body guard (size, time, in-flight bytes), then the early 429 of an
     # overloaded service (before any body byte is read), then the API key (checked before that),

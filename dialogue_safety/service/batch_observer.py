@@ -12,8 +12,6 @@ class BatchObserver(Protocol):
     def observe_batch(self, size: int, padded_tokens: int, seconds: float) -> None: ...
     def observe_dropped(self, n: int) -> None: ...
     def observe_batch_failure(self) -> None: ...
-    def observe_shed(self, n: int) -> None: ...
-    def observe_latency_bound(self, seconds: float) -> None: ...
 
 
 class NullObserver:
@@ -35,10 +33,4 @@ class NullObserver:
         pass
 
     def observe_batch_failure(self) -> None:
-        pass
-
-    def observe_shed(self, n: int) -> None:
-        pass
-
-    def observe_latency_bound(self, seconds: float) -> None:
         pass

@@ -1,28 +1,27 @@
 """Micro-batching: concurrent requests merged into inference batches, off the event loop.
 
-An ``asyncio.Queue`` of pending items (an encoded example and the future its caller awaits),
-bounded: a submission that does not fit is refused with :class:`Overloaded` instead of growing
-the queue. One background task (started and stopped in the app's lifespan) forms batches and
-runs them, one at a time, in a single inference thread. A batch closes when it reaches
-``max_batch_size`` items or at its deadline (``max_wait_s`` after its oldest item); it runs in
-length-sorted inference calls of at most ``max_batch_tokens`` padded tokens each (rows x longest,
-each window of a long utterance a row), cut by the one batching rule
-(:func:`dialogue_safety.core.batch_budget.token_budget_batches`). The settings
-(:class:`dialogue_safety.service.settings.ServiceSettings`) hold every default.
+A queue of pending items (an encoded example and the future its caller awaits), bounded by
+admission (:mod:`dialogue_safety.service.admission`): a submission is encoded, charged its work
+(tokens x windows x passes) and queued, or refused (429 or 413) before anything is queued. One
+background task (started and stopped in the app's lifespan) forms batches and runs them, one at a
+time, in a single inference thread. A batch closes when it reaches ``max_batch_size`` items or at
+its deadline (``max_wait_s`` after its oldest item); classification items go before explanation
+items (:mod:`dialogue_safety.service.batch_queue`). It runs in length-sorted inference calls of at
+most ``max_batch_tokens`` padded tokens each (rows x longest, each window of a long utterance a row),
+cut by the one batching rule (:func:`dialogue_safety.core.batch_budget.token_budget_batches`). The
+settings (:class:`dialogue_safety.service.settings.ServiceSettings`) hold every default.
 
-Admission is bounded by time as well as by ``queue_size`` items: with ``max_queue_wait_s``, a
-submission whose wait would be too long is refused at once and an item that could no longer be
-answered in time is refused when its batch forms (the rules and the estimates they use:
-:mod:`dialogue_safety.service.latency`). Encoding runs in a helper thread, coalesced
-(:mod:`dialogue_safety.service.encoder`), except, when the service asks for it, a lone short request to
-an idle batcher, encoded on the loop (``LONE_INLINE_CHARS``): one thread round trip fewer.
+Encoding runs in a helper thread, coalesced (:mod:`dialogue_safety.service.encoder`), except a lone
+short request to an idle batcher (``LONE_INLINE_CHARS``), encoded on the loop: one thread round trip
+fewer, while no other request waits for the loop.
 
 The single-request path stays lean: the batcher only waits for company when the last batch showed
 concurrent traffic (it held several items, or items arrived while it ran). Every future is
-resolved or failed: items whose caller went away are dropped before inference; a failing batch
-fails only its own items (:class:`InferenceFailed`); stopping fails what is left with
-:class:`NotReady` (``shutting_down``). :meth:`MicroBatcher.drain` (the hot swap retiring the old
-model) refuses new work but lets everything already admitted finish first.
+resolved or failed, and every item gives its admission charge back when its future settles: items
+whose caller went away are dropped before inference; a failing batch fails only its own items
+(:class:`InferenceFailed`); stopping fails what is left with :class:`NotReady` (``shutting_down``).
+:meth:`MicroBatcher.drain` (the hot swap retiring the old model) refuses new work but lets
+everything already admitted finish first.
 """
 
 from __future__ import annotations
@@ -35,51 +34,41 @@ import time
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import suppress
-from typing import Any
+from typing import Any, Protocol
 
 from dialogue_safety.core.batch_budget import token_budget_batches
 from dialogue_safety.core.encoding import EncodedExample
 from dialogue_safety.core.errors import NotReady
 from dialogue_safety.core.schema import Example, Prediction
+from dialogue_safety.service.admission import CLASSIFY, AdmissionGate, Charge, LaneName
 from dialogue_safety.service.batch_observer import BatchObserver, NullObserver
 from dialogue_safety.service.batch_queue import BatchQueue, Pending
 from dialogue_safety.service.encoder import EncodeCoalescer, EncodeFn
-from dialogue_safety.service.errors import InferenceFailed, Overloaded
-from dialogue_safety.service.latency import LatencyEstimator
+from dialogue_safety.service.errors import InferenceFailed
 from dialogue_safety.service.settings import ServiceSettings
 
 log = logging.getLogger("dialogue_safety.service.batcher")
 # A lone request this short (utterance and history, in characters) to an idle batcher is encoded on the
-# event loop when the service asks for it (``inline_lone_chars``): ~0.5 ms of tokenisation at most on a
-# 2-core EPYC (0.23 ms per 1,000 utterance characters; the history is truncated first), less than the
-# round trip through the encoding thread costs a request that would otherwise wait for nothing.
+# event loop: its tokenisation costs less than the round trip through the encoding thread, and no other
+# request is waiting for the loop meanwhile (the history is truncated before it is tokenised).
 LONE_INLINE_CHARS = 2_000
 PredictFn = Callable[[list[EncodedExample]], list[Prediction]]
 
 
-class Announcement:
-    """A request admitted from its head alone (:meth:`MicroBatcher.announce`), before its body is read:
-    counted in the wait estimate, as one item, until its items are queued or it ends (:meth:`settle`,
-    idempotent), so that the heads of many requests arriving at once are not all admitted against the
-    same queue. ``since``: when its head arrived (the wait bound counts from there)."""
+class Encoder(Protocol):
+    """How submissions are encoded (:class:`dialogue_safety.service.encoder.EncodeCoalescer`)."""
 
-    __slots__ = ("_batcher", "since")
-
-    def __init__(self, batcher: MicroBatcher, since: float) -> None:
-        self._batcher: MicroBatcher | None = batcher
-        self.since = since
-
-    def settle(self) -> None:
-        batcher, self._batcher = self._batcher, None
-        if batcher is not None:
-            batcher._announced -= 1
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+    def encode_inline(self, examples: Sequence[Example]) -> list[EncodedExample]: ...
+    async def encode(self, examples: Sequence[Example]) -> list[EncodedExample]: ...
 
 
 class MicroBatcher:
     """Merge submissions into batches for ``predict`` (one inference call: one prediction per item, in
-    order). ``settings``: batch size and tokens, wait for company, queue size, Retry-After;
-    ``max_queue_wait_s``: the time bound in force (None: ``queue_size`` only); ``follow_machine``: it was derived
-    from the machine at warm-up and follows the speed batches run at (never under the warm-up's value)."""
+    order). ``settings``: batch size and tokens, wait for company, Retry-After, admission budgets;
+    ``gate``: the admission shared with other batchers of the service (default: one of its own, from
+    ``settings``); ``encoder``: how submissions are encoded (default: an :class:`EncodeCoalescer` of ``encode``)."""
 
     def __init__(
         self,
@@ -87,30 +76,24 @@ class MicroBatcher:
         predict: PredictFn,
         settings: ServiceSettings,
         *,
-        max_queue_wait_s: float | None = None,
+        gate: AdmissionGate | None = None,
         observer: BatchObserver | None = None,
-        inline_encode_items: int = 0,
-        inline_lone_chars: int = 0,
-        follow_machine: bool = False,
+        encoder: Encoder | None = None,
     ) -> None:
-        if max_queue_wait_s is not None and max_queue_wait_s <= 0:
-            raise ValueError("max_queue_wait_s must be > 0 (or None: bounded by queue_size only)")
         self._predict = predict
         self.max_batch_size = settings.max_batch_size
         self.max_batch_tokens = settings.max_batch_tokens
         self.max_wait_s = settings.max_wait_s
-        self.queue_size = settings.queue_size
         self.retry_after_s = settings.retry_after_s
-        self.inline_encode_items = inline_encode_items  # submissions this small are encoded on the loop (0: never)
-        self.inline_lone_chars = inline_lone_chars  # ... and a lone request this short to an idle batcher (0: never)
-        self.estimator = LatencyEstimator(self.max_batch_size, max_queue_wait_s, follow_machine=follow_machine)
-        self._encoder = EncodeCoalescer(encode, self.estimator.learn_encoding, self._shutting_down)
+        self.gate = gate or AdmissionGate(
+            settings.max_pending_tokens, settings.max_explain_tokens, retry_after_s=settings.retry_after_s
+        )
+        self._encoder: Encoder = encoder or EncodeCoalescer(encode, self._shutting_down)
         self._observer: BatchObserver = observer or NullObserver()
         self._queue: BatchQueue | None = None
         self._task: asyncio.Task[None] | None = None
         self._inference = _InferenceThread()
         self._encoding = 0  # items admitted and being (or waiting to be) encoded
-        self._announced = 0  # requests admitted from their head, not queued yet (Announcement)
         self._accepting = self._stopped = self._draining = False
         self._running_batch = False
         self._arrived_while_running = 0
@@ -122,7 +105,7 @@ class MicroBatcher:
     async def start(self) -> None:
         if self._task is not None:
             raise RuntimeError("the batcher is already running")
-        self._queue = BatchQueue(self.queue_size, self._observer.observe_dropped)
+        self._queue = BatchQueue(self._observer.observe_dropped)
         self._settled = asyncio.Event()
         self._settled.set()
         self._inference.start()
@@ -171,12 +154,6 @@ class MicroBatcher:
         return self._accepting and self._task is not None and not self._task.done()
 
     @property
-    def max_queue_wait_s(self) -> float | None:
-        """The queue-wait bound in force (a bound derived from the machine follows it: ``follow_machine``,
-        :class:`dialogue_safety.service.latency.LatencyEstimator`)."""
-        return self.estimator.max_queue_wait_s
-
-    @property
     def depth(self) -> int:
         """Items waiting for a batch (not counting the batch being run)."""
         return len(self._queue) if self._queue is not None else 0
@@ -185,48 +162,19 @@ class MicroBatcher:
         """Items waiting whose caller still waits (cancelled ones are dropped when reached)."""
         return self._queue.live() if self._queue is not None else 0
 
-    @property
-    def expected_wait_s(self) -> float | None:
-        """How long a new item would wait for its batch to start (None: not measured yet)."""
-        queued = self._queue.tokens if self._queue is not None else 0
-        return self.estimator.expected_wait_s(queued, self._encoding + self._announced)
-
     # -- admitting ------------------------------------------------------------------------------
-    def refusal(self, n: int = 1) -> Overloaded | None:
-        """The :class:`Overloaded` ``n`` items would get now, cheap, for refusing before a body is read."""
-        return self._overload(n) if self._accepting and self._queue is not None else None
-
-    def announce(self) -> Announcement | Overloaded | None:
-        """Admit a request from its head alone: an :class:`Announcement` for :meth:`enqueue`, or a refusal."""
-        refusal = self.refusal(1)
-        if refusal is not None or not self._accepting:
-            return refusal
-        self._announced += 1
-        return Announcement(self, asyncio.get_running_loop().time())
-
-    def _check_room(self, n: int, *, wait: bool = True) -> None:
-        # wait=False: items admitted before encoding; a draining batcher still takes them (in flight)
-        admitted_while_draining = not wait and self._draining and self._task is not None and not self._task.done()
-        if not (self._accepting or admitted_while_draining) or self._queue is None:
+    def _check_running(self, *, admitted: bool = False) -> None:
+        # admitted: items charged before encoding; a draining batcher still takes them (in flight)
+        in_flight = admitted and self._draining and self._task is not None and not self._task.done()
+        if not (self._accepting or in_flight) or self._queue is None:
             raise self._shutting_down() if self._stopped else NotReady("the batcher is not running")
-        overload = self._overload(n, wait=wait)
-        if overload is not None:
-            raise overload
-
-    def _overload(self, n: int, *, wait: bool = True) -> Overloaded | None:
-        """The refusal ``n`` more items get now (returned, not raised: no traceback cycles for the GC)."""
-        if self.queue_size - self.depth - self._encoding < n:
-            return Overloaded(
-                f"the inference queue is full ({self.depth}/{self.queue_size} items waiting); retry later",
-                retry_after_s=self.retry_after_s,
-            )
-        expected = self.expected_wait_s if wait and self.max_queue_wait_s is not None else None
-        return None if expected is None else self.estimator.refusal(expected, self.retry_after_s)
 
     # -- submitting -----------------------------------------------------------------------------
-    async def submit(self, examples: Sequence[Example]) -> list[Prediction]:
-        """Predict ``examples`` (in order); raises Overloaded, NotReady or InferenceFailed."""
-        futures = await self.enqueue(examples)
+    async def submit(
+        self, examples: Sequence[Example], *, client: str = "", lane: LaneName = CLASSIFY
+    ) -> list[Prediction]:
+        """Predict ``examples`` (in order); raises Overloaded, RequestTooCostly, NotReady or InferenceFailed."""
+        futures = await self.enqueue(examples, client=client, lane=lane)
         if len(futures) == 1:
             return [await futures[0]]  # cancelling the caller cancels the future: dropped
         try:
@@ -234,20 +182,32 @@ class MicroBatcher:
         finally:
             self.release(futures)
 
+    async def encode(self, examples: Sequence[Example]) -> list[EncodedExample]:
+        """``examples`` encoded as a submission would be (what an explanation's plan is sized by)."""
+        self._check_running()
+        return await self._encode(examples)
+
     async def enqueue(
-        self, examples: Sequence[Example], announcement: Announcement | None = None
+        self, examples: Sequence[Example], *, client: str = "", lane: LaneName = CLASSIFY
     ) -> list[asyncio.Future[Prediction]]:
-        """Encode and queue ``examples`` together: one future each, to :meth:`release` when no longer awaited."""
-        arrived = asyncio.get_running_loop().time()  # the wait bound counts from here: encoding is waiting too
-        if announcement is not None:
-            announcement.settle()
-            arrived = min(arrived, announcement.since)
-        n = len(examples)
-        if n == 0:
+        """Encode ``examples``, charge their work to ``client`` in ``lane`` and queue them together: one
+        future each, to :meth:`release` when no longer awaited."""
+        arrived = asyncio.get_running_loop().time()  # for the batch deadline: encoding is waiting too
+        if not examples:
             return []
-        self._check_room(n)  # before encoding: refusing must stay cheap under overload
+        self._check_running()
+        refusal = self.gate.refusal(client, lane)  # before encoding: refusing must stay cheap under overload
+        if refusal is not None:
+            raise refusal
+        encoded = await self._encode(examples)
+        self._check_running(admitted=True)  # encoding awaited: the batcher may have stopped meanwhile
+        charge = self.gate.admit(client, lane, sum(e.tokens for e in encoded))
+        return self._enqueue(encoded, charge, lane, arrived)
+
+    async def _encode(self, examples: Sequence[Example]) -> list[EncodedExample]:
+        n = len(examples)
         start = time.perf_counter()
-        inline = n <= self.inline_encode_items or self._lone_and_short(examples)
+        inline = self._lone_and_short(examples)
         self._encoding += n
         try:
             if inline:
@@ -260,20 +220,19 @@ class MicroBatcher:
         self._observer.observe_tokenization(time.perf_counter() - start)
         if len(encoded) != n:
             raise RuntimeError(f"encode returned {len(encoded)} items for {n} examples")
-        return self._enqueue(encoded, arrived)
+        return encoded
 
     def _lone_and_short(self, examples: Sequence[Example]) -> bool:
-        """One short example and an idle batcher (no batch running, nothing queued or being encoded):
-        encoding it here costs less than the hop to the encoding thread and back, and no other request
-        is waiting for the loop meanwhile (``inline_lone_chars``)."""
-        if not self.inline_lone_chars or len(examples) != 1 or self._running_batch or self._encoding or self.depth:
+        """One short example and an idle batcher (no batch running, nothing queued or being encoded)."""
+        if len(examples) != 1 or self._running_batch or self._encoding or self.depth:
             return False
         example = examples[0]
         chars = len(example.utterance) + sum(len(turn.text) for turn in example.history)
-        return chars <= self.inline_lone_chars
+        return chars <= LONE_INLINE_CHARS
 
     def release(self, futures: Sequence[asyncio.Future[Prediction]]) -> None:
-        """Cancel the futures still pending; mark the failures of the others as retrieved."""
+        """Cancel the futures still pending (their items are dropped, their charge given back); mark the
+        failures of the others as retrieved."""
         cancelled = 0
         for fut in futures:
             if not fut.done():
@@ -284,21 +243,17 @@ class MicroBatcher:
         if cancelled:
             self._observer.observe_queue_depth(self.live_depth())
 
-    def _enqueue(self, encoded: list[EncodedExample], arrived: float) -> list[asyncio.Future[Prediction]]:
-        # the hard cap again (encoding may have awaited); one that then waits too long is refused later
-        self._check_room(len(encoded), wait=False)
+    def _enqueue(
+        self, encoded: list[EncodedExample], charge: Charge, lane: LaneName, arrived: float
+    ) -> list[asyncio.Future[Prediction]]:
         assert self._queue is not None
         loop = asyncio.get_running_loop()
         futures: list[asyncio.Future[Prediction]] = []
-        own_waits = [0.0] * len(encoded)
-        if len(encoded) > self.max_batch_size:  # it waits for its own first batches: not held against it
-            chunks = [encoded[i : i + self.max_batch_size] for i in range(0, len(encoded), self.max_batch_size)]
-            own_waits = self.estimator.own_waits([(len(c), self._padded_tokens(c)) for c in chunks])
-        for enc, own_wait in zip(encoded, own_waits, strict=True):  # no await in between: items stay together
+        for enc in encoded:  # no await in between: items stay together
             fut: asyncio.Future[Prediction] = loop.create_future()
-            self._queue.put(Pending(enc, fut, arrived, own_wait))
-            self.estimator.learn_item(enc.tokens)
+            self._queue.put(Pending(enc, fut, arrived, charge, lane))
             fut.add_done_callback(self._settle)
+            fut.add_done_callback(_give_back(charge, enc.tokens))
             futures.append(fut)
         self._outstanding += len(encoded)
         if self._running_batch:
@@ -324,62 +279,37 @@ class MicroBatcher:
         wait_s = self.max_wait_s if self._expect_company else 0.0  # company only when traffic is concurrent
         return await self._queue.next_batch(self.max_batch_size, wait_s, self._fail_stopped)
 
-    def _shed_late(self, live: list[Pending], now: float) -> list[Pending]:
-        """Refuse the items that could no longer be answered within the bound (never served late)."""
-        limit = self.estimator.late_after_s(self._padded_tokens([item.encoded for item in live]))
-        assert limit is not None
-        late = [item for item in live if now - item.enqueued - item.own_wait > limit]
-        if late:
-            self._observer.observe_shed(len(late))
-            for item in late:
-                _fail(item.future, self.estimator.too_late(now - item.enqueued, self.retry_after_s))
-        return [item for item in live if now - item.enqueued - item.own_wait <= limit]
-
     async def _run(self, batch: list[Pending]) -> None:
-        live = [item for item in batch if not item.future.done()]  # cancelled while waiting
+        live = [item for item in batch if not item.future.done()]  # callers gone while waiting for company
         if len(live) < len(batch):
             self._observer.observe_dropped(len(batch) - len(live))
-        loop = asyncio.get_running_loop()
-        now = loop.time()
-        if live and self.max_queue_wait_s is not None:
-            live = self._shed_late(live, now)
         batch[:] = live
         self._observer.observe_queue_depth(self.live_depth())
         if not live:
             return
+        now = asyncio.get_running_loop().time()
         encoded = [item.encoded for item in live]
         calls = _calls(encoded, self.max_batch_tokens, self.max_batch_size)
-        padded = _padded(encoded, calls)
-        predicted = self.estimator.predict_s(padded)
         for item in live:
             self._observer.observe_queue_wait(now - item.enqueued)
         self._running_batch, self._arrived_while_running = True, 0
-        start = self.estimator.started(padded)
         try:
-            predictions, timings, ended = await self._inference.run(self._predict, encoded, calls)
+            predictions, timings = await self._inference.run(self._predict, encoded, calls)
         except Exception:
             # Log the failure without the inputs; fail only this batch's callers.
+            padded = _padded(encoded, calls)
             log.exception("inference failed for a batch of %d items (%d padded tokens)", len(live), padded)
             self._observer.observe_batch_failure()
             _fail_all(live, InferenceFailed())
             return
         finally:
             self._running_batch = False
-            self.estimator.ended()
             self._expect_company = len(live) > 1 or self._arrived_while_running > 0
-        lag = time.perf_counter() - ended
-        if self.estimator.learn_batch(len(live), padded, ended - start, predicted, lag) and self._accepting:
-            bound = self.estimator.latency_bound_s  # not reported by a batcher draining after a hot swap
-            if bound is not None:
-                self._observer.observe_latency_bound(bound)
         for size, tokens, seconds in timings:
             self._observer.observe_batch(size, tokens, seconds)
         for item, prediction in zip(live, predictions, strict=True):
             if not item.future.done():
                 item.future.set_result(prediction)
-
-    def _padded_tokens(self, encoded: Sequence[EncodedExample]) -> int:
-        return _padded(encoded, _calls(encoded, self.max_batch_tokens, self.max_batch_size))
 
     def _loop_ended(self, task: asyncio.Task[None]) -> None:
         if not task.cancelled() and task.exception() is not None:
@@ -393,8 +323,17 @@ class MicroBatcher:
         return _shutting_down(self.retry_after_s)
 
 
-# one batch's predictions, (items, padded tokens, seconds) of each call, and when the last call ended
-_Result = tuple[list[Prediction], list[tuple[int, int, float]], float]
+def _give_back(charge: Charge, tokens: int) -> Callable[[asyncio.Future[Prediction]], None]:
+    """A done callback: the item's tokens go back to its admission lane, however its future settled."""
+
+    def give_back(_future: asyncio.Future[Prediction]) -> None:
+        charge.release(tokens)
+
+    return give_back
+
+
+# one batch's predictions, and (items, padded tokens, seconds) of each call
+_Result = tuple[list[Prediction], list[tuple[int, int, float]]]
 _Job = tuple[
     asyncio.AbstractEventLoop, "asyncio.Future[_Result]", PredictFn, list[EncodedExample], Sequence[Iterable[int]]
 ]
@@ -468,7 +407,7 @@ def _calls(encoded: Sequence[EncodedExample], max_batch_tokens: int, max_batch_s
 
 def _predict_calls(predict: PredictFn, encoded: list[EncodedExample], calls: Sequence[Iterable[int]]) -> _Result:
     """Run the inference calls of one batch (in the inference thread): predictions in the batch's
-    order, (items, padded tokens, seconds) of each call, and when the last call ended."""
+    order, and (items, padded tokens, seconds) of each call."""
     predictions: list[Prediction | None] = [None] * len(encoded)
     timings: list[tuple[int, int, float]] = []
     for call in calls:
@@ -481,7 +420,7 @@ def _predict_calls(predict: PredictFn, encoded: list[EncodedExample], calls: Seq
         for i, prediction in zip(idx, got, strict=True):
             predictions[i] = prediction
         timings.append((len(run), _padded(run, [range(len(run))]), time.perf_counter() - start))
-    return [p for p in predictions if p is not None], timings, time.perf_counter()
+    return [p for p in predictions if p is not None], timings
 
 
 def _padded(encoded: Sequence[EncodedExample], calls: Sequence[Sequence[int]]) -> int:

@@ -1,15 +1,14 @@
 """Encoding off the event loop, coalesced: the submissions waiting for the encoding thread are
 encoded together, one call per round instead of one per request (under load, each thread hand-off
 costs a GIL switch interval while the event loop is busy). A large valid request never stalls
-``/health`` or other clients: only submissions the batcher allows inline (a few items) are encoded
-on the loop. Used by :class:`dialogue_safety.service.batcher.MicroBatcher`.
+``/health`` or other clients: only a lone short request to an idle batcher is encoded on the loop.
+Used by :class:`dialogue_safety.service.batcher.MicroBatcher`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import sys
-import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -23,14 +22,10 @@ _Job = tuple[Sequence[Example], asyncio.Future[list[EncodedExample]]]
 class EncodeCoalescer:
     """One encoding thread and the submissions waiting for it.
 
-    ``on_encoded(seconds, items)`` is told how long each ``encode`` call took (the wait estimate);
     ``stopped()`` is the error a submission gets when the coalescer stops before encoding it."""
 
-    def __init__(
-        self, encode: EncodeFn, on_encoded: Callable[[float, int], None], stopped: Callable[[], BaseException]
-    ) -> None:
+    def __init__(self, encode: EncodeFn, stopped: Callable[[], BaseException]) -> None:
         self._encode = encode
-        self._on_encoded = on_encoded
         self._stopped = stopped
         self._waiting: list[_Job] = []
         self._busy = False
@@ -48,11 +43,8 @@ class EncodeCoalescer:
         self._pool = None
 
     def encode_inline(self, examples: Sequence[Example]) -> list[EncodedExample]:
-        """``encode`` here and now, timed."""
-        start = time.perf_counter()
-        encoded = self._encode(examples)
-        self._on_encoded(time.perf_counter() - start, len(examples))
-        return encoded
+        """``encode`` here and now."""
+        return self._encode(examples)
 
     async def encode(self, examples: Sequence[Example]) -> list[EncodedExample]:
         """Encode in the encoding thread, together with whatever other submissions are waiting."""

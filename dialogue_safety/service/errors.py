@@ -66,6 +66,12 @@ class PayloadTooLarge(ServiceError):
     default_code = "payload_too_large"
 
 
+class RequestTooCostly(PayloadTooLarge):
+    """One request's work is more than admission ever admits at once (:mod:`dialogue_safety.service.admission`)."""
+
+    default_code = "request_too_costly"
+
+
 class RequestTimeout(ServiceError):
     """The request body did not arrive in time (slow, stalled, or shorter than its Content-Length)."""
 
@@ -154,7 +160,13 @@ ERROR_TABLE: tuple[ErrorRow, ...] = (
     ErrorRow(MethodNotAllowed, 405, "e.g. GET /v1/classify"),
     ErrorRow(RequestTimeout, 408, "the body did not arrive within body_timeout_s (the connection is closed)"),
     ErrorRow(Conflict, 409, "a break-it game rule or a concurrent write refused the request"),
-    ErrorRow(PayloadTooLarge, 413, "the body is larger than max_body_bytes (Content-Length or streamed)"),
+    ErrorRow(
+        PayloadTooLarge,
+        413,
+        "the body is larger than max_body_bytes (Content-Length or streamed), or the request's work is more than "
+        "half its admission lane (max_pending_tokens, max_explain_tokens)",
+        ("payload_too_large", "request_too_costly"),
+    ),
     ErrorRow(UnsupportedMediaType, 415, "a Content-Type other than JSON, or a Content-Encoding (gzip...)"),
     ErrorRow(HeaderTooLarge, 431, "the request head is longer than max_header_bytes (the connection is closed)"),
     ErrorRow(
@@ -180,7 +192,11 @@ ERROR_TABLE: tuple[ErrorRow, ...] = (
             "policy_refused",
         ),
     ),
-    ErrorRow(Overloaded, 429, "the inference queue or the body buffer is full (Retry-After says when to retry)"),
+    ErrorRow(
+        Overloaded,
+        429,
+        "the admission lane, the client's fair share of it, or the body buffer is full (Retry-After: when to retry)",
+    ),
     ErrorRow(RateLimited, 429, "a break-it player or client address spent a rate limit of the round (Retry-After)"),
     ErrorRow(InferenceFailed, 500, "the inference batch holding this request failed"),
     ErrorRow(InternalError, 500, "a bug; details in the server log, never in the response"),
@@ -234,8 +250,8 @@ def error_response_bytes(
     exc: ServiceError, default_headers: Sequence[tuple[bytes, bytes]] = (), *, keep_alive: bool = True
 ) -> bytes:
     """:func:`error_response` as the bytes of an HTTP/1.1 response (the same status, headers and JSON
-    body), for answers the server writes itself before any ASGI app runs (:mod:`dialogue_safety.service.server`'s early
-    429). ``default_headers``: the server's own (``date``)."""
+    body), for answers the server writes itself before any ASGI app runs (:mod:`dialogue_safety.service.server`:
+    a request head too long, or one the parser cannot read). ``default_headers``: the server's own (``date``)."""
     body = json.dumps(error_body(exc.code, exc.message, exc.field), ensure_ascii=False, separators=(",", ":")).encode()
     status = status_of(exc)
     reason = HTTPStatus(status).phrase.encode()

@@ -37,14 +37,11 @@ def settle_heap() -> None:
     The app, the model and the tokenizer hold about a million Python objects that live as long as
     the process. Under load, requests in flight survive the young collections, so the oldest
     generation keeps growing and CPython runs a full collection about every second; each one
-    scanned the whole heap (~100 ms on our 2-core machines) with the event loop stopped: every
-    answer due then, 429s included, waited. So: collect once, freeze what is left (still freed by
-    reference counting, never scanned again), and run full collections 100 times less often (what
-    they find under load is a few hundred objects of reference cycles). Under overload the requests
-    waiting their turn are the rest of the heap (~1,000 requests with their connections at a 1 s
-    queue bound): with full collections only 10 times rarer than CPython's default, their pauses put
-    the 429s' p99 at 60-110 ms in 5 of 6 runs of `bench abuse --attacks "overload 4x"`; 100 times
-    rarer, 12-14 ms in 3 of 3; never, 15 ms."""
+    scans the whole heap with the event loop stopped: every answer due then, 429s included, waits.
+    So: collect once, freeze what is left (still freed by reference counting, never scanned again),
+    and run full collections 100 times less often (what they find under load is a few hundred objects
+    of reference cycles; the requests waiting their turn are the rest of the heap, and 10 times was
+    not enough: lab/notes/abuse.md)."""
     gc.collect()
     gc.freeze()
     young, middle, oldest = gc.get_threshold()
@@ -107,8 +104,8 @@ def give_back_freed_memory(guard: Activity, every_s: float = TRIM_EVERY_S) -> as
     """Every ``every_s``, if connections came, went or sent requests since the last time, give the
     memory freed since back to the system (glibc's ``malloc_trim``; None where there is none, and
     no task). The fixed trim threshold (:func:`fix_trim_threshold`) returns the top of the heap;
-    this also returns free pages inside it. A trim takes ~2 ms on the event loop when a burst was
-    freed (0.03 ms when there is nothing to return), so once a second costs the loop ~0.2 % at most.
+    this also returns free pages inside it. A trim is short when there is nothing to return, so
+    once a second after activity costs the loop little.
     The task is kept on ``guard`` (``guard.trimmer``)."""
     trim = _malloc_trim()
     if trim is None:

@@ -17,12 +17,12 @@ from fastapi import APIRouter, Depends, Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import Receive
 
-from dialogue_safety.core import explain
 from dialogue_safety.core.errors import InvalidInput
 from dialogue_safety.core.limits import Limits
 from dialogue_safety.core.model_card import public_card
 from dialogue_safety.core.schema import Example, Prediction, Turn
 from dialogue_safety.service import chat
+from dialogue_safety.service.admission import CLASSIFY, EXPLAIN, LaneName, http_client
 from dialogue_safety.service.errors import ERROR_RESPONSES, ErrorResponse, error_body
 from dialogue_safety.service.schemas import (
     BatchRequest,
@@ -33,7 +33,7 @@ from dialogue_safety.service.schemas import (
     InvalidItem,
     Status,
 )
-from dialogue_safety.service.state import ANNOUNCEMENT, ServedModel, ServiceState
+from dialogue_safety.service.state import ServedModel, ServiceState
 
 log = logging.getLogger("dialogue_safety.service.routes")
 HEALTH_PATH = "/health"  # liveness: answered without the model (the HTTP benchmarks' floor)
@@ -70,14 +70,19 @@ async def _until_disconnect(receive: Receive) -> None:
 
 
 async def predict(
-    state: ServiceState, request: Request, examples: list[Example]
+    state: ServiceState,
+    request: Request,
+    examples: list[Example],
+    lane: LaneName = CLASSIFY,
+    served: ServedModel | None = None,
 ) -> tuple[list[Prediction], ServedModel] | None:
-    """Run ``examples`` through the serving model's batcher: the predictions and the model that made
-    them (a hot swap may have installed another since); None if the client disconnected first (its
-    items are then dropped before inference)."""
-    served = state.require_served()
+    """Run ``examples`` through the serving model's batcher (``served``: the one already chosen), charged
+    to the caller in ``lane``: the predictions and the model that made them (a hot swap may have installed
+    another since); None if the client disconnected first (its items are then dropped before inference,
+    and their charge given back)."""
+    served = served or state.require_served()
     batcher = served.batcher
-    futures = await batcher.enqueue(examples, request.scope.get(ANNOUNCEMENT))
+    futures = await batcher.enqueue(examples, client=http_client(request.scope), lane=lane)
     waiter: asyncio.Future[Any] = futures[0] if len(futures) == 1 else asyncio.gather(*futures)
     watcher = asyncio.ensure_future(_until_disconnect(request.receive))
     try:
@@ -103,12 +108,15 @@ ops = APIRouter(tags=["operations"])
 @v1.post("/classify", response_model=ClassifyResponse, summary="Classify the last utterance of a dialogue")
 async def classify(body: ClassifyRequest, request: Request, state: State) -> Response:
     example, judged = _to_example(body, state.limits, "")
-    occlusions = None
     if body.explain:
-        occlusions = explain.plan_within(
-            example, state.settings.queue_size, history=body.explain_history, method=body.explain_method
+        served = state.require_served()
+        occlusions = await state.plan_explanation(
+            served, example, history=body.explain_history, method=body.explain_method
         )
-    answer = await predict(state, request, occlusions.examples() if occlusions else [example])
+        answer = await predict(state, request, occlusions.examples(), EXPLAIN, served)
+    else:
+        occlusions = None
+        answer = await predict(state, request, [example])
     if answer is None:
         return Response(status_code=CLIENT_CLOSED)
     predictions, served = answer
@@ -190,28 +198,22 @@ async def model_card(state: State) -> dict[str, Any]:
     classifier = state.classifier
     assert classifier is not None
     card = public_card(classifier.card)  # a few KB; the full card stays in the model directory
-    batcher = served.batcher
     card["serving"] = {
-        "model": state.model_id,
+        "model": served.model_id,
         "package_version": package_version(),
         "variant": classifier.variant,
         "provider": classifier.provider,
         "threshold": state.default_threshold,
         "max_batch_size": state.settings.max_batch_size,
         "max_batch_tokens": state.settings.max_batch_tokens,
-        "max_queue_wait_ms": _ms_or_none(batcher.max_queue_wait_s),
-        # where the bound comes from: the setting, or (unset) full batches as measured at warm-up
-        "max_queue_wait_source": "setting" if state.settings.max_queue_wait_ms is not None else "measured",
-        "full_batch_ms": _ms_or_none(served.full_batch_s),
-        # a full batch at the speed batches run now (a derived bound keeps at least three of them)
-        "full_batch_now_ms": _ms_or_none(batcher.estimator.full_batch_s),
-        "latency_bound_ms": _ms_or_none(batcher.estimator.latency_bound_s),
+        # admission: the budgets of both lanes, what one request may cost, and what is charged now
+        "admission": state.gate.describe(),
         # int8 answers alone unless a check band is set: then dialogues it scores this near a threshold
         # are scored again with fp32 (checked_items since this model was loaded)
         "int8_check": {
-            "band": getattr(classifier, "check_band", 0.0),
-            "thresholds": list(getattr(classifier, "check_thresholds", ())),
-            "checked_items": getattr(classifier, "checked_items", 0),
+            "band": classifier.check_band,
+            "thresholds": list(classifier.check_thresholds),
+            "checked_items": classifier.checked_items,
         },
         "policy": None if state.policy is None else state.policy.describe(),  # operator rules in force
     }
@@ -243,10 +245,6 @@ async def ready(state: State) -> Response:
 
 @ops.get("/metrics", summary="Prometheus metrics", response_class=Response)
 async def metrics(state: State) -> Response:
-    # the promise as it stands now: a bound that follows the machine also moves between batches (it decays)
-    bound = state.served.batcher.estimator.latency_bound_s if state.served is not None else None
-    if bound is not None:
-        state.metrics.observe_latency_bound(bound)
     return Response(state.metrics.render(), media_type=state.metrics.content_type)
 
 
@@ -258,7 +256,3 @@ def package_version() -> str:
         return version("dialogue-safety")
     except PackageNotFoundError:
         return "0.0.0"
-
-
-def _ms_or_none(seconds: float | None) -> float | None:
-    return None if seconds is None else round(seconds * 1000, 1)

@@ -1,7 +1,8 @@
 """How uvicorn runs the app: connection limits, header and keep-alive timeouts, the access log.
 
-uvicorn (0.54; pinned to that minor version in pyproject.toml, because the early answer below goes
-through its private request-cycle API: tests/test_uvicorn_contract.py fails loudly when it changes)
+uvicorn (0.54; pinned to that minor version in pyproject.toml, because the answers below that the
+protocol writes itself go through its private request-cycle API: tests/test_uvicorn_contract.py fails
+loudly when it changes)
 neither caps open connections nor times out a connection that never finishes its request head, so
 idle or slow clients could hold every file descriptor. In production a reverse proxy in front can do
 this work instead (docs/api.md, "Behind a reverse proxy"). :func:`uvicorn_config`
@@ -14,10 +15,6 @@ builds the one configuration the CLI and the tests use, with a protocol class th
   connection is busy; both are logged (rate-limited);
 * closes a connection that has not sent a complete request head ``header_timeout_s`` after it
   opened or after its previous response (idle and slowloris clients);
-* answers a request itself, from its head, when the app's ``early_admission`` hook (set by
-  :func:`dialogue_safety.service.app.create_app`: the 429 of an overloaded service) says so: no ASGI task,
-  middleware or body parsing, so that refusing most requests under overload stays far cheaper
-  than answering them (the body that follows is skipped; the connection stays open);
 * refuses a request head (request line and headers) longer than ``max_header_bytes`` with 431, as
   soon as it is (never more than that and one read of the socket is held), and closes the
   connection: httptools itself has no limit, and 16 connections sending huge headers grew the
@@ -29,7 +26,8 @@ builds the one configuration the CLI and the tests use, with a protocol class th
 an access-log filter that drops query strings; and the proxy headers (``X-Forwarded-For``,
 ``X-Forwarded-Proto``) trusted only from ``forwarded_allow_ips`` (off when unset). Memory (garbage
 collector and allocator) tuning lives in :mod:`dialogue_safety.service.memory`; request bodies are guarded by
-:class:`dialogue_safety.service.limits.BodyGuardMiddleware` (size, time, in-flight bytes).
+:class:`dialogue_safety.service.limits.BodyGuardMiddleware` (size, time, in-flight bytes); the 429 of an
+overloaded service is the app's (:class:`dialogue_safety.service.app.EarlyRefusalMiddleware`).
 """
 
 from __future__ import annotations
@@ -38,19 +36,14 @@ import asyncio
 import logging
 import resource
 import time
-from collections.abc import Callable, Sequence
 from typing import Any
 
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from dialogue_safety.core.errors import ServiceError
-from dialogue_safety.service.errors import HeaderTooLarge, MalformedRequest, error_response_bytes, status_of
+from dialogue_safety.service.errors import HeaderTooLarge, MalformedRequest, error_response_bytes
 from dialogue_safety.service.settings import ServiceSettings
-
-#: (method, raw request target, headers, scope) -> the error to answer at once, or None to serve the
-#: request (the hook may leave a note for the app in its ASGI scope)
-EarlyAdmission = Callable[[bytes, bytes, Sequence[tuple[bytes, bytes]], dict[str, Any]], ServiceError | None]
 
 log = logging.getLogger("dialogue_safety.service.server")
 FD_RESERVE = 128  # descriptors kept for the model, logs, and the process itself
@@ -90,15 +83,12 @@ class ConnectionGuard:
         self,
         max_connections: int,
         header_timeout_s: float,
-        early_admission: EarlyAdmission | None = None,
         max_header_bytes: int | None = None,
     ) -> None:
         self.max_connections = max_connections
         self.header_timeout_s = header_timeout_s
         self.max_header_bytes = max_header_bytes  # a request head's bytes at most (None: no limit)
         self.refused_heads = 0  # request heads refused: too long (431) or not HTTP (400)
-        self.early_admission = early_admission
-        self.refused_early = 0  # requests answered from their head (early_admission)
         self.open = 0
         self.refused = 0
         self.evicted = 0
@@ -221,36 +211,7 @@ def guarded_protocol(guard: ConnectionGuard) -> type[HttpToolsProtocol]:
             if limit is not None and len(self.url) + sum(len(n) + len(v) + 4 for n, v in self.headers) > limit:
                 self._refuse_head(_head_too_large(limit))  # complete, but too long (it came in one read)
                 return
-            admit = guard.early_admission
-            idle = (self.cycle is None or self.cycle.response_complete) and not self.pipeline
-            if admit is not None and idle and not self.parser.should_upgrade():
-                refusal = admit(self.parser.get_method(), self.url, self.headers, self.scope)  # type: ignore[arg-type]
-                if refusal is not None:
-                    self._answer_from_head(refusal)
-                    return
             super().on_headers_complete()
-
-        def _answer_from_head(self, refusal: ServiceError) -> None:
-            """Write ``refusal`` now; the request's body, as it arrives, is skipped."""
-            guard.refused_early += 1
-            keep_alive = self.parser.get_http_version() == "1.1" and self.parser.should_keep_alive()
-            self.cycle = _ANSWERED  # type: ignore[assignment]  # uvicorn skips the body of a complete response
-            self.transport.write(
-                error_response_bytes(refusal, self.server_state.default_headers, keep_alive=keep_alive)
-            )
-            if self.access_log:
-                self.access_logger.info(
-                    '%s - "%s %s HTTP/%s" %d',
-                    "{}:{}".format(*self.client) if self.client else "-",
-                    self.parser.get_method().decode("ascii"),
-                    self.url.partition(b"?")[0].decode("ascii", "replace"),
-                    self.parser.get_http_version(),
-                    status_of(refusal),
-                )
-            if keep_alive:
-                self.on_response_complete()
-            else:
-                self.transport.close()
 
         def on_response_complete(self) -> None:
             super().on_response_complete()
@@ -286,7 +247,7 @@ def _head_too_large(limit: int) -> HeaderTooLarge:
 
 
 class _AnsweredCycle:
-    """Stands in for uvicorn's request cycle of a request answered from its head (complete)."""
+    """Stands in for uvicorn's request cycle of a request the protocol answered itself (complete)."""
 
     response_complete = True
     disconnected = False
@@ -313,12 +274,7 @@ class DropQueryString(logging.Filter):
 
 def uvicorn_config(app: Any, settings: ServiceSettings, **overrides: Any) -> uvicorn.Config:
     """The uvicorn configuration the service runs under (``overrides`` for tests: port, log level)."""
-    early_admission = getattr(
-        getattr(app, "state", None), "early_admission", None
-    )  # dialogue_safety.service.app.create_app's
-    guard = ConnectionGuard(
-        connection_cap(settings), settings.header_timeout_s, early_admission, settings.max_header_bytes
-    )
+    guard = ConnectionGuard(connection_cap(settings), settings.header_timeout_s, settings.max_header_bytes)
     logging.getLogger("uvicorn.access").addFilter(DropQueryString())
     options: dict[str, Any] = dict(
         host=settings.host,

@@ -27,6 +27,9 @@ DEPRECATED_SETTINGS: dict[str, str | None] = {
     "token_budget": None,  # after 0.3.0: batches close at max_batch_size items; max_batch_tokens cuts them
     # after 0.3.0: the request limit apart from the model's truncation setting (encoding.max_history_turns)
     "max_history_turns": "max_request_history_turns",
+    # after 0.4: admission charges work in model tokens (max_pending_tokens, max_explain_tokens)
+    "queue_size": None,
+    "max_queue_wait_ms": None,
 }
 log = logging.getLogger("dialogue_safety.service.settings")
 LogLevel = Literal["critical", "error", "warning", "info", "debug", "trace"]
@@ -72,18 +75,20 @@ class ServiceSettings(BaseSettings):
     max_wait_ms: float = Field(
         default=2.0, ge=0.0, le=1000.0, description="how long a batch may wait for company once traffic is concurrent"
     )
-    queue_size: int = Field(
-        default=1024, ge=1, description="items waiting for inference at most (a hard cap; beyond: 429)"
+
+    # admission (dialogue_safety/service/admission.py; see docs/service.md, "Admission")
+    max_pending_tokens: int = Field(
+        default=65_536,
+        ge=2,
+        description="work the classify lane holds at most, admitted and not yet answered (waiting and running), in "
+        "model tokens: tokens x windows x passes of every item. Beyond: 429 with Retry-After. One request may cost "
+        "at most half of it (else 413); one client holds at most this over the clients holding work (at least two)",
     )
-    max_queue_wait_ms: float | None = Field(
-        default=None,
-        gt=0.0,
-        description="how long an accepted item may wait for inference: an accepted request is answered within this "
-        "plus one batch (plus its own first batches when it has more items than one batch); a request whose "
-        "wait, estimated from the measured throughput, would be longer gets 429 at once; an item that could no "
-        "longer be answered in time when its batch forms is refused, not served late (the queue bound = "
-        "throughput x this wait). Unset: three full batches as measured at warm-up, at least 1000 ms (the value "
-        "in force is in GET /v1/model)",
+    max_explain_tokens: int = Field(
+        default=32_768,
+        ge=2,
+        description="the same budget for explanations (their own lane: every sequence an explanation scores is "
+        "charged here, never to the classify lane); an explanation is planned to cost at most half of it",
     )
 
     # connections and bodies (see docs/api.md, "Production settings")
@@ -195,15 +200,6 @@ class ServiceSettings(BaseSettings):
             )
         return self
 
-    @model_validator(mode="after")
-    def _queue_holds_a_batch_request(self) -> ServiceSettings:
-        if self.queue_size < self.max_batch_items:
-            raise ValueError(
-                f"queue_size ({self.queue_size}) must be >= max_batch_items ({self.max_batch_items}): "
-                "a full batch request could never be accepted"
-            )
-        return self
-
     @property
     def provider_list(self) -> list[str] | None:
         if not self.providers:
@@ -225,9 +221,3 @@ class ServiceSettings(BaseSettings):
     @property
     def max_wait_s(self) -> float:
         return self.max_wait_ms / 1000.0
-
-    @property
-    def max_queue_wait_s(self) -> float | None:
-        """The queue-wait bound set by the operator (None: derived from the machine at warm-up,
-        :func:`dialogue_safety.service.latency.default_queue_wait_s`)."""
-        return None if self.max_queue_wait_ms is None else self.max_queue_wait_ms / 1000.0

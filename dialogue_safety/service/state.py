@@ -2,7 +2,8 @@
 
 :class:`ServiceState` loads and warms up the model, installs it with a fresh micro-batcher (a hot
 swap installs the next one beside it: :mod:`dialogue_safety.service.hot_swap`), decides answers at
-the threshold in force, and refuses early what an overloaded batcher would refuse. The API
+the threshold in force, and owns the one admission gate every batcher charges
+(:mod:`dialogue_safety.service.admission`), which also refuses early what it would refuse. The API
 (:mod:`dialogue_safety.service.app`), the hot swap and the break-it game it mounts (as its
 :class:`dialogue_safety.breakit.api.Host`) all work through it.
 """
@@ -11,8 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -20,25 +20,20 @@ from typing import Any, Protocol
 from dialogue_safety.core import explain
 from dialogue_safety.core.encoding import EncodedExample
 from dialogue_safety.core.errors import NotReady
+from dialogue_safety.core.explain import DEFAULT_METHOD, Method, Plan
 from dialogue_safety.core.model_card import ModelCard
 from dialogue_safety.core.policy import Policy, load_policy
+from dialogue_safety.core.runtime_options import runtime_options
 from dialogue_safety.core.schema import Example, Label, Prediction
 from dialogue_safety.core.scoring import is_offensive, threshold_in_force
-from dialogue_safety.service.auth import api_key_of, key_matches
-from dialogue_safety.service.batcher import LONE_INLINE_CHARS, Announcement, MicroBatcher, PredictFn
+from dialogue_safety.service.admission import CLASSIFY, EXPLAIN, AdmissionGate, http_client
+from dialogue_safety.service.batcher import MicroBatcher, PredictFn
 from dialogue_safety.service.errors import Overloaded
-from dialogue_safety.service.latency import (
-    MIN_QUEUE_WAIT_S,
-    QUEUE_WAIT_BATCHES,
-    default_queue_wait_s,
-    measure_full_batch_s,
-)
 from dialogue_safety.service.settings import ServiceSettings
 from dialogue_safety.service.telemetry import ServiceMetrics
 
 log = logging.getLogger("dialogue_safety.service.state")
 CLASSIFY_PATHS = frozenset({"/v1/classify", "/v1/classify/batch"})  # what an overloaded service refuses early
-ANNOUNCEMENT = "safety.announcement"  # scope key: the batcher's Announcement of a request admitted from its head
 
 
 class Classifier(Protocol):
@@ -52,6 +47,21 @@ class Classifier(Protocol):
     def variant(self) -> str: ...
     @property
     def provider(self) -> str: ...
+    @property
+    def check_band(self) -> float:
+        """The int8 check: dialogues scored this near a threshold are scored again with fp32 (0: no check)."""
+        ...
+
+    @property
+    def check_thresholds(self) -> tuple[float, ...]:
+        """The thresholds the int8 check watches."""
+        ...
+
+    @property
+    def checked_items(self) -> int:
+        """Dialogues the int8 check scored again since the model was loaded."""
+        ...
+
     def encode(self, examples: Sequence[Example]) -> list[EncodedExample]: ...
     def predict_encoded(
         self, encoded: Sequence[EncodedExample], threshold: float | None = None
@@ -65,34 +75,22 @@ ClassifierFactory = Callable[[ServiceSettings], Classifier]
 def load_onnx_classifier(settings: ServiceSettings) -> Classifier:
     from dialogue_safety.core.runtime import OnnxClassifier  # imported here: tests and --help never load onnxruntime
 
-    kwargs: dict[str, Any] = {
-        "variant": settings.variant,
-        "providers": settings.provider_list,
-        "max_batch_tokens": settings.max_batch_tokens,
-        "max_batch_size": settings.max_batch_size,
-        "derive_in_subprocess": True,  # a derived variant's peak memory stays in a child process
-        "max_windows": settings.max_windows,
-        "language_check": settings.language_check,
-        "thresholds": () if settings.threshold is None else (settings.threshold,),
-    }
-    if settings.intra_op_threads is not None:
-        kwargs["intra_op_threads"] = settings.intra_op_threads
-    if settings.allow_spinning is not None:
-        kwargs["allow_spinning"] = settings.allow_spinning
-    classifier: Classifier = OnnxClassifier(settings.model_dir, **kwargs)
+    # a derived variant's peak memory stays in a child process
+    options = runtime_options(settings, derive_in_subprocess=True)
+    classifier: Classifier = OnnxClassifier(settings.model_dir, **options)
     return classifier
 
 
 def _counting_int8_checks(classifier: Classifier, metrics: ServiceMetrics) -> PredictFn:
     """``classifier.predict_encoded``, counting the dialogues its int8 check scored again with fp32
     (``safety_int8_checked_items_total``); the classifier itself unless it has a check."""
-    if not getattr(classifier, "check_band", 0.0):
+    if not classifier.check_band:
         return classifier.predict_encoded
 
     def predict(encoded: list[EncodedExample]) -> list[Prediction]:
-        before = int(getattr(classifier, "checked_items", 0))
+        before = classifier.checked_items
         predictions = classifier.predict_encoded(encoded)
-        metrics.int8_checked.inc(int(getattr(classifier, "checked_items", 0)) - before)
+        metrics.int8_checked.inc(classifier.checked_items - before)
         return predictions
 
     return predict
@@ -108,7 +106,6 @@ class ServedModel:
     model_id: str
     card_threshold: float
     batcher: MicroBatcher
-    full_batch_s: float | None = None  # one full batch as measured at warm-up (None: not measured)
     card: ModelCard | None = None  # the classifier's card (what an operator policy reads: heads, normalisation)
 
 
@@ -135,9 +132,15 @@ class ServiceState:
         self.ready = False
         self.load_error: str | None = None
         self.loading: str | None = None  # what the first load is doing now (the detail of /ready's 503)
-        self.api_key = api_key_of(settings)
         # the operator's rules (SAFETY_POLICY): replaced whole by POST /admin/policy, never changed in place
         self.policy: Policy | None = load_policy(settings.policy) if settings.policy is not None else None
+        self.gate = AdmissionGate(
+            settings.max_pending_tokens,
+            settings.max_explain_tokens,
+            retry_after_s=settings.retry_after_s,
+            observer=self.metrics,
+        )
+        self.metrics.set_budgets({name: lane.budget for name, lane in self.gate.lanes.items()})
 
     @property
     def batcher(self) -> MicroBatcher | None:
@@ -182,27 +185,20 @@ class ServiceState:
     async def install(self, classifier: Classifier, settings: ServiceSettings) -> MicroBatcher | None:
         """Serve ``classifier`` from now on with a fresh batcher; returns the previous batcher (the
         hot swap drains it: requests already admitted there finish on the old model)."""
-        s = settings
         card = classifier.card
-        if not self.ready and s.max_queue_wait_s is None:
-            self.loading = f"timing a full batch of {s.max_batch_size} (SAFETY_MAX_QUEUE_WAIT_MS unset)"
-        full_batch_s = None if s.max_queue_wait_s is not None else await self.measure_full_batch(classifier, s)
-        max_queue_wait_s = s.max_queue_wait_s if s.max_queue_wait_s is not None else default_queue_wait_s(full_batch_s)
         batcher = MicroBatcher(
             classifier.encode,
             _counting_int8_checks(classifier, self.metrics),
-            s,
-            max_queue_wait_s=max_queue_wait_s,
+            settings,
+            gate=self.gate,
             observer=self.metrics,
-            inline_lone_chars=LONE_INLINE_CHARS,
-            follow_machine=s.max_queue_wait_s is None,
         )
         await batcher.start()
         previous = self.batcher
         # no await from here on: requests see either the old model or the new one, never a mix
         self.settings = settings
         self.classifier = classifier
-        self.served = ServedModel(classifier.model_id, card.threshold, batcher, full_batch_s, card)
+        self.served = ServedModel(classifier.model_id, card.threshold, batcher, card)
         self.load_error = None
         self.loading = None
         self.ready = True
@@ -210,35 +206,16 @@ class ServiceState:
             name=card.name, version=card.version, variant=str(classifier.variant), provider=str(classifier.provider)
         )
         self.metrics.ready.set(1)
-        self.metrics.observe_latency_bound(0.0)  # the new batcher's promise, once its first full batch ran
         log.info(
-            "ready: %s (variant %s, provider %s) from %s; queue-wait bound %.0f ms (%s)",
+            "ready: %s (variant %s, provider %s) from %s; admission budgets %d model tokens (classify), %d (explain)",
             self.model_id,
             classifier.variant,
             classifier.provider,
-            s.model_dir,
-            max_queue_wait_s * 1000,
-            "SAFETY_MAX_QUEUE_WAIT_MS"
-            if full_batch_s is None
-            else f"{QUEUE_WAIT_BATCHES} full batches of {s.max_batch_size} at {full_batch_s * 1000:.0f} ms each, "
-            f"at least {MIN_QUEUE_WAIT_S * 1000:.0f} ms",
+            settings.model_dir,
+            self.gate.lane(CLASSIFY).budget,
+            self.gate.lane(EXPLAIN).budget,
         )
         return previous
-
-    async def measure_full_batch(self, classifier: Classifier, settings: ServiceSettings) -> float | None:
-        """One full batch of typical dialogues on ``classifier``, timed after its warm-up (in a thread);
-        None when it cannot be measured (logged; the queue-wait bound then falls back to its minimum)."""
-        try:
-            return await asyncio.to_thread(
-                measure_full_batch_s,
-                classifier.encode,
-                classifier.predict_encoded,
-                settings.max_batch_size,
-                settings.max_batch_tokens,
-            )
-        except Exception as exc:
-            log.warning("could not time a full batch at warm-up (%s: %s)", type(exc).__name__, exc)
-            return None
 
     async def stop(self) -> None:
         self.ready = False
@@ -262,62 +239,49 @@ class ServiceState:
             raise NotReady(f"the model is not ready yet{doing}; retry later", retry_after_s=self.settings.retry_after_s)
         return self.served
 
-    def refusing_batcher(self, method: str, path: str) -> MicroBatcher | None:
-        """The early-refusal rule, the one place it is written: a classification request (``POST`` to
-        ``CLASSIFY_PATHS``) to a ready service may be refused before its body is read, by the batcher
-        returned here, when even one more item would be refused now (its queued work would take longer
-        than the queue-wait bound, or the queue is full). None: the request goes on (requests that
-        pass are checked again when queued)."""
+    def early_refusal(self, method: str, path: str, scope: Mapping[str, Any]) -> Overloaded | None:
+        """The 429 a classification request (``POST`` to ``CLASSIFY_PATHS``) to a ready service gets before
+        its body is read: the admission rule for one more token of work from its client (the classify lane
+        or the client's share of it is full). None: the request goes on (and is charged once encoded)."""
         if method != "POST" or path not in CLASSIFY_PATHS or not self.ready:
             return None
-        return self.batcher
+        return self.gate.refusal(http_client(scope), CLASSIFY)
 
-    def early_refusal(self, method: str, path: str) -> Overloaded | None:
-        """The 429 a request gets before its body is read (:meth:`refusing_batcher`), or None."""
-        batcher = self.refusing_batcher(method, path)
-        return None if batcher is None else batcher.refusal(1)
-
-    def admit_from_head(
-        self, method: bytes, target: bytes, headers: Sequence[tuple[bytes, bytes]], scope: dict[str, Any]
-    ) -> Overloaded | None:
-        """:meth:`early_refusal` for the server's protocol (:mod:`dialogue_safety.service.server`), from the request
-        head alone (``target``: the raw request target). A request that passes is announced to the
-        batcher (counted in its wait estimate until it is queued; ``scope`` carries the
-        announcement to the handler). Authenticated requests only (a wrong key still gets its 401
-        from the app); the refusal is counted in the request metrics here."""
-        route = target.partition(b"?")[0].decode("latin-1")
-        batcher = self.refusing_batcher(method.decode("latin-1"), route)
-        if batcher is None or (self.api_key is not None and not key_matches(headers, self.api_key)):
-            return None
-        start = time.perf_counter()
-        verdict = batcher.announce()
-        if isinstance(verdict, Announcement):
-            scope[ANNOUNCEMENT] = verdict
-            return None
-        if verdict is not None:
-            self.metrics.requests.labels(route=route, status="429").inc()
-            self.metrics.request_latency.labels(route=route).observe(time.perf_counter() - start)
-        return verdict
+    async def plan_explanation(
+        self, served: ServedModel, example: Example, *, history: bool, method: Method = DEFAULT_METHOD
+    ) -> Plan:
+        """The explanation of ``example`` that fits one request of the explain lane: as many sequences as
+        half its budget holds at this example's cost (a masked sequence costs no more than the example);
+        a text too long to be explained even by two sequences is refused (413)."""
+        [encoded] = await served.batcher.encode([example])
+        lane = self.gate.lane(EXPLAIN)
+        sequences = lane.max_request_tokens // max(1, encoded.tokens)
+        if sequences < 2:
+            raise self.gate.too_costly(EXPLAIN, 2 * encoded.tokens)
+        return explain.plan_within(example, sequences, history=history, method=method)
 
     # -- what the break-it game asks of its host (dialogue_safety.breakit.api.Host) -----------------
     def check_item(self, utterance: str, turns: Sequence[str]) -> None:
         """The request limits for one message (raises InvalidInput)."""
         self.limits.check_item(utterance, turns)
 
-    async def score_deployed(self, example: Example) -> tuple[str, float, Label, float]:
+    async def score_deployed(self, example: Example, *, client: str = "") -> tuple[str, float, Label, float]:
         """The serving model's id, score, label and threshold for ``example``, through its batcher (the
-        path of ``/v1/classify``; the model, id and threshold stay together across a hot swap)."""
+        path of ``/v1/classify``, charged to ``client``; the model, id and threshold stay together across a
+        hot swap)."""
         served = self.require_served()
-        [prediction] = await served.batcher.submit([example])
+        [prediction] = await served.batcher.submit([example], client=client)
         decided = self.decide(prediction, None, served=served)
         return served.model_id, float(decided["score"]), Label(decided["label"]), float(decided["threshold"])
 
-    async def explain_deployed(self, example: Example, *, history: bool) -> tuple[str, float, Label, float, Any]:
+    async def explain_deployed(
+        self, example: Example, *, history: bool, client: str = ""
+    ) -> tuple[str, float, Label, float, Any]:
         """:meth:`score_deployed` with the explanation of ``/v1/classify``'s ``explain`` (the same method
-        and cap, every sequence through the batcher)."""
+        and plan, every sequence through the batcher, charged to the explain lane)."""
         served = self.require_served()
-        plan = explain.plan_within(example, self.settings.queue_size, history=history)
-        predictions = await served.batcher.submit(plan.examples())
+        plan = await self.plan_explanation(served, example, history=history)
+        predictions = await served.batcher.submit(plan.examples(), client=client, lane=EXPLAIN)
         decided = self.decide(predictions[0], None, served=served)
         explanation = plan.explanation([p.score for p in predictions])
         label, threshold = Label(decided["label"]), float(decided["threshold"])

@@ -42,10 +42,31 @@ class ServiceMetrics:
             registry=r,
         )
         self.queue_depth = Gauge(f"{PREFIX}_queue_depth", "items waiting for an inference batch", registry=r)
-        self.latency_bound = Gauge(
-            f"{PREFIX}_latency_bound_seconds",
-            "the answer time promised to an accepted item now: max_queue_wait_ms plus one batch (the running mean "
-            "time of the batches at least half full; 0 until one ran)",
+        self.admission_budget = Gauge(
+            f"{PREFIX}_admission_budget_tokens",
+            "the work an admission lane holds at most, in model tokens (tokens x windows x passes): "
+            "max_pending_tokens (classify), max_explain_tokens (explain)",
+            ["lane"],
+            registry=r,
+        )
+        self.admission_charged = Gauge(
+            f"{PREFIX}_admission_charged_tokens",
+            "work admitted to a lane and not answered yet (waiting and running), in model tokens",
+            ["lane"],
+            registry=r,
+        )
+        self.request_cost = Histogram(
+            f"{PREFIX}_request_cost_tokens",
+            "the work one admitted request was charged, in model tokens (tokens x windows x passes)",
+            ["lane"],
+            buckets=TOKEN_BUCKETS,
+            registry=r,
+        )
+        self.admission_refused = Counter(
+            f"{PREFIX}_admission_refused",
+            "requests refused by admission, by lane and reason: busy (the lane is full, 429), fair_share (the client "
+            "holds its share, 429), too_costly (more than half the lane, 413)",
+            ["lane", "reason"],
             registry=r,
         )
         self.queue_wait = Histogram(
@@ -98,13 +119,7 @@ class ServiceMetrics:
         )
         self.dropped = Counter(
             f"{PREFIX}_dropped_items",
-            "items dropped before inference because their caller went away",
-            registry=r,
-        )
-        self.shed = Counter(
-            f"{PREFIX}_shed_items",
-            "items refused with 429 when their batch formed: too late to be answered within max_queue_wait_ms plus one "
-            "batch (admission underestimated the wait)",
+            "items dropped before inference because their caller went away (hung up or cancelled)",
             registry=r,
         )
         self.batch_failures = Counter(f"{PREFIX}_batch_failures", "inference batches that failed", registry=r)
@@ -157,11 +172,20 @@ class ServiceMetrics:
     def observe_batch_failure(self) -> None:
         self.batch_failures.inc()
 
-    def observe_shed(self, n: int) -> None:
-        self.shed.inc(n)
+    # -- what admission reports (dialogue_safety.service.admission.AdmissionObserver) ----------------------
+    def set_budgets(self, budgets: dict[str, int]) -> None:
+        for lane, tokens in budgets.items():
+            self.admission_budget.labels(lane=lane).set(tokens)
+            self.admission_charged.labels(lane=lane).set(0)
 
-    def observe_latency_bound(self, seconds: float) -> None:
-        self.latency_bound.set(seconds)
+    def observe_charged(self, lane: str, tokens: int) -> None:
+        self.admission_charged.labels(lane=lane).set(tokens)
+
+    def observe_admitted(self, lane: str, cost: int) -> None:
+        self.request_cost.labels(lane=lane).observe(cost)
+
+    def observe_refused(self, lane: str, reason: str) -> None:
+        self.admission_refused.labels(lane=lane, reason=reason).inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

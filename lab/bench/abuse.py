@@ -359,19 +359,19 @@ def _stats_ms(values: Sequence[float]) -> dict[str, float | None]:
     }
 
 
-async def attack_open_loop(
-    url: str, factor: float, duration_s: float, max_wait_ms: float | None, server_pid: int
-) -> tuple[str, dict[str, Any]]:
-    """``factor`` x the capacity measured just before, as an open loop (see :class:`load_generator.OpenLoop`)."""
-    derived = max_wait_ms is None  # SAFETY_MAX_QUEUE_WAIT_MS unset: the bound the server derives follows the load
-    if max_wait_ms is None:
-        max_wait_ms = await _queue_wait_ms(url)
+async def attack_open_loop(url: str, factor: float, duration_s: float, server_pid: int) -> tuple[str, dict[str, Any]]:
+    """``factor`` x the capacity measured just before, as an open loop (see :class:`load_generator.OpenLoop`).
+
+    The service's bound is on work, not time (``max_pending_tokens``); the time it implies here is the
+    classify lane's budget at the speed the attack's batches ran (model tokens per second of inference),
+    plus one batch: no accepted request should wait longer than that."""
+    budget = (await _admission(url))["classify"]["budget_tokens"]
     port = int(url.rsplit(":", 1)[1])
     capacity = await measure_capacity(port, 64, 1.0, min(5.0, duration_s))
     rate = max(1.0, factor * capacity)
     await asyncio.sleep(1.0)
-    # enough connections that requests rarely wait for one: accepted ones stay ~max_wait
-    connections = int(min(3000, max(64, rate * (max_wait_ms / 1000 + 0.1))))
+    # enough connections that requests rarely wait for one (accepted ones wait up to a budget's worth of work)
+    connections = int(min(3000, max(64, rate * 2.0)))
     gen = OpenLoop(port, classify_request(), max_connections=3000)
     await gen.open(connections)
     metrics_before, cpu_before, wall_before = (
@@ -383,8 +383,6 @@ async def attack_open_loop(
     await gen.settle(30.0)
     wall = time.monotonic() - wall_before
     metrics_after, cpu_after = _metric_values(await _metrics(url)), thread_cpu_s(server_pid)
-    if derived:  # it rose with the load (never over 3x the warm-up's): the promise the service kept meanwhile
-        max_wait_ms = max(max_wait_ms, await _queue_wait_ms(url))
     gen.close()
 
     def delta(name: str) -> float:
@@ -397,7 +395,10 @@ async def attack_open_loop(
     other = {str(s): len(v) for s, v in gen.latency.items() if s not in (200, 429)}
     if gen.failed or gen.in_flight:
         other["no answer"] = gen.failed + gen.in_flight
-    bound_ms = max_wait_ms + (batch_ms or 0.0)
+    inference_s = delta("safety_inference_seconds_sum")
+    tokens_per_s = delta('safety_request_cost_tokens_sum{lane="classify"}') / inference_s if inference_s else 0.0
+    budget_ms = budget / tokens_per_s * 1000 if tokens_per_s else 0.0
+    bound_ms = budget_ms + (batch_ms or 0.0)
     ok_stats, refused_stats, lag_stats = _stats_ms(ok), _stats_ms(refused), _stats_ms(gen.lag)
     details: dict[str, Any] = {
         "capacity_per_s": round(capacity, 1),
@@ -411,11 +412,14 @@ async def attack_open_loop(
         **{f"ok_{k}": v for k, v in ok_stats.items()},
         **{f"429_{k}": v for k, v in refused_stats.items()},
         **{f"generator_lag_{k}": v for k, v in lag_stats.items()},
-        "max_queue_wait_ms": max_wait_ms,
+        "max_pending_tokens": budget,
+        "model_tokens_per_inference_s": round(tokens_per_s, 1),
+        "budget_ms": round(budget_ms, 1),
         "mean_batch_ms": batch_ms,
         "mean_batch_items": round(items / batches, 1) if batches else None,
         "accepted_bound_ms": round(bound_ms, 1),
-        "shed_late": int(delta("safety_shed_items_total")),
+        "refused_fair_share": int(delta('safety_admission_refused_total{lane="classify",reason="fair_share"}')),
+        "refused_busy": int(delta('safety_admission_refused_total{lane="classify",reason="busy"}')),
         "server_cpu_cores": {
             role: round((cpu_after[role] - cpu_before.get(role, 0.0)) / wall, 2) for role in cpu_after
         },
@@ -425,7 +429,7 @@ async def attack_open_loop(
     }
     did = (
         f"{rate:.0f} req/s offered ({factor:g} x {capacity:.0f}/s measured): {len(ok)} x 200 (p99 "
-        f"{ok_stats['p99_ms']} ms, max {ok_stats['max_ms']} ms; bound {max_wait_ms:g} + batch {batch_ms} ms), "
+        f"{ok_stats['p99_ms']} ms, max {ok_stats['max_ms']} ms; bound {budget_ms:.0f} + batch {batch_ms} ms), "
         f"{len(refused)} x 429 (p50 {refused_stats['p50_ms']}, p99 {refused_stats['p99_ms']} ms)"
         + (f", other {other}" if other else "")
         + f"; generator lag p99 {lag_stats['p99_ms']} ms"
@@ -483,9 +487,10 @@ async def _metrics(url: str, path: str = "/metrics") -> str:
     return body.decode(errors="replace")
 
 
-async def _queue_wait_ms(url: str) -> float:
-    """The queue-wait bound the server applies (GET /v1/model: the setting, or measured at warm-up)."""
-    return float(json.loads(await _metrics(url, "/v1/model"))["serving"]["max_queue_wait_ms"])
+async def _admission(url: str) -> dict[str, Any]:
+    """The admission budgets the server applies (GET /v1/model)."""
+    admission: dict[str, Any] = json.loads(await _metrics(url, "/v1/model"))["serving"]["admission"]
+    return admission
 
 
 # -- the run ---------------------------------------------------------------------------------------
@@ -554,7 +559,7 @@ async def run_all(server: Server, args: argparse.Namespace, attacker: ProcessPoo
             "overload 4x",
             (
                 attack_open_loop,
-                (url, args.overload_factor, args.duration_s, args.max_queue_wait_ms, server.process.pid),
+                (url, args.overload_factor, args.duration_s, server.process.pid),
             ),
         ),
         ("hang-ups", (attack_hangups, (url, args.hangups))),
@@ -653,8 +658,6 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m lab.bench abu
         args.idle, args.slow_bodies, args.largest, args.overload, args.hangups = 60, 20, 2, 32, 5
         args.duration_s, args.hold_s, args.idle_probe_s, args.settle_s = 1.5, 3.0, 1.0, 0.5
     settings = server_settings(args.server_setting)
-    wait = settings.get("max_queue_wait_ms")  # None: the server derives it at warm-up (asked for in the attack)
-    args.max_queue_wait_ms = None if wait is None else float(wait)
     if args.smoke:
         settings = {"header_timeout_s": "1", "body_timeout_s": "1", "max_connections": "40", **settings}
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

@@ -406,7 +406,7 @@ async def run_overload(server: Server, bodies: list[bytes], plan: HttpPlan, capa
     rss_after = server.rss()
     bounded = rss_before is not None and peak <= rss_before * 1.5 + 200 * 2**20
     return {
-        "queue_size": plan.overload_queue,
+        "max_pending_tokens": 256 * max(1, plan.overload_queue),
         "capacity_items": capacity,
         "concurrency": concurrency,
         "phase": asdict(overload),
@@ -431,7 +431,12 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--max-requests", type=int, default=200_000, help="request cap per phase")
     p.add_argument("--batch-items", type=int, default=32, help="items per /v1/classify/batch request")
     p.add_argument("--batch-concurrency", type=int, default=4)
-    p.add_argument("--overload-queue", type=int, default=32, help="queue size of the overload-phase server")
+    p.add_argument(
+        "--overload-queue",
+        type=int,
+        default=32,
+        help="items the overload-phase server admits, about (max_pending_tokens: 256 per item)",
+    )
     p.add_argument("--overload-duration", type=float, default=5.0)
     p.add_argument("--no-overload", action="store_true", help="skip the overload phase")
     p.add_argument("--naive-checkpoint", type=Path, default=None, help="torch checkpoint for the naive baseline")
@@ -556,12 +561,13 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m lab.bench htt
     del runtime  # its session's memory is not needed by the phases below
 
     if not args.no_overload:
-        say(f"overload phase: a second server with a queue of {plan.overload_queue}")
+        say(f"overload phase: a second server admitting about {plan.overload_queue} items")
         port = free_port()
         batch_size = max(1, plan.overload_queue)
         env = service_env(
             **extra,
-            queue_size=plan.overload_queue,
+            # about overload_queue items of up to 128 model tokens (a lone client may hold half the budget)
+            max_pending_tokens=256 * max(1, plan.overload_queue),
             max_batch_items=min(256, plan.overload_queue),
             max_batch_size=batch_size,
             max_batch_tokens=args.max_batch_tokens,

@@ -47,7 +47,7 @@ def markdown(report: dict[str, Any]) -> str:
     if overload:
         lines += [
             "",
-            f"Overload: queue {overload['queue_size']}, concurrency {overload['concurrency']}: "
+            f"Overload: max_pending_tokens {overload['max_pending_tokens']}, concurrency {overload['concurrency']}: "
             f"{overload['rejected_429']} x 429 (p50 {overload['phase']['rejected_p50_ms']} ms, p99 "
             f"{overload['phase']['rejected_p99_ms']} ms); RSS {overload['rss_before_mib']} -> peak "
             f"{overload['rss_peak_mib']} -> {overload['rss_after_mib']} MiB (bounded: {overload['rss_bounded']}); "

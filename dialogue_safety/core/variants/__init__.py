@@ -69,10 +69,9 @@ log = logging.getLogger("dialogue_safety.core.variants")
 VARIANT_NAMES: tuple[str, ...] = ("fp32", "optimized", "int8", "fp16")
 RECIPE_VERSION = 1
 
-# int8 recipes measured on the trained MiniLM-L6 (lab/notes/runtime.md, "int8 recipes (measured)"): quantising
-# every MatMul is ~2x faster than fp32 but moves 1-3 % of decisions; quantising only the
-# attention projections moves fewer (0.1-2 %) for a ~1.2x speed-up. Node names are those of
-# torch.onnx's export of Hugging Face BERT.
+# int8 recipes (their measurements: lab/notes/runtime.md, "int8 recipes (measured)"): quantising every MatMul
+# is the fastest and moves the most decisions; quantising only the attention projections moves fewer for a
+# smaller speed-up. Node names are those of torch.onnx's export of Hugging Face BERT.
 FFN_UP = r"intermediate/dense/MatMul$"
 FFN_DOWN = r"layer\.\d+/output/dense/MatMul$"
 #: the int8 presets the product can select: the export's candidates (:data:`INT8_CANDIDATES`) and the default
@@ -105,15 +104,15 @@ _STATIC: dict[str, Any] = {
     "exclude_patterns": [ATTENTION_SCORES],
     "fp32_residual": True,
     # then how onnxruntime's CPU kernels compute it (core/variants/rewrites.py): each layer's bias inside its
-    # integer MatMul, no SkipLayerNormalization, K^T by whole heads; 0.4.0: 2.43 -> 2.01 s model only
+    # integer MatMul, no SkipLayerNormalization, K^T by whole heads
     "rewrites": list(rewrites.REWRITES),
 }
 # "static" with the 8 widest input channels of each feed-forward layer (from the calibration rows) computed
-# apart in fp32 (graphs.split_outlier_channels): their 14-30 ranges no longer set the fixed activation scales.
-# 0.4.0 on validation: score error p99 0.09 -> 0.03-0.05, max 0.27 -> 0.075; ~1.2x slower than "static"
+# apart in fp32 (graphs.split_outlier_channels): their wide ranges no longer set the fixed activation scales
+# (closer to fp32's scores, a little slower than "static": lab/notes/runtime.md)
 _STATIC_SPLIT: dict[str, Any] = {**_STATIC, "outlier_channels": 8, "outlier_patterns": [FFN_UP, FFN_DOWN]}
 # "static-split", cheaper: only the feed-forward inputs whose widest channel reaches twice the 9th widest are
-# split (0.4.0: all six FFN-up inputs, the FFN-down inputs of layers 0-3), and the mask goes once the scales are
+# split, and the mask goes once the scales are
 # fixed (those channels meet zeroed weight rows, so the product is the same: graphs.saturate_outlier_masks)
 #: how the masked product of a split reads its input: through the mask Mul, or unmasked once the scales are fixed
 OUTLIER_MASKS: tuple[str, ...] = ("mul", "saturate")
@@ -144,10 +143,10 @@ INT8_PRESETS.update(
     {
         # dynamic int8 on the plain fp32 graph: per-channel 8-bit weights, per-tensor uint8 activations
         # quantised at run time, the 36 linear layers (and the pooler/classifier) only. onnxruntime fuses
-        # the graph itself at load (DynamicQuantizeMatMul, MatMulIntegerToFloat, unfused attention), which
-        # ran 1.2x faster than the same quantisation of the optimizer's graph (QAttention) here: as fast as
-        # a naive quantize_dynamic, but per-channel. Its activation scales are taken over the whole batch,
-        # so a dialogue's score moves with the traffic it is batched with (0.4.0: up to 0.2): the export
+        # the graph itself at load (DynamicQuantizeMatMul, MatMulIntegerToFloat, unfused attention), faster
+        # than the same quantisation of the optimizer's graph (QAttention): as fast as a naive
+        # quantize_dynamic, but per-channel. Its activation scales are taken over the whole batch,
+        # so a dialogue's score moves with the traffic it is batched with: the export
         # refuses it for that (dialogue_safety.export.quantization.batch_dependence)
         "dynamic": {
             "from": "fp32",

@@ -1,12 +1,11 @@
 """Graph rewrites that change how onnxruntime's CPU kernels compute a variant, not what it computes.
 
-Measured on 0.4.0's static int8 graph (2 threads, 2,800 length-sorted rows in batches of 64, model only,
-lab/notes/runtime.md "int8 for 0.4.0, fourth pass"): onnxruntime fuses each feed-forward block's residual Add
-and LayerNormalization into a SkipLayerNormalization whose CPU kernel took 0.37 s where the unfused pair
-takes 0.06 s; it leaves every linear layer's bias as an Add after the integer MatMul (0.07 s) and fuses the
-feed-forward bias into a BiasGelu that is 0.13 s slower than the Gelu it would otherwise be; and it
-materialises K^T for the attention scores with a transpose that moves single floats (0.13 s) where moving
-whole heads costs a third. Together 2.43 -> 2.03 s (static) and 2.78 -> 2.36 s (static-split-lean).
+On an int8 graph onnxruntime fuses each feed-forward block's residual Add and LayerNormalization into a
+SkipLayerNormalization whose CPU kernel is slower than the unfused pair; it leaves every linear layer's bias
+as an Add after the integer MatMul and fuses the feed-forward bias into a BiasGelu slower than the Gelu it
+would otherwise be; and it materialises K^T for the attention scores with a transpose that moves single
+floats where moving whole heads costs less. What each rewrite saved, measured: lab/notes/runtime.md,
+"int8 for 0.4.0, fourth pass".
 
 Each rewrite is exact up to float rounding order (tested against the graph it rewrites), applies
 where its pattern is found and leaves the rest alone, and returns how many places it changed.
@@ -258,7 +257,7 @@ def _holds_one_element(name: str, inits: dict[str, onnx.TensorProto], info: Infe
 def residual_sum(model: onnx.ModelProto) -> int:
     """Each ``Add`` of two computed tensors that only a LayerNormalization reads becomes a ``Sum`` (the same
     elementwise addition, broadcasting alike), in place: onnxruntime fuses Add + LayerNormalization into
-    SkipLayerNormalization, whose CPU kernel measured 6x slower than the pair here, and does not fuse
+    SkipLayerNormalization, whose CPU kernel is slower than the pair (lab/notes/runtime.md), and does not fuse
     Sum. Returns the number of Adds rewritten."""
     g = _Graph(model)
     constants = set(g.inits) | {n.output[0] for n in g.nodes if n.op_type == "Constant"}
