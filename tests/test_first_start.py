@@ -29,8 +29,8 @@ def test_the_first_start_says_it_derives_the_variant(
         assert c.get("/v1/model").json()["serving"]["variant"] == "optimized"
     said = [r.getMessage() for r in caplog.records if r.name == "dialogue_safety.core.variants"]
     assert said == [
-        f"building the optimized variant of {model} (first start with this model, recipe or onnxruntime version: "
-        "about a minute; later starts reuse it)"
+        f"building the optimized variant of {model} (first start with this model, recipe or onnxruntime version; "
+        "later starts reuse it)"
     ]
     assert variants.is_derived(model, "optimized")
     caplog.clear()

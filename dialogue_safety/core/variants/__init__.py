@@ -424,8 +424,8 @@ def ensure_variant_in_subprocess(model_dir: str | Path, name: str, card: ModelCa
             return found
         # said here (the child's log goes nowhere); the service shows it as the step /ready's 503 is in
         log.info(
-            "building the %s variant of %s (first start with this model, recipe or onnxruntime version: "
-            "about a minute; later starts reuse it)",
+            "building the %s variant of %s (first start with this model, recipe or onnxruntime version; "
+            "later starts reuse it)",
             name,
             directory,
         )
