@@ -1,4 +1,4 @@
-"""``python -m lab.bench abuse``: replay the attacks of issue 14 against a local server.
+"""``python -m lab.bench abuse``: replay the attacks of issues 14 and 39 against a local server.
 
 Starts ``dialogue-safety serve`` in a subprocess on 127.0.0.1 (never anything else), measures a
 well-behaved client (sequential small ``/v1/classify`` requests and ``/health`` probes on
@@ -7,8 +7,13 @@ keep-alive connections) while idle, then during each attack, and samples the ser
 * ``idle``: many TCP connections that never send a byte (``--idle``);
 * ``slow-bodies``: many requests that announce a 2 MB body and send all but its last byte
   (``--slow-bodies``);
-* ``largest``: concurrent requests of the largest allowed size (32 history turns and an
+* ``largest requests``: concurrent requests of the largest allowed size (32 history turns and an
   utterance of 4,000 emoji each) (``--largest``);
+* ``largest explained``: one client asking for the explanation of a 4,000-character utterance,
+  again and again (the admission plans an explanation that fits, or answers 413);
+* ``largest batch``: one client sending the largest batch of 4,000-character items the limits
+  allow (``max_batch_items``, or fewer if their cost passes the one-request limit), again and
+  again, and once one item more;
 * ``overload``: many clients sending single requests back to back (``--overload``, the closed
   loop of the issue: latency there is clients / throughput, whatever the server does);
 * ``overload 4x``: an open loop offering ``--overload-factor`` times the capacity measured just
@@ -17,15 +22,30 @@ keep-alive connections) while idle, then during each attack, and samples the ser
   own lateness is reported);
 * ``hang-ups``: batch requests whose client hangs up before the answer (``--hangups``);
 * ``bad-inputs``: hand-made bad requests (lone surrogates, invisible texts, loose types,
-  unreadable, compressed, short and empty bodies).
+  unreadable, compressed, short and empty bodies);
+* ``http edges``: duplicate JSON keys, a body nested 3,000 deep, ``POST /v1/classify/`` with
+  ``Host: evil.example``, a request head over ``max_header_bytes`` on ``--head-connections``
+  connections at once, unparsable requests (request line, header, chunk size);
+* ``hot swaps``: ``--swaps`` hot swaps (``POST /admin/model``) to the model directory served;
+  the process's memory and threads before and after;
+* ``break-it ids``: ids and round numbers of 2**63 and 10**23 on the break-it routes;
+* ``corpus nested line``: no server: ``dialogue-safety score`` on a corpus with a line nested
+  3,000 deep and a whitespace-only line, interrupted once, then resumed.
+
+The hot swaps and break-it ids run against a second server, started with an API key (the admin
+routes need one) and the break-it game on a temporary SQLite file. The attackers of the largest
+explained request and batch connect from another loopback address (127.0.0.2): the admission
+charges work per client address, and they are other clients than the well-behaved one; their
+``target_prober_*`` keys are the issue's bar (its p99 within 3x the quiet p99, none refused).
 
 So that the load generator's own work cannot pass for the server's, the server runs on half of
 the CPUs and the clients on the other half (``--pin``; 1 + 1 on a 2-core machine), and every
 attack runs in its own process: the well-behaved client never shares an event loop with it.
 
 It prints JSON and a markdown table: attack, what the service did, the well-behaved client's
-p99 idle and during the attack, RSS before / peak / after. Counts and durations are bounded by
-the flags; ``--smoke`` runs every attack briefly with small counts.
+p99 idle and during the attack, RSS before / peak / after, and the attack's targets (each
+``target_*`` key of its details: met or not). Counts and durations are bounded by the flags;
+``--smoke`` runs every attack briefly with small counts.
 """
 
 from __future__ import annotations
@@ -36,18 +56,27 @@ import gzip
 import json
 import multiprocessing
 import os
+import re
 import resource
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from dialogue_safety.core.model_dir import default_model_dir
+from dialogue_safety.corpus.job import MANIFEST, PARTS_SUFFIX
 from dialogue_safety.service.routes import HEALTH_PATH
+from dialogue_safety.service.settings import ServiceSettings
 from lab.bench.http_client import HOST, RawHttpClient
 from lab.bench.load_generator import (
     SMALL,
@@ -99,18 +128,21 @@ class Outcome:
 class Prober:
     """The well-behaved client: one keep-alive connection for /v1/classify, one for /health."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, headers: bytes = b"") -> None:
         self.url = url
+        self.headers = headers  # sent with /v1/classify (the API key of a server that has one)
         self.classify: list[float] = []
         self.health: list[float] = []
         self.errors = 0
+        self.statuses: Counter[str] = Counter()  # of its /v1/classify requests ('closed': no answer)
+        self.health_statuses: Counter[str] = Counter()
         self._stop = asyncio.Event()
         self._client = RawHttpClient(url, 30.0)
         self._health = RawHttpClient(url, 30.0)
 
     async def connect(self) -> None:
         """Open the keep-alive connections (one request each) before the attack starts."""
-        await self._client.post("/v1/classify", SMALL)
+        await self._client.post("/v1/classify", SMALL, self.headers)
         await self._health.request("GET", HEALTH_PATH)
 
     async def run(self) -> None:
@@ -122,10 +154,13 @@ class Prober:
                     try:
                         if body is None:
                             status, _ = await health.request("GET", path)
+                            self.health_statuses[str(status)] += 1
                         else:
-                            status, _ = await client.post(path, body)
+                            status, _ = await client.post(path, body, self.headers)
+                            self.statuses[str(status)] += 1
                     except CLOSED:
                         self.errors += 1
+                        (self.statuses if body is not None else self.health_statuses)["closed"] += 1
                         continue
                     if status != 200:
                         self.errors += 1
@@ -478,6 +513,419 @@ async def attack_bad_inputs(url: str) -> tuple[str, dict[str, Any]]:
     return did, {"statuses": results}
 
 
+# -- round two (issue 39): the largest allowed requests, hot swaps, HTTP edges, break-it ids, a corpus line ---
+# another loopback address: the server charges work per client address, and the attacker of these cases
+# is another client than the well-behaved one (on Linux every 127.x.y.z reaches a server on 127.0.0.1)
+ATTACKER_HOST = "127.0.0.2"
+# 4,000 characters of prose (the per-text limit): ~1,000 tokens, read in ~10 windows
+TEXT_4K = ("honestly you people are the worst thing that ever happened to this forum and " * 60)[:4000]
+EXPLAINED_4K = json.dumps({"utterance": TEXT_4K, "explain": True}).encode()
+DEEP = 3000  # brackets: the nesting that crashed the JSON parsers of round one
+COST = re.compile(r"costs (\d+) model tokens")
+
+
+def attacker_source() -> str | None:
+    """:data:`ATTACKER_HOST` if this machine can connect from it, else None (the attacker then shares the
+    well-behaved client's address, and its fair share: the details say which)."""
+    try:
+        with socket.socket() as s:
+            s.bind((ATTACKER_HOST, 0))
+    except OSError:
+        return None
+    return ATTACKER_HOST
+
+
+def _auth(key: str | None) -> bytes:
+    return f"Authorization: Bearer {key}\r\n".encode() if key else b""
+
+
+def _error_code(body: bytes) -> str | None:
+    """The ``error.code`` of the JSON error shape, or None if ``body`` is not one."""
+    try:
+        code = json.loads(body)["error"]["code"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return code if isinstance(code, str) else None
+
+
+def _setting(settings: dict[str, str], name: str) -> Any:
+    """A service setting's value for the bench's server: given (``--server-setting``) or its default."""
+    default = ServiceSettings.model_fields[name].default
+    return type(default)(settings[name]) if name in settings else default
+
+
+async def _statuses_for(
+    url: str, path: str, body: bytes, duration_s: float, headers: bytes = b""
+) -> tuple[Counter[str], list[float]]:
+    """One client sending ``body`` to ``path`` back to back for ``duration_s``: 'STATUS code' counts, latencies."""
+    statuses: Counter[str] = Counter()
+    latencies: list[float] = []
+    deadline = time.monotonic() + duration_s
+    client = RawHttpClient(url, 600.0, attacker_source())
+    try:
+        while time.monotonic() < deadline:
+            start = time.perf_counter()
+            try:
+                status, answer = await client.post(path, body, headers)
+            except CLOSED:
+                statuses["closed"] += 1
+                await asyncio.sleep(0.05)  # not a busy loop against a server that closes at once
+                continue
+            latencies.append(time.perf_counter() - start)
+            code = _error_code(answer) if status != 200 else None
+            statuses[f"{status} {code}" if code else str(status)] += 1
+    finally:
+        await client.close()
+    return statuses, latencies
+
+
+def _counts(statuses: Counter[str]) -> str:
+    return ", ".join(f"{c} x {s}" for s, c in statuses.most_common())
+
+
+async def attack_largest_explained(url: str, duration_s: float) -> tuple[str, dict[str, Any]]:
+    """One client (another address) asking for the explanation of a 4,000-character utterance, again and again:
+    the admission plans an explanation within half the explain lane's budget, or refuses it (413)."""
+    statuses, latencies = await _statuses_for(url, "/v1/classify", EXPLAINED_4K, duration_s)
+    details = {
+        "statuses": dict(statuses),
+        "body_bytes": len(EXPLAINED_4K),
+        "attacker_address": attacker_source() or HOST,
+        **_stats_ms(latencies),
+    }
+    return f"{sum(statuses.values())} explained 4,000-char utterances: {_counts(statuses)}", details
+
+
+def _batch(n: int) -> bytes:
+    return json.dumps({"items": [TEXT_4K] * n}).encode()
+
+
+async def _largest_batch_items(url: str, max_items: int, max_request_tokens: int) -> tuple[int, str]:
+    """The most 4,000-character items one batch may hold: ``max_batch_items``, or fewer if their cost passes
+    the one-request limit (the 413 of ``max_batch_items`` says what that many cost). (items, how it was found)"""
+    client = RawHttpClient(url, 600.0, attacker_source())
+    try:
+        status, answer = await client.post("/v1/classify/batch", _batch(max_items))
+        if status != 413:
+            return max_items, f"{max_items} items (max_batch_items) answered {status}"
+        found = COST.search(json.loads(answer)["error"]["message"])
+        if found is None:
+            return 1, "the 413 did not say the cost: 1 item"
+        per_item = int(found.group(1)) // max_items
+        return max(1, min(max_items, max_request_tokens // per_item)), (
+            f"{per_item} model tokens an item, {max_request_tokens} a request at most"
+        )
+    finally:
+        await client.close()
+
+
+async def attack_largest_batch(url: str, duration_s: float, max_items: int) -> tuple[str, dict[str, Any]]:
+    """One client (another address) sending the largest batch of 4,000-character items the limits allow, again
+    and again; and once one item more (refused: 413)."""
+    admission = await _admission(url)
+    max_request_tokens = int(admission["classify"]["max_request_tokens"])
+    n, why = await _largest_batch_items(url, max_items, max_request_tokens)
+    over = RawHttpClient(url, 600.0, attacker_source())
+    try:
+        status, answer = await over.post("/v1/classify/batch", _batch(n + 1)) if n < max_items else (None, b"")
+    finally:
+        await over.close()
+    one_more = None if status is None else f"{status} {_error_code(answer) or ''}".strip()
+    statuses, latencies = await _statuses_for(url, "/v1/classify/batch", _batch(n), duration_s)
+    details = {
+        "items": n,
+        "how": why,
+        "max_batch_items": max_items,
+        "max_request_tokens": max_request_tokens,
+        "one_more_item": one_more,
+        "statuses": dict(statuses),
+        "body_bytes": len(_batch(n)),
+        "attacker_address": attacker_source() or HOST,
+        **_stats_ms(latencies),
+    }
+    did = f"{sum(statuses.values())} batches of {n} 4,000-char items ({why}): {_counts(statuses)}; {n + 1} items: "
+    return did + (one_more or "over max_batch_items"), details
+
+
+def proc_status(pid: int, field_name: str) -> int | None:
+    """A number from /proc/PID/status (VmRSS in kB, Threads)."""
+    with suppress(OSError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(field_name + ":"):
+                return int(line.split()[1])
+    return None
+
+
+async def attack_hot_swaps(url: str, n: int, model_dir: str, key: str, pid: int) -> tuple[str, dict[str, Any]]:
+    """``n`` hot swaps (``POST /admin/model``, with the API key) to ``model_dir``, one after another, while the
+    well-behaved client is served: the process's memory and threads before and after, each swap's time."""
+    rss_before, threads_before = proc_status(pid, "VmRSS"), proc_status(pid, "Threads")
+    body = json.dumps({"model_dir": model_dir}).encode()
+    client = RawHttpClient(url, 600.0)
+    statuses: Counter[str] = Counter()
+    durations: list[float] = []
+    released = 0
+    threads: list[int | None] = []  # after each swap
+    try:
+        for _ in range(n):
+            start = time.perf_counter()
+            try:
+                status, answer = await client.post("/admin/model", body, _auth(key))
+            except CLOSED:
+                statuses["closed"] += 1
+                continue
+            durations.append(time.perf_counter() - start)
+            statuses[str(status)] += 1
+            if status == 200 and json.loads(answer).get("released"):
+                released += 1
+            threads.append(proc_status(pid, "Threads"))
+    finally:
+        await client.close()
+    await asyncio.sleep(1.0)  # what the last swap freed is given back to the OS by now
+    rss_after, threads_after = proc_status(pid, "VmRSS"), proc_status(pid, "Threads")
+    change = None if not rss_before or rss_after is None else (rss_after - rss_before) / rss_before * 100
+    details = {
+        "swaps": n,
+        "statuses": dict(statuses),
+        "released": released,
+        "rss_before_mib": _mib(None if rss_before is None else rss_before * 1024),
+        "rss_after_mib": _mib(None if rss_after is None else rss_after * 1024),
+        "rss_change_pct": None if change is None else round(change, 1),
+        "threads_before": threads_before,
+        "threads_after_each_swap": threads,
+        "threads_after": threads_after,
+        "swap_s_p50": None if not durations else round(percentile(durations, 50) or 0.0, 2),
+        "swap_s_max": None if not durations else round(max(durations), 2),
+        "target_rss_within_10pct": change is not None and abs(change) <= 10,
+        # thread pools that start lazily (asyncio's executor, up to CPUs + 4) may add a few: a leak adds some per swap
+        "target_no_thread_per_swap": threads_before is not None
+        and threads_after is not None
+        and threads_after - threads_before < n,
+        "target_every_swap_ok": statuses.get("200", 0) == n,
+    }
+    did = (
+        f"{n} swaps: {_counts(statuses)}, {released} released the old model; RSS {details['rss_before_mib']} -> "
+        f"{details['rss_after_mib']} MiB ({details['rss_change_pct']} %), threads {threads_before} -> "
+        f"{threads_after}; a swap took {details['swap_s_p50']} s (p50), "
+        f"{details['swap_s_max']} s at most"
+    )
+    return did, details
+
+
+def _exchange(port: int, request: bytes, timeout_s: float = 30.0) -> dict[str, Any]:
+    """``request`` as it is on a fresh connection, read until the server closes it: the answer's status (None:
+    closed without one), whether its body is the JSON error shape, whether it redirects (a Location header).
+    A blocking socket: a refused head's answer is still read after the send failed (asyncio's reader drops it)."""
+    raw = b""
+    try:
+        with socket.create_connection((HOST, port), timeout=timeout_s) as sock:
+            with suppress(OSError):  # closed while sending (a refused head): the answer was written first
+                sock.sendall(request)
+            with suppress(OSError):
+                while chunk := sock.recv(65536):
+                    raw += chunk
+    except OSError:
+        pass
+    head, _, body = raw.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    try:
+        status: int | None = int(lines[0].split(" ", 2)[1])
+    except (IndexError, ValueError):
+        status = None
+    names = {line.partition(":")[0].strip().lower() for line in lines[1:]}
+    return {"status": status, "json_error": _error_code(body) is not None, "location": "location" in names}
+
+
+def http_edges(max_header_bytes: int) -> list[tuple[str, bytes]]:
+    """(name, raw request) of the HTTP edge cases; each asks the server to close the connection."""
+
+    def post(path: str, body: bytes, host: str = HOST) -> bytes:
+        return (
+            f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nConnection: close\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        ).encode() + body
+
+    big_head = b"GET /health HTTP/1.1\r\nHost: localhost\r\n" + b"".join(
+        f"X-Big-{i}: {'b' * 1000}\r\n".encode() for i in range(64 * max_header_bytes // 1000)
+    )
+    return [
+        ("duplicate keys", post("/v1/classify", b'{"utterance": "have a nice day", "utterance": "you idiot"}')),
+        (
+            f"{DEEP:,}-deep body",
+            post("/v1/classify", b'{"utterance": "a", "history": ' + b"[" * DEEP + b"]" * DEEP + b"}"),
+        ),
+        ("POST /v1/classify/ Host: evil.example", post("/v1/classify/", b'{"utterance": "hi"}', host="evil.example")),
+        ("bad request line", b"GARBAGE\r\n\r\n"),
+        ("bad header", b"GET /health HTTP/1.1\r\nBad Header Name: x\r\n\r\n"),
+        (
+            "bad chunk",
+            b"POST /v1/classify HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n",
+        ),
+        (f"head of {len(big_head) // 1024} KiB", big_head + b"\r\n"),
+    ]
+
+
+async def attack_http_edges(url: str, max_header_bytes: int, head_connections: int) -> tuple[str, dict[str, Any]]:
+    """Each HTTP edge case once, the oversized head on ``head_connections`` connections at once."""
+    port = int(url.rsplit(":", 1)[1])
+    cases: dict[str, dict[str, Any]] = {}
+    for name, request in http_edges(max_header_bytes):
+        if name.startswith("head of"):
+            loop = asyncio.get_running_loop()
+            with ThreadPoolExecutor(head_connections) as threads:  # all at once
+                answers = await asyncio.gather(
+                    *(loop.run_in_executor(threads, _exchange, port, request) for _ in range(head_connections))
+                )
+            statuses = Counter(str(a["status"]) for a in answers)
+            cases[f"{name} x {head_connections}"] = {
+                "statuses": dict(statuses),
+                "json_error": all(a["json_error"] for a in answers if a["status"] is not None),
+                "location": any(a["location"] for a in answers),
+            }
+        else:
+            answer = await asyncio.to_thread(_exchange, port, request)
+            cases[name] = {"statuses": {str(answer["status"]): 1}, **answer}
+            del cases[name]["status"]
+    every = [(status, case) for case in cases.values() for status in case["statuses"]]
+    fivexx = sum(1 for status, _ in every if status != "None" and int(status) >= 500)
+    details = {
+        "cases": cases,
+        "max_header_bytes": max_header_bytes,
+        "5xx": fivexx,
+        "target_no_5xx": fivexx == 0,
+        "target_no_redirect": not any(case["location"] for case in cases.values()),
+        "target_every_answer_json": all(case["json_error"] for case in cases.values()),
+    }
+    did = "; ".join(
+        f"{name}: {'/'.join(case['statuses'])}{'' if case['json_error'] else ' (not JSON)'}"
+        + (" REDIRECT" if case["location"] else "")
+        for name, case in cases.items()
+    )
+    return did + f"; {fivexx} 5xx", details
+
+
+BIG_IDS = (9223372036854775808, 10**23)  # 2**63 (past SQLite's integers) and 10**23
+
+
+async def attack_breakit_ids(url: str, key: str) -> tuple[str, dict[str, Any]]:
+    """Ids and round numbers no database column holds, on the break-it routes (an invited player's token)."""
+    client = RawHttpClient(url, 60.0)
+    results: dict[str, int] = {}
+    try:
+        status, answer = await client.post(
+            "/break-it/api/admin/players", json.dumps({"nicknames": ["bench-player"]}).encode(), _auth(key)
+        )
+        if status != 200:
+            return f"inviting a player answered {status}", {"invite": status, "statuses": {}}
+        token = json.loads(answer)["players"][0]["token"]
+        player = f"X-Player-Token: {token}\r\n".encode()
+        for n in BIG_IDS:
+            calls: list[tuple[str, str, bytes | None, bytes]] = [
+                ("GET", f"/break-it/api/round?round={n}", None, b""),
+                ("GET", f"/break-it/api/tasks/{n}", None, player),
+                ("POST", f"/break-it/api/tasks/{n}/attacks", b'{"text": "hello"}', player),
+                ("POST", f"/break-it/api/attacks/{n}/validations", b'{"verdict": "confirm"}', player),
+                ("GET", f"/break-it/api/scoreboard?round={n}", None, player),
+            ]
+            for method, path, body, headers in calls:
+                try:
+                    status, _ = await client.request(method, path, body or b"", headers)
+                except CLOSED:
+                    status = -1
+                results[f"{method} {path}"] = status
+    finally:
+        await client.close()
+    bad = {call: status for call, status in results.items() if not 400 <= status < 500}
+    did = f"{len(results)} calls with ids of 2**63 and 10**23: " + _counts(Counter(str(s) for s in results.values()))
+    return did, {"statuses": results, "not_4xx": bad, "target_all_4xx": not bad}
+
+
+# -- the corpus job: not HTTP --------------------------------------------------------------------------
+def corpus_lines(rows: int) -> tuple[list[str], int, int]:
+    """A JSONL corpus of ``rows`` good lines with one line nested 3,000 brackets deep (line 3) and one
+    whitespace-only line (line 5): the lines, the deep line's number and the blank line's."""
+    lines = [json.dumps({"id": i, "utterance": f"message {i}: have a nice day"}) for i in range(rows)]
+    lines.insert(2, "[" * DEEP + "]" * DEEP)
+    lines.insert(4, "   \t ")
+    return lines, 3, 5
+
+
+def _score_cmd(model_dir: str, inp: Path, out: Path, chunk_size: int) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "dialogue_safety.cli.main",
+        "score",
+        str(inp),
+        str(out),
+        "--model",
+        model_dir,
+        "--chunk-size",
+        str(chunk_size),
+        "--no-progress",
+    ]
+
+
+def corpus_nested_line(model_dir: str, rows: int) -> tuple[str, dict[str, Any]]:
+    """``dialogue-safety score`` on a corpus with the deep line and a blank one, interrupted (SIGINT) once
+    its first parts are written, then run again: it resumes, exits 0, and the deep line is an error row."""
+    with tempfile.TemporaryDirectory(prefix="abuse-corpus-") as tmp:
+        inp, out = Path(tmp) / "hostile.jsonl", Path(tmp) / "scored.jsonl"
+        lines, deep_line, blank_line = corpus_lines(rows)
+        inp.write_text("\n".join(lines) + "\n")
+        cmd = _score_cmd(model_dir, inp, out, max(1, rows // 100))
+        env = service_env()
+        parts = out.with_name(out.name + PARTS_SUFFIX)
+        first = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        while first.poll() is None and len([p for p in parts.glob("*") if p.name != MANIFEST]) < 2:
+            time.sleep(0.002)
+        if first.poll() is None:
+            first.send_signal(signal.SIGINT)
+        first_stderr = first.communicate(timeout=300)[1].decode(errors="replace")
+        interrupted = first.returncode == 130
+        second = subprocess.run(cmd, env=env, capture_output=True, timeout=600, check=False)
+        summary: dict[str, Any] = {}
+        with suppress(ValueError, IndexError):
+            summary = json.loads(second.stdout.decode().strip().splitlines()[-1])
+        errors = []
+        if out.exists():
+            for line in out.read_text().splitlines():
+                error = json.loads(line).get("error")
+                if isinstance(error, str):  # a nested field a format keeps as JSON text
+                    with suppress(ValueError):
+                        error = json.loads(error)
+                if error:
+                    errors.append(error["message"] if isinstance(error, dict) else str(error))
+    named = [e for e in errors if e.startswith(f"{inp.name}:{deep_line}: ")]
+    details = {
+        "rows": rows + 1,
+        "first_run_exit": first.returncode,
+        "first_run_stderr_tail": first_stderr[-300:] if first.returncode not in (0, 130) else "",
+        "interrupted": interrupted,
+        "exit": second.returncode,
+        "stderr_tail": second.stderr.decode(errors="replace")[-300:] if second.returncode else "",
+        "summary": summary,
+        "error_rows": errors,
+        "target_exit_0": second.returncode == 0,
+        "target_error_row_names_file_and_line": len(named) == 1 and len(errors) == 1,
+        "target_blank_line_counted": summary.get("blank_lines") == 1,
+        "target_every_row_written": summary.get("rows") == rows + 1 and summary.get("scored") == rows,
+        "target_resumed": (summary.get("resumed_rows", 0) > 0) if interrupted else None,
+    }
+    error_row = named[0][:160] if named else "none naming the line"
+    resumed = f"interrupted, then resumed ({summary.get('resumed_rows')} rows kept); " if interrupted else ""
+    did = (
+        f"{rows + 1} rows, line {deep_line} nested {DEEP:,} deep, line {blank_line} blank: {resumed}exit "
+        f"{second.returncode}, {summary.get('errors')} error row(s) ({error_row}), "
+        f"{summary.get('blank_lines')} blank line(s) counted"
+    )
+    return did, details
+
+
+async def attack_corpus_nested_line(model_dir: str, rows: int) -> tuple[str, dict[str, Any]]:
+    return await asyncio.to_thread(corpus_nested_line, model_dir, rows)
+
+
 async def _metrics(url: str, path: str = "/metrics") -> str:
     client = RawHttpClient(url, 10.0)
     try:
@@ -497,6 +945,50 @@ async def _admission(url: str) -> dict[str, Any]:
 Attack = tuple[Callable[..., Awaitable[tuple[str, dict[str, Any]]]], tuple[Any, ...]]
 
 
+@dataclass(frozen=True)
+class Target:
+    """The server an attack is aimed at (``key``: its API key, None for the server without one)."""
+
+    url: str
+    pid: int
+    key: str | None = None
+
+
+# every attack: (name, the server it needs, how it is built). 'plain': the server as configured; 'keyed':
+# one started with an API key and the break-it game (the admin routes need the key, and swaps change the
+# server); 'none': no server (the corpus job). The prober's p99 targets apply to PROBER_TARGETS.
+ServerKind = Literal["plain", "keyed", "none"]
+ATTACKS: list[tuple[str, ServerKind, Callable[[argparse.Namespace, Target], Attack]]] = [
+    ("idle connections", "plain", lambda a, t: (attack_idle, (t.url, a.idle, a.hold_s))),
+    ("slow bodies", "plain", lambda a, t: (attack_slow_bodies, (t.url, a.slow_bodies, 2 * 1024 * 1024, a.hold_s))),
+    ("largest requests", "plain", lambda a, t: (attack_largest, (t.url, a.largest, a.duration_s))),
+    ("largest explained", "plain", lambda a, t: (attack_largest_explained, (t.url, a.duration_s))),
+    ("largest batch", "plain", lambda a, t: (attack_largest_batch, (t.url, a.duration_s, a.max_batch_items))),
+    ("overload", "plain", lambda a, t: (attack_overload, (t.url, a.overload, a.duration_s))),
+    ("overload 4x", "plain", lambda a, t: (attack_open_loop, (t.url, a.overload_factor, a.duration_s, t.pid))),
+    ("hang-ups", "plain", lambda a, t: (attack_hangups, (t.url, a.hangups))),
+    ("bad inputs", "plain", lambda a, t: (attack_bad_inputs, (t.url,))),
+    ("http edges", "plain", lambda a, t: (attack_http_edges, (t.url, a.max_header_bytes, a.head_connections))),
+    ("hot swaps", "keyed", lambda a, t: (attack_hot_swaps, (t.url, a.swaps, str(a.model), t.key, t.pid))),
+    ("break-it ids", "keyed", lambda a, t: (attack_breakit_ids, (t.url, t.key))),
+    ("corpus nested line", "none", lambda a, t: (attack_corpus_nested_line, (str(a.model), a.corpus_rows))),
+]
+# the issue's bar while one client sends the largest allowed request: the others within 3x their quiet p99
+PROBER_TARGETS = {"largest explained", "largest batch"}
+QUIET_P99_FACTOR = 3.0
+DROPS_NOTHING = {"hot swaps"}  # the well-behaved client's every request answered 200 meanwhile
+
+
+def selected_attacks(spec: str) -> list[tuple[str, ServerKind, Callable[[argparse.Namespace, Target], Attack]]]:
+    """``--attacks``: comma-separated names or first words ('largest' selects the three largest-request attacks)."""
+    chosen = {s.strip() for s in spec.split(",") if s.strip()}
+    out = [a for a in ATTACKS if not chosen or a[0] in chosen or a[0].split()[0] in chosen]
+    unknown = chosen - {a[0] for a in ATTACKS} - {a[0].split()[0] for a in ATTACKS}
+    if unknown:
+        raise SystemExit(f"--attacks: unknown {sorted(unknown)}; the attacks: {', '.join(a[0] for a in ATTACKS)}")
+    return out
+
+
 def _run_attack(attack: Attack) -> tuple[str, dict[str, Any]]:
     """In the attacker process: run one attack to its end."""
     function, args = attack
@@ -511,6 +1003,7 @@ async def measure(
     attacker: ProcessPoolExecutor,
     idle_p99: float | None,
     settle_s: float = 2.0,
+    headers: bytes = b"",
 ) -> Outcome:
     """Run ``attack`` in the attacker process while the well-behaved client (here, in another
     process: the attack's own work never delays it) measures the service."""
@@ -518,7 +1011,7 @@ async def measure(
     before = server.rss()
     sampler = RssSampler(server)
     sampler.start()
-    prober = Prober(server.url)
+    prober = Prober(server.url, headers)
     await prober.connect()
     probe = asyncio.create_task(prober.run())
     did, details = await asyncio.get_running_loop().run_in_executor(attacker, _run_attack, attack)
@@ -526,10 +1019,22 @@ async def measure(
     await probe
     await asyncio.sleep(settle_s)  # then 'after' is measured
     peak = await sampler.stop()
+    healthy_p99 = percentile(prober.classify, 99)
+    refused = sum(count for status, count in prober.statuses.items() if status != "200")
+    if name in PROBER_TARGETS | DROPS_NOTHING:
+        details["prober_statuses"] = dict(prober.statuses)
+        details["prober_health_statuses"] = dict(prober.health_statuses)
+    if name in PROBER_TARGETS:
+        details["target_prober_p99_within_3x_quiet"] = (
+            healthy_p99 is not None and idle_p99 is not None and healthy_p99 <= QUIET_P99_FACTOR * idle_p99
+        )
+        details["target_prober_none_refused"] = refused == 0
+    if name in DROPS_NOTHING:
+        details["target_prober_nothing_dropped"] = refused == 0
     return Outcome(
         attack=name,
         did=did,
-        healthy_p99_ms=_ms(percentile(prober.classify, 99)),
+        healthy_p99_ms=_ms(healthy_p99),
         healthy_p99_idle_ms=_ms(idle_p99),
         health_p99_ms=_ms(percentile(prober.health, 99)),
         healthy_errors=prober.errors,
@@ -540,37 +1045,35 @@ async def measure(
     )
 
 
-async def run_all(server: Server, args: argparse.Namespace, attacker: ProcessPoolExecutor) -> list[Outcome]:
+async def run_all(
+    server: Server,
+    args: argparse.Namespace,
+    attacker: ProcessPoolExecutor,
+    attacks: Sequence[tuple[str, Callable[[argparse.Namespace, Target], Attack]]],
+    key: str | None = None,
+) -> list[Outcome]:
+    """The well-behaved client's quiet p99 on ``server``, then each attack while it is measured."""
     await asyncio.get_running_loop().run_in_executor(attacker, _run_attack, (asyncio.sleep, (0,)))  # started
-    prober = Prober(server.url)
+    headers = _auth(key)
+    prober = Prober(server.url, headers)
     await prober.connect()
     probe = asyncio.create_task(prober.run())
     await asyncio.sleep(args.idle_probe_s)
     prober.stop()
     await probe
     idle = percentile(prober.classify, 99)
-    url = server.url
-    attacks: list[tuple[str, Attack]] = [
-        ("idle connections", (attack_idle, (url, args.idle, args.hold_s))),
-        ("slow bodies", (attack_slow_bodies, (url, args.slow_bodies, 2 * 1024 * 1024, args.hold_s))),
-        ("largest requests", (attack_largest, (url, args.largest, args.duration_s))),
-        ("overload", (attack_overload, (url, args.overload, args.duration_s))),
-        (
-            "overload 4x",
-            (
-                attack_open_loop,
-                (url, args.overload_factor, args.duration_s, server.process.pid),
-            ),
-        ),
-        ("hang-ups", (attack_hangups, (url, args.hangups))),
-        ("bad inputs", (attack_bad_inputs, (url,))),
+    target = Target(server.url, server.process.pid, key)
+    return [
+        await measure(server, name, build(args, target), attacker, idle, args.settle_s, headers)
+        for name, build in attacks
     ]
-    selected = set(args.attacks.split(",")) if args.attacks else None
-    outcomes = []
-    for name, attack in attacks:
-        if selected is None or name in selected or name.split()[0] in selected:
-            outcomes.append(await measure(server, name, attack, attacker, idle, args.settle_s))
-    return outcomes
+
+
+async def run_offline(name: str, attack: Attack) -> Outcome:
+    """An attack that needs no server (the corpus job): no prober, no server RSS."""
+    function, fargs = attack
+    did, details = await function(*fargs)
+    return Outcome(name, did, None, None, None, 0, None, None, None, details)
 
 
 def cpu_split(spec: str) -> tuple[set[int], set[int]] | None:
@@ -602,16 +1105,26 @@ def pinned(cpus: set[int] | None) -> Iterator[None]:
         os.sched_setaffinity(0, before)
 
 
+def targets(details: dict[str, Any]) -> str:
+    """The attack's ``target_*`` booleans as 'name yes/no' (None: not exercised this run)."""
+    marks = {True: "yes", False: "**NO**", None: "n/a"}
+    return "; ".join(f"{k.removeprefix('target_')} {marks[v]}" for k, v in details.items() if k.startswith("target_"))
+
+
 def markdown(outcomes: Sequence[Outcome], settings: dict[str, str]) -> str:
+    def cell(value: object) -> str:
+        return "–" if value is None else str(value)
+
     lines = [
         "| attack | what the service did | healthy p99 idle → during (ms) | /health p99 (ms) | healthy errors "
-        "| RSS before / peak / after (MiB) |",
-        "|---|---|---|---|---|---|",
+        "| RSS before / peak / after (MiB) | targets |",
+        "|---|---|---|---|---|---|---|",
     ]
     for o in outcomes:
         lines.append(
-            f"| {o.attack} | {o.did} | {o.healthy_p99_idle_ms} → {o.healthy_p99_ms} | {o.health_p99_ms} | "
-            f"{o.healthy_errors} | {o.rss_before_mib} / {o.rss_peak_mib} / {o.rss_after_mib} |"
+            f"| {o.attack} | {o.did} | {cell(o.healthy_p99_idle_ms)} → {cell(o.healthy_p99_ms)} | "
+            f"{cell(o.health_p99_ms)} | {o.healthy_errors} | {cell(o.rss_before_mib)} / {cell(o.rss_peak_mib)} / "
+            f"{cell(o.rss_after_mib)} | {targets(o.details) or '–'} |"
         )
     if settings:
         lines.append("")
@@ -628,11 +1141,22 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--overload", type=int, default=512, help="clients sending single requests back to back")
     p.add_argument("--overload-factor", type=float, default=4.0, help="open-loop offered load / measured capacity")
     p.add_argument("--hangups", type=int, default=50, help="batch requests whose client hangs up")
+    p.add_argument("--swaps", type=int, default=20, help="hot swaps (POST /admin/model) to the same model directory")
+    p.add_argument(
+        "--head-connections", type=int, default=16, help="connections sending a request head over max_header_bytes"
+    )
+    p.add_argument("--corpus-rows", type=int, default=1000, help="good rows of the corpus with the nested line")
     p.add_argument("--duration-s", type=float, default=10.0, help="seconds of the largest and overload attacks")
     p.add_argument("--hold-s", type=float, default=12.0, help="how long idle/slow clients wait for the server")
     p.add_argument("--settle-s", type=float, default=2.0, help="pause after each attack before RSS 'after'")
     p.add_argument("--idle-probe-s", type=float, default=5.0, help="seconds the healthy client is measured idle")
-    p.add_argument("--attacks", default="", help="comma-separated subset: idle,slow,largest,overload,hang-ups,bad")
+    p.add_argument(
+        "--attacks",
+        default="",
+        help="comma-separated subset, by name or first word: "
+        + ", ".join(sorted({name.split()[0] for name, _, _ in ATTACKS}))
+        + " ('largest' is the three largest-request attacks; 'largest batch' one of them)",
+    )
     p.add_argument(
         "--server-setting",
         action="append",
@@ -657,30 +1181,44 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m lab.bench abu
     if args.smoke:
         args.idle, args.slow_bodies, args.largest, args.overload, args.hangups = 60, 20, 2, 32, 5
         args.duration_s, args.hold_s, args.idle_probe_s, args.settle_s = 1.5, 3.0, 1.0, 0.5
+        args.swaps, args.corpus_rows = 2, 200
+    attacks = selected_attacks(args.attacks)
     settings = server_settings(args.server_setting)
     if args.smoke:
         settings = {"header_timeout_s": "1", "body_timeout_s": "1", "max_connections": "40", **settings}
+    args.max_batch_items = _setting(settings, "max_batch_items")
+    args.max_header_bytes = _setting(settings, "max_header_bytes")
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     with suppress(ValueError, OSError):
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     split = cpu_split(args.pin)
     server_cpus, client_cpus = split if split is not None else (None, None)
-    port = free_port()
-    with pinned(client_cpus):
-        with pinned(server_cpus):
-            starting = running_server(
-                service_cmd(args.model, port, None),
-                service_env(**settings),
-                port,
-                start_timeout_s=args.start_timeout_s,
-            )
-            server = starting.__enter__()  # the server process inherits the server CPUs
-        try:
-            # the attacks run in their own process, started now (on the client CPUs)
-            with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as attacker:
-                outcomes = asyncio.run(run_all(server, args, attacker))
-        finally:
-            starting.__exit__(None, None, None)
+    outcomes: list[Outcome] = []
+    with pinned(client_cpus), tempfile.TemporaryDirectory(prefix="abuse-") as tmp:
+        key = secrets.token_urlsafe(24)
+        keyed = {**settings, "api_key": key, "breakit_db": str(Path(tmp) / "breakit.sqlite3")}
+        for kind, kind_settings, kind_key in (("plain", settings, None), ("keyed", keyed, key)):
+            chosen = [(name, build) for name, needs, build in attacks if needs == kind]
+            if not chosen:
+                continue
+            port = free_port()
+            with pinned(server_cpus):
+                starting = running_server(
+                    service_cmd(args.model, port, None),
+                    service_env(**kind_settings),
+                    port,
+                    start_timeout_s=args.start_timeout_s,
+                )
+                server = starting.__enter__()  # the server process inherits the server CPUs
+            try:
+                # the attacks run in their own process, started now (on the client CPUs)
+                with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as attacker:
+                    outcomes += asyncio.run(run_all(server, args, attacker, chosen, kind_key))
+            finally:
+                starting.__exit__(None, None, None)
+        for name, needs, build in attacks:
+            if needs == "none":
+                outcomes.append(asyncio.run(run_offline(name, build(args, Target("", 0)))))
     machine = {
         "cpus": os.cpu_count(),
         "server_cpus": sorted(server_cpus) if server_cpus else None,

@@ -17,17 +17,19 @@ class RawHttpClient:
     It speaks just what the service answers (Content-Length bodies) and reconnects after errors.
     """
 
-    def __init__(self, url: str, timeout_s: float) -> None:
+    def __init__(self, url: str, timeout_s: float, source: str | None = None) -> None:
         host_port = url.split("://", 1)[1].rstrip("/")
         self.host, port = host_port.rsplit(":", 1)
         self.port = int(port)
         self.timeout_s = timeout_s
+        self.source = source  # the local address to connect from (another loopback address: another client)
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
 
     async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         if self._reader is None or self._writer is None or self._writer.is_closing():
-            self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
+            local = (self.source, 0) if self.source else None
+            self._reader, self._writer = await asyncio.open_connection(self.host, self.port, local_addr=local)
             sock = self._writer.get_extra_info("socket")
             if sock is not None:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
