@@ -206,14 +206,15 @@ def test_batches_close_at_max_batch_size() -> None:
 
 def test_a_batch_runs_in_length_sorted_calls_under_the_token_budget_padded_to_the_longest() -> None:
     async def body(b: MicroBatcher, m: FakeModel, o: RecordingObserver) -> list[Prediction]:
-        # one batch of six, sorted longest first: 60 alone exceeds the budget and still runs (alone);
-        # 30 with a 10 would make 2 x 30 = 60 > 50; the four 10s make 40 <= 50
+        # a batch holds at most one call's work (50 tokens; a first item always goes in): [1, 2, 3] (50),
+        # [4] (10 + 60 > 50), [5] (60 alone: too much, still runs), [6]; inside a batch the calls are
+        # sorted longest first and padded to their longest: 30 with a 10 would make 2 x 30 = 60 > 50
         return await b.submit([item(1, 10), item(2, 10), item(3, 30), item(4, 10), item(5, 60), item(6, 10)])
 
     preds, model, obs = run(body, max_batch_tokens=50)
     assert [p.score for p in preds] == [0.001, 0.002, 0.003, 0.004, 0.005, 0.006]  # the caller's order
-    assert model.batches == [[5], [3], [1, 2, 4, 6]]
-    assert obs.batches == [(1, 60), (1, 30), (4, 40)]
+    assert model.batches == [[3], [1, 2], [4], [5], [6]]
+    assert obs.batches == [(1, 30), (2, 20), (1, 10), (1, 60), (1, 10)]
 
 
 def test_lone_request_does_not_wait_but_concurrent_traffic_waits_for_company() -> None:
@@ -831,3 +832,24 @@ def test_clients_take_turns_so_a_large_request_does_not_hold_back_another_client
     _, model, _ = run(body, model, max_batch_size=2)
     # the other client's item runs in the next batch, beside the large request's first item, not after it all
     assert model.batches == [[1], [10, 20], [11, 12], [13, 14], [15]]
+
+
+def test_a_batch_holds_at_most_one_calls_work_so_another_client_waits_one_call_not_a_whole_request() -> None:
+    """Batches are cut by size *and* by ``max_batch_tokens`` of work: a batch of a large request's items
+    would run call after call while a newcomer's item waited for all of them."""
+    model = FakeModel()
+    model.gate.clear()
+
+    async def body(b: MicroBatcher, m: FakeModel, o: RecordingObserver) -> None:
+        running = asyncio.create_task(b.submit([item(1, 40)], client="a"))
+        await wait_entered(m)
+        large = asyncio.create_task(b.submit([item(i, 40) for i in range(10, 14)], client="a"))
+        await until(lambda: b.depth == 4)
+        other = asyncio.create_task(b.submit([item(20, 4)], client="b"))
+        await until(lambda: b.depth == 5)
+        m.gate.set()
+        await asyncio.gather(running, large, other)
+
+    _, model, _ = run(body, model, max_batch_size=64, max_batch_tokens=80, max_pending_tokens=1000)
+    # 80 tokens a batch: two of the large request's 40-token items, or one and the newcomer's item
+    assert model.batches == [[1], [10, 20], [11, 12], [13]]

@@ -66,12 +66,16 @@ class BatchQueue:
         self._size = 0
         return items
 
-    def _fill(self, batch: list[Pending], max_size: int) -> None:
+    def _fill(self, batch: list[Pending], max_size: int, max_tokens: int | None = None) -> bool:
         """Move items into ``batch`` (classification first; the clients of a lane in turn, one item each)
-        until it holds ``max_size``; drop the abandoned."""
+        until it holds ``max_size`` items or, with ``max_tokens``, the next item's work (its tokens, every
+        window and pass) would take it past that (a first item always goes in); drop the abandoned.
+        True when the batch is full."""
         for lane in self._lanes.values():
             while lane and len(batch) < max_size:
                 client, q = next(iter(lane.items()))
+                if batch and max_tokens is not None and _tokens(batch) + q[0].encoded.tokens > max_tokens:
+                    return True  # another client's item waits for the next batch, not behind this one's work
                 item = q.popleft()
                 self._size -= 1
                 if q:
@@ -82,31 +86,43 @@ class BatchQueue:
                     self._on_dropped(1)
                 else:
                     batch.append(item)
+        return len(batch) >= max_size
 
-    async def _fill_when_arrived(self, batch: list[Pending], max_size: int) -> None:
+    async def _fill_when_arrived(self, batch: list[Pending], max_size: int, max_tokens: int | None) -> bool:
         while not len(self):
             self._arrived.clear()
             await self._arrived.wait()
-        self._fill(batch, max_size)
+        return self._fill(batch, max_size, max_tokens)
 
     async def next_batch(
-        self, max_size: int, wait_s: float, on_cancel: Callable[[list[Pending]], None]
+        self,
+        max_size: int,
+        wait_s: float,
+        on_cancel: Callable[[list[Pending]], None],
+        max_tokens: int | None = None,
     ) -> list[Pending]:
         """The first live items, then, with ``wait_s`` > 0, what arrives until the batch holds ``max_size``
-        items or ``wait_s`` after its first item arrived. Cancelled while waiting for company:
-        ``on_cancel(items taken)`` (their callers must not wait for ever), then raises."""
+        items (or ``max_tokens`` of work: one inference call's budget, so that a batch never holds the core
+        for a whole large request while another client's item waits) or ``wait_s`` after its first item
+        arrived. Cancelled while waiting for company: ``on_cancel(items taken)`` (their callers must not
+        wait for ever), then raises."""
         batch: list[Pending] = []
+        full = False
         while not batch:
-            await self._fill_when_arrived(batch, max_size)
-        if len(batch) >= max_size or wait_s <= 0:
+            full = await self._fill_when_arrived(batch, max_size, max_tokens)
+        if full or wait_s <= 0:
             return batch
         try:
             async with asyncio.timeout_at(batch[0].enqueued + wait_s):
-                while len(batch) < max_size:
-                    await self._fill_when_arrived(batch, max_size)
+                while not full:
+                    full = await self._fill_when_arrived(batch, max_size, max_tokens)
         except TimeoutError:
             pass
         except asyncio.CancelledError:
             on_cancel(batch)
             raise
         return batch
+
+
+def _tokens(batch: list[Pending]) -> int:
+    return sum(item.encoded.tokens for item in batch)

@@ -4,9 +4,11 @@ A queue of pending items (an encoded example and the future its caller awaits), 
 admission (:mod:`dialogue_safety.service.admission`): a submission is encoded, charged its work
 (tokens x windows x passes) and queued, or refused (429 or 413) before anything is queued. One
 background task (started and stopped in the app's lifespan) forms batches and runs them, one at a
-time, in a single inference thread. A batch closes when it reaches ``max_batch_size`` items or at
-its deadline (``max_wait_s`` after its oldest item); classification items go before explanation
-items (:mod:`dialogue_safety.service.batch_queue`). It runs in length-sorted inference calls of at
+time, in a single inference thread. A batch closes when it reaches ``max_batch_size`` items, when the
+next item's work would take it past ``max_batch_tokens`` (one inference call's worth: a batch never
+holds the core for a whole large request while another client's item waits), or at its deadline
+(``max_wait_s`` after its oldest item); classification items go before explanation items
+(:mod:`dialogue_safety.service.batch_queue`). It runs in length-sorted inference calls of at
 most ``max_batch_tokens`` padded tokens each (rows x longest, each window of a long utterance a row),
 cut by the one batching rule (:func:`dialogue_safety.core.batch_budget.token_budget_batches`). The
 settings (:class:`dialogue_safety.service.settings.ServiceSettings`) hold every default.
@@ -277,7 +279,7 @@ class MicroBatcher:
     async def _next_batch(self) -> list[Pending]:
         assert self._queue is not None
         wait_s = self.max_wait_s if self._expect_company else 0.0  # company only when traffic is concurrent
-        return await self._queue.next_batch(self.max_batch_size, wait_s, self._fail_stopped)
+        return await self._queue.next_batch(self.max_batch_size, wait_s, self._fail_stopped, self.max_batch_tokens)
 
     async def _run(self, batch: list[Pending]) -> None:
         live = [item for item in batch if not item.future.done()]  # callers gone while waiting for company
