@@ -7,23 +7,12 @@ from pathlib import Path
 
 import numpy as np
 
-from dialogue_safety.core.schema import UNSAFE_REQUEST, VIOLENCE, Label, LabelFamily, LabelledExample, Split, Turn
+from dialogue_safety.core.schema import UNSAFE_REQUEST, VIOLENCE, Label, LabelFamily
 from dialogue_safety.training.harmonise import ATTRIBUTE_HEADS, HEAD_ORDER, attribute_heads, harmonised_targets
 from dialogue_safety.training.mixture import TaskData
 from dialogue_safety.training.recipe import TaskSpec, load_recipe
 from dialogue_safety.training.trainer import head_names
-
-
-def _ex(label: Label, family: LabelFamily, history: tuple[str, ...] = (), **meta: object) -> LabelledExample:
-    return LabelledExample(
-        utterance="text",
-        history=tuple(Turn(t) for t in history),
-        label=label,
-        source="s",
-        split=Split.TRAIN,
-        family=family,
-        metadata=meta,
-    )
+from tests.test_counter_speech_sources import _ex
 
 
 def test_attribute_heads_learn_their_bool_and_nothing_else() -> None:
