@@ -71,10 +71,11 @@ class BatchQueue:
         until it holds ``max_size`` items or, with ``max_tokens``, the next item's work (its tokens, every
         window and pass) would take it past that (a first item always goes in); drop the abandoned.
         True when the batch is full."""
+        work = sum(item.encoded.tokens for item in batch)  # the batch's work so far (it may be refilled)
         for lane in self._lanes.values():
             while lane and len(batch) < max_size:
                 client, q = next(iter(lane.items()))
-                if batch and max_tokens is not None and _tokens(batch) + q[0].encoded.tokens > max_tokens:
+                if max_tokens is not None and batch and work + q[0].encoded.tokens > max_tokens:
                     return True  # another client's item waits for the next batch, not behind this one's work
                 item = q.popleft()
                 self._size -= 1
@@ -86,6 +87,7 @@ class BatchQueue:
                     self._on_dropped(1)
                 else:
                     batch.append(item)
+                    work += item.encoded.tokens
         return len(batch) >= max_size
 
     async def _fill_when_arrived(self, batch: list[Pending], max_size: int, max_tokens: int | None) -> bool:
@@ -122,7 +124,3 @@ class BatchQueue:
             on_cancel(batch)
             raise
         return batch
-
-
-def _tokens(batch: list[Pending]) -> int:
-    return sum(item.encoded.tokens for item in batch)
