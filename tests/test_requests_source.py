@@ -10,7 +10,7 @@ from pathlib import Path
 
 from dialogue_safety.core.schema import Label, LabelFamily, Split
 from dialogue_safety.evaluation.context_flips import load_pairs
-from dialogue_safety.sources import requests
+from dialogue_safety.sources import request_pairs
 from dialogue_safety.sources.registry import load_source
 
 PROBES = Path(__file__).with_name("test_model_probes.py")
@@ -25,7 +25,7 @@ def test_requests_and_look_alikes_share_their_word_and_split(tmp_path: Path) -> 
     assert {r.family for r in rows} == {LabelFamily.UNSAFE_IN_CONTEXT}
     alone = [r for r in rows if r.metadata["kind"] == "request"]
     assert all(not r.history for r in alone)
-    for word, (harmful, safe) in requests.PAIRS.items():
+    for word, (harmful, safe) in request_pairs.PAIRS.items():
         assert len(harmful) >= 2 and len(safe) >= 2
         mine = [r for r in alone if r.metadata["word"] == word]
         assert {r.utterance for r in mine if r.label is Label.OFFENSIVE} == set(harmful)
@@ -43,16 +43,16 @@ def test_every_complying_reply_has_both_labels_and_a_refusal_is_safe(tmp_path: P
     for r in rows:
         if r.metadata["kind"] == "comply":
             labels[r.utterance].add(r.label)
-    assert set(labels) == set(requests.COMPLYING_REPLIES)
+    assert set(labels) == set(request_pairs.COMPLYING_REPLIES)
     assert all(v == {Label.SAFE, Label.OFFENSIVE} for v in labels.values())
     refusals = [r for r in rows if r.metadata["kind"] == "refuse"]
     assert refusals and {r.label for r in refusals} == {Label.SAFE}
-    assert all(r.history[0].text in requests.PAIRS[r.metadata["word"]][0] for r in refusals)
+    assert all(r.history[0].text in request_pairs.PAIRS[r.metadata["word"]][0] for r in refusals)
 
 
 def test_no_probe_or_flip_suite_text_is_written_here() -> None:
-    written = {_norm(t) for harmful, safe in requests.PAIRS.values() for t in (*harmful, *safe)}
-    written |= {_norm(t) for t in (*requests.COMPLYING_REPLIES, *requests.REFUSING_REPLIES)}
+    written = {_norm(t) for harmful, safe in request_pairs.PAIRS.values() for t in (*harmful, *safe)}
+    written |= {_norm(t) for t in (*request_pairs.COMPLYING_REPLIES, *request_pairs.REFUSING_REPLIES)}
     constants = [n.value for n in ast.walk(ast.parse(PROBES.read_text())) if isinstance(n, ast.Constant)]
     probes = {_norm(c) for c in constants if isinstance(c, str) and len(c) < 120}
     flips = {_norm(t) for p in load_pairs() for t in (p.harmful_context, p.harmless_context, p.reply)}
