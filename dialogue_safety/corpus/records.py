@@ -163,7 +163,7 @@ def _transcript(value: Any, columns: Columns, limits: Limits) -> Example:
     name = columns.messages or "messages"
     if isinstance(value, str):
         try:
-            value = json.loads(value)
+            value = json_input.loads(value)  # depth and duplicate keys checked as for a history cell
         except json.JSONDecodeError as exc:
             raise RowError(
                 "invalid_message", f"{name} is not a JSON list of messages ({exc.msg} at character {exc.pos})", name

@@ -84,9 +84,6 @@ class Charge:
         self.left -= tokens
         self._gate._release(self._lane, self.client, tokens)
 
-    def release_all(self) -> None:
-        self.release(self.left)
-
 
 class AdmissionGate:
     """The two lanes and the rule above. One per service (it outlives a hot swap: the old model's

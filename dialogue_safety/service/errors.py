@@ -88,7 +88,8 @@ class Unauthorized(ServiceError):
 
 
 class Overloaded(ServiceError):
-    """The bounded queue is full: the caller should back off and retry."""
+    """Admission refused the work (its lane is full, the client holds its fair share, or unfinished
+    bodies fill their buffer): the caller should back off and retry."""
 
     default_code = "overloaded"
 

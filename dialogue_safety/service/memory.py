@@ -75,7 +75,7 @@ def fix_trim_threshold() -> bool:
     glibc raises its mmap and trim thresholds each time a large mmapped block is freed (a 2 MB
     request body is one), so the buffers of a later burst (a thousand slow or partial bodies) come
     from the heap and stay mapped after they are freed: RSS stayed ~70 MiB above its baseline after
-    `bench abuse`'s slow-body attack. Fixing the trim threshold at glibc's default turns that
+    the hostile-client benchmark's slow-body attack. Fixing the trim threshold at glibc's default turns that
     adjustment off (as ``MALLOC_TRIM_THRESHOLD_`` would; a value set there is left alone).
     Call before the first large allocation."""
     mallopt = _glibc("mallopt")

@@ -554,7 +554,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m lab.bench htt
         phases, runtime_rounds = measure_in_turns(server.url, examples, bodies, batch_bodies, plan, runtime, say)
         report["service"] = [asdict(ph) for ph in phases]
         report["service_rss_mib"] = mib(server.rss())
-        report["serving"] = _serving(server.url)  # the queue-wait bound in force after the load, and its source
+        report["serving"] = _serving(server.url)  # the serving settings in force after the load (admission budgets)
     if runtime_rounds:
         report["runtime_rounds"] = runtime_rounds
         report["runtime"] = runtime_summary(runtime_rounds)
