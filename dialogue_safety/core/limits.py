@@ -96,13 +96,7 @@ class Limits:
         """Raise :class:`InvalidInput` when the utterance needs more windows than ``max_windows`` (the
         encoding made at most that many: :attr:`Reading.windows_needed` says more were needed)."""
         if read.windows_needed > self.max_windows:
-            raise InvalidInput(
-                f"the utterance needs more than {self.max_windows} windows of model input (each ~125 tokens, about "
-                f"500 characters of prose; its last {read.utterance_chars_unread} characters would go unread); at "
-                f"most {self.max_windows} are read per item (SAFETY_MAX_WINDOWS): send it as shorter messages",
-                code="too_many_windows",
-                field=f"{prefix}utterance",
-            )
+            raise too_many_windows(read, self.max_windows, prefix)
 
     def check_batch(self, n_items: int) -> None:
         if n_items == 0:
@@ -118,3 +112,14 @@ class Limits:
 
 def _not_text(field: str) -> InvalidInput:
     return InvalidInput(NOT_TEXT_MESSAGE, code="invalid_text", field=field)
+
+
+def too_many_windows(read: Reading, max_windows: int, prefix: str = "") -> InvalidInput:
+    """The error of an utterance that needs more than ``max_windows`` windows (``SAFETY_MAX_WINDOWS``)."""
+    return InvalidInput(
+        f"the utterance needs more than {max_windows} windows of model input (each ~125 tokens, about "
+        f"500 characters of prose; its last {read.utterance_chars_unread} characters would go unread); at "
+        f"most {max_windows} are read per item (SAFETY_MAX_WINDOWS): send it as shorter messages",
+        code="too_many_windows",
+        field=f"{prefix}utterance",
+    )

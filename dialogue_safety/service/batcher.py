@@ -41,6 +41,7 @@ from typing import Any, Protocol
 from dialogue_safety.core.batch_budget import token_budget_batches
 from dialogue_safety.core.encoding import EncodedExample
 from dialogue_safety.core.errors import NotReady
+from dialogue_safety.core.limits import too_many_windows
 from dialogue_safety.core.schema import Example, Prediction
 from dialogue_safety.service.admission import CLASSIFY, AdmissionGate, Charge, LaneName
 from dialogue_safety.service.batch_observer import BatchObserver, NullObserver
@@ -193,7 +194,8 @@ class MicroBatcher:
         self, examples: Sequence[Example], *, client: str = "", lane: LaneName = CLASSIFY
     ) -> list[asyncio.Future[Prediction]]:
         """Encode ``examples``, charge their work to ``client`` in ``lane`` and queue them together: one
-        future each, to :meth:`release` when no longer awaited."""
+        future each, to :meth:`release` when no longer awaited. An utterance longer than the window cap
+        is not queued: its future holds the ``too_many_windows`` :class:`InvalidInput` at once."""
         arrived = asyncio.get_running_loop().time()  # for the batch deadline: encoding is waiting too
         if not examples:
             return []
@@ -203,8 +205,25 @@ class MicroBatcher:
             raise refusal
         encoded = await self._encode(examples)
         self._check_running(admitted=True)  # encoding awaited: the batcher may have stopped meanwhile
-        charge = self.gate.admit(client, lane, sum(e.tokens for e in encoded))
-        return self._enqueue(encoded, charge, lane, arrived)
+        cut = [e.read.windows_needed > e.read.windows for e in encoded]
+        if not any(cut):
+            return self._enqueue(encoded, self.gate.admit(client, lane, sum(e.tokens for e in encoded)), lane, arrived)
+        # an utterance cut at the window cap is refused now, before its inference is paid for
+        kept = [e for e, c in zip(encoded, cut, strict=True) if not c]
+        queued = iter(
+            self._enqueue(kept, self.gate.admit(client, lane, sum(e.tokens for e in kept)), lane, arrived)
+            if kept
+            else ()
+        )
+        loop = asyncio.get_running_loop()
+        futures: list[asyncio.Future[Prediction]] = []
+        for enc, c in zip(encoded, cut, strict=True):
+            if c:
+                futures.append(loop.create_future())
+                futures[-1].set_exception(too_many_windows(enc.read, enc.read.windows))
+            else:
+                futures.append(next(queued))
+        return futures
 
     async def _encode(self, examples: Sequence[Example]) -> list[EncodedExample]:
         n = len(examples)

@@ -60,7 +60,7 @@ OPENAI_NAMES: dict[str, str] = {"offensive": "harassment", "hateful": "hate", "v
 #: OpenAI's error ``type`` by HTTP status (anything else: invalid_request_error)
 OPENAI_ERROR_TYPES: dict[int, str] = {429: "requests", 500: "server_error", 503: "server_error"}
 
-Predict = Callable[[Any, Request, list[Example]], Awaitable[tuple[list[Prediction], Any] | None]]
+Predict = Callable[[Any, Request, list[Example]], Awaitable[tuple[list[Prediction | InvalidInput], Any] | None]]
 
 
 def openai_name(head: str) -> str:
@@ -189,8 +189,9 @@ def openai_responses() -> dict[int | str, dict[str, Any]]:
 
 def build_router(state: ServiceState, predict: Predict, client_closed: int) -> APIRouter:
     """The ``/v1/moderations`` route on ``state``; ``predict``: how the API runs examples through the
-    serving model's batcher (predictions and the model that made them; None: the caller left, who is
-    then answered with the status ``client_closed``, as the API answers them)."""
+    serving model's batcher (per item its prediction or why it was refused, and the model that made
+    them; None: the caller left, who is then answered with the status ``client_closed``, as the API
+    answers them)."""
     router = APIRouter(tags=["openai-compatible"])
 
     @router.post(
@@ -223,15 +224,16 @@ def build_router(state: ServiceState, predict: Predict, client_closed: int) -> A
         answer = await predict(state, request, examples)
         if answer is None:
             return Response(status_code=client_closed)
-        predictions, served = answer
+        outcomes, served = answer
         served_model: ServedModel = served
+        predictions = []
+        for i, outcome in enumerate(outcomes):
+            if isinstance(outcome, InvalidInput):  # more windows than SAFETY_MAX_WINDOWS: refused unread
+                outcome.field = _openai_field(outcome.field, "input" if single else f"input[{i}]")
+                raise outcome
+            predictions.append(outcome)
         results = []
-        for i, (example, prediction) in enumerate(zip(examples, predictions, strict=True)):
-            try:
-                state.limits.check_read(prediction.read)
-            except InvalidInput as exc:
-                exc.field = _openai_field(exc.field, "input" if single else f"input[{i}]")
-                raise
+        for example, prediction in zip(examples, predictions, strict=True):
             decided = state.decide(prediction, served=served_model, example=example)
             results.append(moderation_result(decided, state))
         state.metrics.count_labels(["OFFENSIVE" if r["flagged"] else "SAFE" for r in results])

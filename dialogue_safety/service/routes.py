@@ -79,11 +79,33 @@ async def predict(
     """Run ``examples`` through the serving model's batcher (``served``: the one already chosen), charged
     to the caller in ``lane``: the predictions and the model that made them (a hot swap may have installed
     another since); None if the client disconnected first (its items are then dropped before inference,
-    and their charge given back)."""
+    and their charge given back). An item the batcher refused (``too_many_windows``) raises its
+    :class:`InvalidInput` and the other items are dropped; :func:`predict_items` answers item by item."""
+    answer = await predict_items(state, request, examples, lane, served)
+    if answer is None:
+        return None
+    outcomes, served = answer
+    predictions = []
+    for outcome in outcomes:
+        if isinstance(outcome, InvalidInput):
+            raise outcome
+        predictions.append(outcome)
+    return predictions, served
+
+
+async def predict_items(
+    state: ServiceState,
+    request: Request,
+    examples: list[Example],
+    lane: LaneName = CLASSIFY,
+    served: ServedModel | None = None,
+) -> tuple[list[Prediction | InvalidInput], ServedModel] | None:
+    """:func:`predict`, with the items the batcher refused as their :class:`InvalidInput` in place (its
+    ``field`` names the item's own utterance: the caller adds where the item sits in its request)."""
     served = served or state.require_served()
     batcher = served.batcher
     futures = await batcher.enqueue(examples, client=http_client(request.scope), lane=lane)
-    waiter: asyncio.Future[Any] = futures[0] if len(futures) == 1 else asyncio.gather(*futures)
+    waiter = asyncio.gather(*futures, return_exceptions=True)
     watcher = asyncio.ensure_future(_until_disconnect(request.receive))
     try:
         await asyncio.wait((waiter, watcher), return_when=asyncio.FIRST_COMPLETED)
@@ -95,8 +117,12 @@ async def predict(
         batcher.release(futures)
     if not answered or waiter.cancelled():
         return None
-    result = waiter.result()
-    return ([result] if len(futures) == 1 else list(result)), served
+    outcomes: list[Prediction | InvalidInput] = []
+    for outcome in waiter.result():
+        if isinstance(outcome, BaseException) and not isinstance(outcome, InvalidInput):
+            raise outcome  # the batch failed (503) or the service stopped: the request fails as before
+        outcomes.append(outcome)
+    return outcomes, served
 
 
 #: ``/v1/*``: the app adds the API key's declaration when it includes it (the key is a setting)
@@ -120,7 +146,6 @@ async def classify(body: ClassifyRequest, request: Request, state: State) -> Res
     if answer is None:
         return Response(status_code=CLIENT_CLOSED)
     predictions, served = answer
-    state.limits.check_read(predictions[0].read)  # more windows than SAFETY_MAX_WINDOWS: 422
     result = state.decide(predictions[0], body.threshold, served=served, example=example)
     result["model"] = served.model_id
     if judged is not None:
@@ -156,18 +181,17 @@ async def classify_batch(body: BatchRequest, request: Request, state: State) -> 
                 raise
             results[i] = error_body(exc.code, exc.message, exc.field)
     # no item to classify: still only a ready service answers 200
-    answer = await predict(state, request, list(examples.values())) if examples else ([], state.require_served())
+    answer = await predict_items(state, request, list(examples.values())) if examples else ([], state.require_served())
     if answer is None:
         return Response(status_code=CLIENT_CLOSED)
-    predictions, served = answer
+    outcomes, served = answer
     read = {}
-    for i, prediction in zip(list(examples), predictions, strict=True):
-        try:
-            state.limits.check_read(prediction.read, f"items[{i}].")  # more windows than SAFETY_MAX_WINDOWS
-        except InvalidInput as exc:
+    for i, prediction in zip(list(examples), outcomes, strict=True):
+        if isinstance(prediction, InvalidInput):  # more windows than SAFETY_MAX_WINDOWS: refused unread
+            prediction.field = f"items[{i}].{prediction.field}"
             if body.item_errors == "fail":
-                raise
-            results[i] = error_body(exc.code, exc.message, exc.field)
+                raise prediction
+            results[i] = error_body(prediction.code, prediction.message, prediction.field)
             del examples[i]
             continue
         item = body.items[i]
