@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import gc
+import os
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -29,6 +30,7 @@ SETTINGS = {
     "max_pending_tokens",
     "max_explain_tokens",
     "retry_after_s",
+    "inference_nice",
 }
 
 
@@ -853,3 +855,27 @@ def test_a_batch_holds_at_most_one_calls_work_so_another_client_waits_one_call_n
     _, model, _ = run(body, model, max_batch_size=64, max_batch_tokens=80, max_pending_tokens=1000)
     # 80 tokens a batch: two of the large request's 40-token items, or one and the newcomer's item
     assert model.batches == [[1], [10, 20], [11, 12], [13]]
+
+
+@pytest.mark.skipif(not hasattr(os, "setpriority"), reason="per-thread nice values are a POSIX/Linux feature")
+def test_inference_runs_below_the_event_loops_priority_by_the_setting() -> None:
+    seen: list[tuple[int, int]] = []
+
+    class Recording(FakeModel):
+        def predict(self, encoded: list[EncodedExample]) -> list[Prediction]:
+            seen.append((threading.get_native_id(), os.getpriority(os.PRIO_PROCESS, threading.get_native_id())))
+            return super().predict(encoded)
+
+    loop_nice = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    async def body(b: MicroBatcher, m: FakeModel, o: RecordingObserver) -> None:
+        await b.submit([item(1)])
+
+    run(body, Recording(), inference_nice=3)
+    (thread, nice), *_ = seen
+    assert thread != threading.get_native_id()  # inference ran off the event loop's thread
+    assert nice == min(19, loop_nice + 3)
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == loop_nice  # the loop's own is kept
+    seen.clear()
+    run(body, Recording(), inference_nice=0)
+    assert seen[0][1] == loop_nice

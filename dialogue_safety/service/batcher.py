@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import queue
 import threading
 import time
@@ -95,7 +96,7 @@ class MicroBatcher:
         self._observer: BatchObserver = observer or NullObserver()
         self._queue: BatchQueue | None = None
         self._task: asyncio.Task[None] | None = None
-        self._inference = _InferenceThread()
+        self._inference = _InferenceThread(settings.inference_nice)
         self._encoding = 0  # items admitted and being (or waiting to be) encoded
         self._accepting = self._stopped = self._draining = False
         self._running_batch = False
@@ -365,14 +366,15 @@ class _InferenceThread:
     back with one ``call_soon_threadsafe`` (no executor future chained to an asyncio one: the lone request's
     path is a hand-off each way and nothing more)."""
 
-    def __init__(self) -> None:
+    def __init__(self, nice: int = 0) -> None:
+        self._nice = nice
         self._jobs: queue.SimpleQueue[_Job | None] | None = None
         self._end: weakref.finalize[..., Any] | None = None
 
     def start(self) -> None:
         jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._jobs = jobs
-        threading.Thread(target=_serve_jobs, args=(jobs,), name="safety-inference", daemon=True).start()
+        threading.Thread(target=_serve_jobs, args=(jobs, self._nice), name="safety-inference", daemon=True).start()
         self._end = weakref.finalize(self, jobs.put, None)  # a batcher dropped without stop() ends its thread too
 
     def stop(self) -> None:
@@ -390,8 +392,12 @@ class _InferenceThread:
         return await future
 
 
-def _serve_jobs(jobs: queue.SimpleQueue[_Job | None]) -> None:
-    """The inference thread: run each job, hand its result (or its error) back to the job's event loop."""
+def _serve_jobs(jobs: queue.SimpleQueue[_Job | None], nice: int = 0) -> None:
+    """The inference thread: run each job, hand its result (or its error) back to the job's event loop.
+    It runs ``nice`` steps below the process's priority (``SAFETY_INFERENCE_NICE``): when inference and the
+    event loop share a core, the event loop runs first, so refusals and health checks stay fast under
+    overload while inference takes the CPU left."""
+    lower_thread_priority(nice)
     while (job := jobs.get()) is not None:
         loop, future, predict, encoded, calls = job
         result: _Result | None = None
@@ -469,3 +475,17 @@ def _fail_all(items: Sequence[Pending], exc: Exception) -> None:
 def _fail(future: asyncio.Future[Prediction], exc: Exception) -> None:
     if not future.done():
         future.set_exception(exc)
+
+
+def lower_thread_priority(nice: int) -> int:
+    """Lower the calling thread's OS priority by ``nice`` steps (Linux: a thread's own nice value; raising
+    it needs no privilege). The thread's nice value after, or 0 where the OS has no such per-thread value."""
+    if nice <= 0 or not hasattr(os, "setpriority") or not hasattr(threading, "get_native_id"):
+        return 0
+    tid = threading.get_native_id()
+    try:
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + nice))
+        return os.getpriority(os.PRIO_PROCESS, tid)
+    except OSError as exc:  # a sandbox that forbids it: inference keeps the process's priority
+        log.warning("inference thread: could not lower its priority by %d (%s)", nice, exc)
+        return 0

@@ -55,6 +55,14 @@ class ServiceSettings(BaseSettings):
     allow_spinning: bool | None = Field(
         default=None, description="onnxruntime intra-op threads spin while idle (default: the runtime's)"
     )
+    inference_nice: int = Field(
+        default=10,
+        ge=0,
+        le=19,
+        description="how much lower the inference thread's OS priority is than the rest of the server (Linux nice "
+        "steps; 0: the same): where inference and the event loop share a core, requests are still read, refused "
+        "(429) and health checks answered at once under overload, and inference takes the CPU left",
+    )
     threshold: float | None = Field(
         default=None, ge=0.0, le=1.0, description="decision threshold override (default: the model card's)"
     )

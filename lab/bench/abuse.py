@@ -394,7 +394,9 @@ def _stats_ms(values: Sequence[float]) -> dict[str, float | None]:
     }
 
 
-async def attack_open_loop(url: str, factor: float, duration_s: float, server_pid: int) -> tuple[str, dict[str, Any]]:
+async def attack_open_loop(
+    url: str, factor: float, duration_s: float, server_pid: int, max_connections: int
+) -> tuple[str, dict[str, Any]]:
     """``factor`` x the capacity measured just before, as an open loop (see :class:`load_generator.OpenLoop`).
 
     The service's bound is on work, not time (``max_pending_tokens``); the time it implies here is the
@@ -405,15 +407,18 @@ async def attack_open_loop(url: str, factor: float, duration_s: float, server_pi
     capacity = await measure_capacity(port, 64, 1.0, min(5.0, duration_s))
     rate = max(1.0, factor * capacity)
     await asyncio.sleep(1.0)
-    # enough connections that requests rarely wait for one (accepted ones wait up to a budget's worth of work)
-    connections = int(min(3000, max(64, rate * 2.0)))
-    gen = OpenLoop(port, classify_request(), max_connections=3000)
+    # enough connections that requests rarely wait for one (accepted ones wait up to a budget's worth of
+    # work, seconds on a small CPU): as many as the server accepts, less room for the prober and /health
+    cap = max(1, max_connections - min(96, max_connections // 4))
+    connections = int(min(cap, max(64, rate * 2.0)))
+    gen = OpenLoop(port, classify_request(), max_connections=cap)
     await gen.open(connections)
     metrics_before, cpu_before, wall_before = (
         _metric_values(await _metrics(url)),
         thread_cpu_s(server_pid),
         time.monotonic(),
     )
+    started = gen.loop.time()
     await gen.run_schedule(rate, duration_s)
     await gen.settle(30.0)
     wall = time.monotonic() - wall_before
@@ -440,6 +445,7 @@ async def attack_open_loop(url: str, factor: float, duration_s: float, server_pi
         "offered_per_s": round(rate, 1),
         "sent": len(gen.lag) + len(gen.waiting),
         "connections": connections,
+        "max_connections": cap,
         "ok": len(ok),
         "ok_per_s": round(len(ok) / duration_s, 1),
         "429": len(refused),
@@ -455,6 +461,7 @@ async def attack_open_loop(url: str, factor: float, duration_s: float, server_pi
         "accepted_bound_ms": round(bound_ms, 1),
         "refused_fair_share": int(delta('safety_admission_refused_total{lane="classify",reason="fair_share"}')),
         "refused_busy": int(delta('safety_admission_refused_total{lane="classify",reason="busy"}')),
+        "by_second": _by_second(gen.answers, started),
         "server_cpu_cores": {
             role: round((cpu_after[role] - cpu_before.get(role, 0.0)) / wall, 2) for role in cpu_after
         },
@@ -470,6 +477,22 @@ async def attack_open_loop(url: str, factor: float, duration_s: float, server_pi
         + f"; generator lag p99 {lag_stats['p99_ms']} ms"
     )
     return did, details
+
+
+def _by_second(answers: list[tuple[float, int, float]], start: float) -> list[dict[str, Any]]:
+    """Per second of the schedule (by when a request was due): its 200s and 429s, and their p99 (ms)."""
+    seconds: dict[int, dict[int, list[float]]] = {}
+    for due, status, took in answers:
+        seconds.setdefault(int(due - start), {}).setdefault(status, []).append(took)
+    rows = []
+    for second in sorted(seconds):
+        row: dict[str, Any] = {"second": second}
+        for status, name in ((200, "ok"), (429, "429")):
+            got = seconds[second].get(status, [])
+            row[name] = len(got)
+            row[f"{name}_p99_ms"] = _stats_ms(got)["p99_ms"]
+        rows.append(row)
+    return rows
 
 
 async def attack_hangups(url: str, n: int) -> tuple[str, dict[str, Any]]:
@@ -965,7 +988,11 @@ ATTACKS: list[tuple[str, ServerKind, Callable[[argparse.Namespace, Target], Atta
     ("largest explained", "plain", lambda a, t: (attack_largest_explained, (t.url, a.duration_s))),
     ("largest batch", "plain", lambda a, t: (attack_largest_batch, (t.url, a.duration_s, a.max_batch_items))),
     ("overload", "plain", lambda a, t: (attack_overload, (t.url, a.overload, a.duration_s))),
-    ("overload 4x", "plain", lambda a, t: (attack_open_loop, (t.url, a.overload_factor, a.duration_s, t.pid))),
+    (
+        "overload 4x",
+        "plain",
+        lambda a, t: (attack_open_loop, (t.url, a.overload_factor, a.duration_s, t.pid, a.max_connections)),
+    ),
     ("hang-ups", "plain", lambda a, t: (attack_hangups, (t.url, a.hangups))),
     ("bad inputs", "plain", lambda a, t: (attack_bad_inputs, (t.url,))),
     ("http edges", "plain", lambda a, t: (attack_http_edges, (t.url, a.max_header_bytes, a.head_connections))),
@@ -1187,6 +1214,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m lab.bench abu
     if args.smoke:
         settings = {"header_timeout_s": "1", "body_timeout_s": "1", "max_connections": "40", **settings}
     args.max_batch_items = _setting(settings, "max_batch_items")
+    args.max_connections = _setting(settings, "max_connections")
     args.max_header_bytes = _setting(settings, "max_header_bytes")
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     with suppress(ValueError, OSError):

@@ -246,6 +246,7 @@ class OpenLoop:
         self.connections = 0
         self.waiting: deque[float] = deque()  # due times of requests waiting for a connection
         self.latency: dict[int, list[float]] = {}  # status -> seconds from due to answer
+        self.answers: list[tuple[float, int, float]] = []  # (due, status, seconds from due to answer)
         self.lag: list[float] = []
         self.failed = 0  # connections lost or refused with a request in flight
         self.in_flight = 0
@@ -285,7 +286,9 @@ class OpenLoop:
         conn.transport.write(self.request)
 
     def answered(self, conn: OpenLoopConnection, status: int, close: bool) -> None:
-        self.latency.setdefault(status, []).append(self.loop.time() - conn.due)
+        took = self.loop.time() - conn.due
+        self.latency.setdefault(status, []).append(took)
+        self.answers.append((conn.due, status, took))
         self.in_flight -= 1
         if close and conn.transport is not None:
             conn.transport.close()
