@@ -1197,6 +1197,13 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         help="CPUs for the server and for the clients: 'auto' (half each, e.g. 0 and 1 on 2 cores: the load "
         "generator cannot steal the server's core), 'off', or 'SERVER:CLIENTS' lists such as '0:1'",
     )
+    p.add_argument(
+        "--door",
+        choices=("asgi", "head"),
+        default="asgi",
+        help="where the overloaded service's 429 is answered: 'asgi' (the service's middleware) or 'head' (the "
+        "lab.experiments.head_door protocol, from the request head): to compare the two under one load",
+    )
     p.add_argument("--json", type=Path, default=None, help="write the report here (e.g. runs/abuse.json)")
     p.add_argument("--smoke", action="store_true", help="every attack briefly with small counts")
     p.add_argument("--start-timeout-s", type=float, default=180.0)
@@ -1231,8 +1238,11 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m lab.bench abu
                 continue
             port = free_port()
             with pinned(server_cpus):
+                cmd = service_cmd(args.model, port, None)
+                if args.door == "head":  # the experiment's server: the same CLI, the 429 from the request head
+                    cmd[cmd.index("dialogue_safety.service.cli")] = "lab.experiments.head_door"
                 starting = running_server(
-                    service_cmd(args.model, port, None),
+                    cmd,
                     service_env(**kind_settings),
                     port,
                     start_timeout_s=args.start_timeout_s,
@@ -1256,6 +1266,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m lab.bench abu
     report = {
         "model": str(args.model),
         "server_settings": settings,
+        "door": args.door,
         "machine": machine,
         "outcomes": [asdict(o) for o in outcomes],
     }
