@@ -34,7 +34,14 @@ import numpy as np
 from dialogue_safety.core.schema import LabelledExample, Split
 from dialogue_safety.evaluation.context_flips import SUITE_FILE, evaluate_context_flips, load_pairs
 from dialogue_safety.evaluation.sampling import subsample  # noqa: F401 - also imported from here
-from dialogue_safety.evaluation.scorers import CachedScorer, Scorer, card_training_sources, load_scorer, model_kind
+from dialogue_safety.evaluation.scorers import (
+    CachedScorer,
+    Scorer,
+    card_training_curve,
+    card_training_sources,
+    load_scorer,
+    model_kind,
+)
 
 if TYPE_CHECKING:
     from dialogue_safety.evaluation.baseline import TfidfBaseline
@@ -489,6 +496,9 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
             scorer = load_scorer(args.model)
             training_sources = card_training_sources(args.model)
             info = {"path": str(args.model), "kind": model_kind(args.model), "training_sources": training_sources}
+            curve = card_training_curve(args.model)
+            if curve is not None:
+                info["training_curve"] = curve
             name = Path(args.model).resolve().name
         out = Path(args.out) if args.out else DEFAULT_OUT_ROOT / name
         previous, previous_info = None, None

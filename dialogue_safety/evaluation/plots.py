@@ -3,7 +3,8 @@
 * ``functional_<suite>.png``: per-functionality accuracy (horizontal bars, below 50 % in red);
 * ``groups_<suite>.png``: per-target-group false positive / false negative rates;
 * ``calibration.png``: reliability diagram of the pooled test splits;
-* ``aaa.png``: the four AAA attack scores and AAA per source.
+* ``aaa.png``: the four AAA attack scores and AAA per source;
+* ``training_curve.png``: the model's validation checks during training (its card's curve) and the loss.
 """
 
 from __future__ import annotations
@@ -173,6 +174,45 @@ def aaa_plot(results: Mapping[str, Any], path: Path) -> str | None:
     return _save(fig, path)
 
 
+#: tasks drawn in the training-curve plot when the run validated them (the rest are in the card's table)
+CURVE_TASKS = (
+    "bad_fsb/bot",
+    "bad_fsb/human",
+    "toxicchat",
+    "requests",
+    "safetext",
+    "context_pairs",
+    "olid",
+    "diasafety",
+)
+
+
+def training_curve_plot(results: Mapping[str, Any], path: Path) -> str | None:
+    curve = results.get("model", {}).get("training_curve")
+    if not curve or not curve.get("valid"):
+        return None
+    checks = curve["valid"]
+    steps = [c["step"] for c in checks]
+    fig, (ax, lx) = plt.subplots(1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [3, 2]})
+    ax.plot(steps, [c["macro_f1"] for c in checks], color="black", linewidth=2.2, marker="o", label="macro (valid)")
+    for task in CURVE_TASKS:
+        values = [c["offensive_f1"].get(task) for c in checks]
+        if any(v is not None for v in values):
+            ax.plot(steps, [np.nan if v is None else v for v in values], marker=".", linewidth=1, label=task)
+    ax.set_xlabel("step")
+    ax.set_ylabel("OFFENSIVE-F1 on the valid split (%)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right", ncol=2)
+    loss = curve.get("loss") or []
+    if loss:
+        lx.plot([s for s, _ in loss], [v for _, v in loss], color="#555555")
+    lx.set_xlabel("step")
+    lx.set_ylabel("training loss")
+    lx.grid(alpha=0.3)
+    fig.suptitle(f"Training curve of {_label(results, 'model')}")
+    return _save(fig, path)
+
+
 def write_plots(results: Mapping[str, Any], out_dir: Path) -> dict[str, str]:
     """Write every plot the results allow; returns plot key → file name (relative to ``out_dir``)."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -182,4 +222,5 @@ def write_plots(results: Mapping[str, Any], out_dir: Path) -> dict[str, str]:
         plots[f"groups/{suite}"] = groups_plot(results, suite, out_dir / f"groups_{suite}.png")
     plots["calibration"] = calibration_plot(results, out_dir / "calibration.png")
     plots["aaa"] = aaa_plot(results, out_dir / "aaa.png")
+    plots["training_curve"] = training_curve_plot(results, out_dir / "training_curve.png")
     return {k: v for k, v in plots.items() if v is not None}

@@ -110,6 +110,14 @@ def header_section(results: Mapping[str, Any], plots: Mapping[str, str]) -> list
     if timings:
         out.append("- time: " + ", ".join(f"{k} {v:.1f} s" for k, v in timings.items()))
     out += ["", "F1, precision, recall, accuracy: %; ROC-AUC, PR-AUC, AAA: [0, 1].", ""]
+    if plots.get("training_curve"):
+        checks = model["training_curve"]["valid"]
+        out += [
+            f"The model's training run validated {len(checks)} times (its card has every check, per task):",
+            "",
+            f"![training curve]({plots['training_curve']})",
+            "",
+        ]
     return out
 
 

@@ -83,6 +83,17 @@ def load_scorer(path: str | Path) -> Scorer:
     return ClassifierScorer(TorchClassifier(path))
 
 
+def card_training_curve(path: str | Path) -> dict[str, Any] | None:
+    """The validation curve of a model's training run (``training.curve`` of its card), or None."""
+    from dialogue_safety.core.model_card import ModelCard
+
+    try:
+        curve = ModelCard.load(path).training.get("curve")
+    except FileNotFoundError:
+        return None
+    return curve if isinstance(curve, dict) and curve.get("valid") else None
+
+
 def card_training_sources(path: str | Path) -> list[str] | None:
     """The sources a model was trained on (``training.sources`` of its card), or None if unrecorded."""
     from dialogue_safety.core.model_card import ModelCard

@@ -7,6 +7,7 @@ from typing import Any
 from dialogue_safety.core.model_card import ModelCard
 from dialogue_safety.core.model_dir import ARTIFACT_FILE, CARD_FILE, CARD_MARKDOWN_FILE
 from dialogue_safety.export.quantization import PORTABLE_MARGIN
+from dialogue_safety.training.curve import curve_table
 
 
 def _fmt(value: Any) -> str:
@@ -146,11 +147,26 @@ def _training_section(training: dict[str, Any], licences: dict[str, str]) -> lis
     if training.get("selected_step") not in (None, training.get("steps")):
         facts.append(f"weights of step {training['selected_step']} (best validation check)")
     if training.get("train_seconds"):
-        facts.append(f"{training['train_seconds'] / 60:.1f} min on {training.get('device', '?')}")
+        legs = training.get("legs") or 1
+        facts.append(
+            f"{training['train_seconds'] / 60:.1f} min on {training.get('device', '?')}"
+            + (f" in {legs} resumed legs" if legs > 1 else "")
+        )
     lines.append("- " + ", ".join(facts))
     skipped = training.get("skipped_tasks") or []
     if skipped:
         lines.append(f"- optional tasks skipped: {'; '.join(skipped)}")
+    lines.append("")
+    curve = training.get("curve") or {}
+    if curve.get("valid"):
+        lines += [
+            "### Validation curve",
+            "",
+            "Every validation check of the run: OFFENSIVE-F1 per task on the valid splits at the check's "
+            "macro-best threshold (uncalibrated), and the training loss at that step.",
+            "",
+            *curve_table(curve),
+        ]
     return [*lines, ""]
 
 

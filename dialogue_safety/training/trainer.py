@@ -33,6 +33,7 @@ from dialogue_safety.core.scoring import head_probabilities, is_offensive, main_
 from dialogue_safety.sources import registry
 from dialogue_safety.training.calibration import choose_threshold, fit_temperature
 from dialogue_safety.training.checkpoint import save_checkpoint
+from dialogue_safety.training.curve import read_curve
 from dialogue_safety.training.harmonise import (
     CONTEXT_HEAD,
     HARMONISED,
@@ -590,13 +591,16 @@ def train(
     card = evaluate_and_calibrate(
         model, data.encoder, data.tasks, recipe, data.heads, data_dir, metrics_path, progress, data.rules
     )
+    curve = read_curve(metrics_path)  # every leg of a run resumed across sessions
     card.training.update(
         {
             "steps": position.step,
-            "train_seconds": round(time.perf_counter() - t0, 1),
+            "train_seconds": max(curve["train_seconds"], round(time.perf_counter() - t0, 1)),
+            "legs": max(1, curve["legs"]),
             "skipped_tasks": data.skipped,
             "device": device.type,
             "selected_step": best["step"] if recipe.keep_best else position.step,
+            "curve": {"valid": curve["valid"], "loss": curve["loss"]},
         }
     )
     save_checkpoint(out_dir, cast(BertForSequenceClassification, model.cpu()), data.tokenizer, card)
