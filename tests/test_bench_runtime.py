@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from service_conftest import tiny_model_dir  # noqa: F401  (fixture)
 
 from dialogue_safety.training.modeling import GEOMETRIES
 from lab.bench.cli import main as bench_main
@@ -175,3 +176,26 @@ def test_the_quantisation_of_a_products_input_counts_with_the_product(tmp_path: 
     path = tmp_path / "q.onnx"
     onnx.save(helper.make_model(graph), str(path))
     assert weight_nodes(path) == {"q_for_dense", "dense", "dense2"}
+
+
+def test_vs_times_another_models_served_default_in_the_same_rounds(
+    tiny_model_dir: Path,  # noqa: F811
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from dialogue_safety.core.model_card import ModelCard
+
+    served_variant = ModelCard.load(tiny_model_dir).cpu_variant
+    out = tmp_path / "vs.json"
+    argv = ["runtime", "--smoke", "--model", str(tiny_model_dir), "--vs", str(tiny_model_dir)]
+    argv += ["--variants", served_variant]
+    assert bench_main([*argv, "--no-sweep", "--no-long", "--no-ops", "--json", str(out), "-q"]) == 0
+    report = json.loads(out.read_text())
+    engines = {e["variant"]: e for e in report["engines"]}
+    assert set(engines) == {served_variant, "vs " + served_variant}
+    assert report["vs"]["model_dir"] == str(tiny_model_dir)
+    vs = report["ratios"]["served_vs_model"]
+    served, other = engines[report["cpu_variant"]], engines["vs " + report["vs"]["cpu_variant"]]
+    assert vs["single_p50_x"] == round(served["single"]["p50_ms"] / other["single"]["p50_ms"], 2)
+    assert other["single"]["n"] == served["single"]["n"]  # the same dialogues, in the same rounds
+    assert "served default against" in capsys.readouterr().out

@@ -626,6 +626,17 @@ def run(
             continue
         else:
             engines.append((name, lambda name=name: OnnxEngine(subject.model_dir, name, threads, spin)))  # type: ignore[misc]
+    vs_card = ModelCard.load(args.vs) if args.vs is not None else None
+    if vs_card is not None:  # another model's served default, timed in the same rounds (e.g. the previous release)
+
+        def vs_engine() -> Engine:
+            assert vs_card is not None
+            engine = OnnxEngine(args.vs, vs_card.cpu_variant, threads, spin)
+            engine.name = f"{vs_card.model_id} onnxruntime {vs_card.cpu_variant} (--vs)"
+            engine.variant = VS_PREFIX + vs_card.cpu_variant
+            return engine
+
+        engines.append((VS_PREFIX + vs_card.cpu_variant, vs_engine))
     if args.one_pass and card.encoding_config.context_mode == "decomposed":
         served = card.cpu_variant
         engines.append(
@@ -667,6 +678,8 @@ def run(
         "sweep": [],
         "notes": [],
     }
+    if vs_card is not None:
+        report["vs"] = {"model": vs_card.model_id, "model_dir": str(args.vs), "cpu_variant": vs_card.cpu_variant}
     if geometry:
         mean_len = float(np.mean(lengths))
         report["flops"] = {
@@ -762,6 +775,10 @@ def measure_ops(
     return {**engine_ops(files, feeds, smoke, NAIVE_ENGINES, targets), "cpu_default": cpu_default}
 
 
+#: the variant label of the --vs model's engine (kept apart from this model's own variants)
+VS_PREFIX = "vs "
+
+
 def ratios(report: dict[str, Any]) -> dict[str, Any]:
     """Every engine against the naive fp32 export (and the int8 ones against naive int8), from this run:
     batched throughput (length-sorted 64 and token budget) as x-times, single-dialogue p50 as a fraction."""
@@ -781,6 +798,18 @@ def ratios(report: dict[str, Any]) -> dict[str, Any]:
                 "single_p50_fraction": round(e["single"]["p50_ms"] / base["single"]["p50_ms"], 2),
             }
         out[f"vs_{base_name}"] = table
+    served = next((e for e in report["engines"] if e["cpu_default"]), None)
+    other = next((e for e in report["engines"] if e["variant"].startswith(VS_PREFIX)), None)
+    if served is not None and other is not None:  # --vs: this model's served default against the other's
+        out["served_vs_model"] = {
+            "model": report["vs"]["model"],
+            "single_p50_x": round(served["single"]["p50_ms"] / other["single"]["p50_ms"], 2),
+            "single_p99_x": round(served["single"]["p99_ms"] / other["single"]["p99_ms"], 2),
+            "sorted64_time_x": round(other["sorted64"]["examples_per_s"] / served["sorted64"]["examples_per_s"], 2),
+            "token_budget_time_x": round(
+                other["token_budget"]["examples_per_s"] / served["token_budget"]["examples_per_s"], 2
+            ),
+        }
     return out
 
 
@@ -873,7 +902,16 @@ def markdown(report: dict[str, Any]) -> str:
             f"| {t['examples_per_s']} | {t['tokens_per_s']:.0f} | {best['useful_gflops_per_s'] or '—'} "
             f"| {'—' if frac is None else f'{100 * frac:.1f}%'} |"
         )
-    for key, table in (report.get("ratios") or {}).items():
+    ratio_tables = dict(report.get("ratios") or {})
+    vs = ratio_tables.pop("served_vs_model", None)
+    if vs is not None:
+        lines += [
+            "",
+            f"Time per dialogue of {report['model']}'s served default against {vs['model']}'s (--vs; this run, "
+            f"same dialogues, rounds interleaved): single p50 {vs['single_p50_x']}x, p99 {vs['single_p99_x']}x; "
+            f"batched sorted-64 {vs['sorted64_time_x']}x, budget {vs['token_budget_time_x']}x",
+        ]
+    for key, table in ratio_tables.items():
         base = key.removeprefix("vs_")
         lines += [
             "",
@@ -980,6 +1018,14 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         action="store_true",
         help="a decomposed model: also time the CPU default without its second pass over the utterances alone "
         "(what that pass costs)",
+    )
+    p.add_argument(
+        "--vs",
+        type=Path,
+        default=None,
+        metavar="MODEL",
+        help="another exported model directory whose served default (its card's CPU variant) is timed in the same "
+        "rounds: the ratio of time per dialogue (e.g. a new release against the previous one)",
     )
     p.add_argument("--no-sweep", action="store_true", help="skip the batch × length sweep")
     p.add_argument("--no-long", action="store_true", help="skip the long messages (500 to 16,000 characters)")
