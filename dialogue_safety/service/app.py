@@ -136,7 +136,7 @@ def create_app(
     app.include_router(admin_router, dependencies=api_key_declaration(settings), responses=ERROR_RESPONSES)
     app.include_router(policy_admin.router, dependencies=api_key_declaration(settings), responses=ERROR_RESPONSES)
     app.include_router(
-        moderations.build_router(state, routes.predict_items, routes.CLIENT_CLOSED),
+        moderations.build_router(state, routes.predict, routes.CLIENT_CLOSED),
         dependencies=api_key_declaration(settings),
     )
     if game is not None:  # the break-it game: its routes reach it through app.state (breakit.api.game_of)

@@ -75,33 +75,13 @@ async def predict(
     examples: list[Example],
     lane: LaneName = CLASSIFY,
     served: ServedModel | None = None,
-) -> tuple[list[Prediction], ServedModel] | None:
-    """Run ``examples`` through the serving model's batcher (``served``: the one already chosen), charged
-    to the caller in ``lane``: the predictions and the model that made them (a hot swap may have installed
-    another since); None if the client disconnected first (its items are then dropped before inference,
-    and their charge given back). An item the batcher refused (``too_many_windows``) raises its
-    :class:`InvalidInput` and the other items are dropped; :func:`predict_items` answers item by item."""
-    answer = await predict_items(state, request, examples, lane, served)
-    if answer is None:
-        return None
-    outcomes, served = answer
-    predictions = []
-    for outcome in outcomes:
-        if isinstance(outcome, InvalidInput):
-            raise outcome
-        predictions.append(outcome)
-    return predictions, served
-
-
-async def predict_items(
-    state: ServiceState,
-    request: Request,
-    examples: list[Example],
-    lane: LaneName = CLASSIFY,
-    served: ServedModel | None = None,
 ) -> tuple[list[Prediction | InvalidInput], ServedModel] | None:
-    """:func:`predict`, with the items the batcher refused as their :class:`InvalidInput` in place (its
-    ``field`` names the item's own utterance: the caller adds where the item sits in its request)."""
+    """Run ``examples`` through the serving model's batcher (``served``: the one already chosen), charged
+    to the caller in ``lane``: per item its prediction, or the :class:`InvalidInput` it was refused with
+    (``too_many_windows``; its ``field`` names the item's own utterance, the caller adds where the item sits
+    in its request), and the model that made them (a hot swap may have installed another since); None if
+    the client disconnected first (its items are then dropped before inference, and their charge given
+    back)."""
     served = served or state.require_served()
     batcher = served.batcher
     futures = await batcher.enqueue(examples, client=http_client(request.scope), lane=lane)
@@ -125,6 +105,14 @@ async def predict_items(
     return outcomes, served
 
 
+def predictions_of(outcomes: list[Prediction | InvalidInput]) -> list[Prediction]:
+    """The predictions of a request whose items stand or fall together: the first refusal is raised."""
+    for outcome in outcomes:
+        if isinstance(outcome, InvalidInput):
+            raise outcome
+    return [o for o in outcomes if not isinstance(o, InvalidInput)]
+
+
 #: ``/v1/*``: the app adds the API key's declaration when it includes it (the key is a setting)
 v1 = APIRouter(prefix="/v1", tags=["classification"], responses=ERROR_RESPONSES)
 #: health, readiness and metrics: never behind the key
@@ -145,7 +133,8 @@ async def classify(body: ClassifyRequest, request: Request, state: State) -> Res
         answer = await predict(state, request, [example])
     if answer is None:
         return Response(status_code=CLIENT_CLOSED)
-    predictions, served = answer
+    outcomes, served = answer
+    predictions = predictions_of(outcomes)
     result = state.decide(predictions[0], body.threshold, served=served, example=example)
     result["model"] = served.model_id
     if judged is not None:
@@ -181,7 +170,7 @@ async def classify_batch(body: BatchRequest, request: Request, state: State) -> 
                 raise
             results[i] = error_body(exc.code, exc.message, exc.field)
     # no item to classify: still only a ready service answers 200
-    answer = await predict_items(state, request, list(examples.values())) if examples else ([], state.require_served())
+    answer = await predict(state, request, list(examples.values())) if examples else ([], state.require_served())
     if answer is None:
         return Response(status_code=CLIENT_CLOSED)
     outcomes, served = answer
