@@ -156,10 +156,10 @@ def _training_section(training: dict[str, Any], licences: dict[str, str]) -> lis
     skipped = training.get("skipped_tasks") or []
     if skipped:
         lines.append(f"- optional tasks skipped: {'; '.join(skipped)}")
-    lines.append("")
     curve = training.get("curve") or {}
     if curve.get("valid"):
         lines += [
+            "",
             "### Validation curve",
             "",
             "Every validation check of the run: OFFENSIVE-F1 per task on the valid splits at the check's "
