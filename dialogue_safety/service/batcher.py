@@ -206,25 +206,15 @@ class MicroBatcher:
             raise refusal
         encoded = await self._encode(examples)
         self._check_running(admitted=True)  # encoding awaited: the batcher may have stopped meanwhile
-        cut = [e.read.windows_needed > e.read.windows for e in encoded]
-        if not any(cut):
-            return self._enqueue(encoded, self.gate.admit(client, lane, sum(e.tokens for e in encoded)), lane, arrived)
         # an utterance cut at the window cap is refused now, before its inference is paid for
-        kept = [e for e, c in zip(encoded, cut, strict=True) if not c]
+        cut = {i for i, e in enumerate(encoded) if e.read.windows_needed > e.read.windows}
+        kept = [e for i, e in enumerate(encoded) if i not in cut]
         queued = iter(
             self._enqueue(kept, self.gate.admit(client, lane, sum(e.tokens for e in kept)), lane, arrived)
             if kept
             else ()
         )
-        loop = asyncio.get_running_loop()
-        futures: list[asyncio.Future[Prediction]] = []
-        for enc, c in zip(encoded, cut, strict=True):
-            if c:
-                futures.append(loop.create_future())
-                futures[-1].set_exception(too_many_windows(enc.read, enc.read.windows))
-            else:
-                futures.append(next(queued))
-        return futures
+        return [_refused(e) if i in cut else next(queued) for i, e in enumerate(encoded)]
 
     async def _encode(self, examples: Sequence[Example]) -> list[EncodedExample]:
         n = len(examples)
@@ -470,6 +460,13 @@ def _shutting_down(retry_after_s: int) -> NotReady:
 def _fail_all(items: Sequence[Pending], exc: Exception) -> None:
     for item in items:
         _fail(item.future, exc)
+
+
+def _refused(encoded: EncodedExample) -> asyncio.Future[Prediction]:
+    """The answer of an utterance cut at the window cap: its ``too_many_windows`` error, never queued."""
+    future: asyncio.Future[Prediction] = asyncio.get_running_loop().create_future()
+    future.set_exception(too_many_windows(encoded.read, encoded.read.windows))
+    return future
 
 
 def _fail(future: asyncio.Future[Prediction], exc: Exception) -> None:

@@ -85,7 +85,8 @@ async def predict(
     served = served or state.require_served()
     batcher = served.batcher
     futures = await batcher.enqueue(examples, client=http_client(request.scope), lane=lane)
-    waiter = asyncio.gather(*futures, return_exceptions=True)
+    # a lone item is awaited as it is (the lone request's path adds no gather)
+    waiter: asyncio.Future[Any] = futures[0] if len(futures) == 1 else asyncio.gather(*futures, return_exceptions=True)
     watcher = asyncio.ensure_future(_until_disconnect(request.receive))
     try:
         await asyncio.wait((waiter, watcher), return_when=asyncio.FIRST_COMPLETED)
@@ -98,7 +99,8 @@ async def predict(
     if not answered or waiter.cancelled():
         return None
     outcomes: list[Prediction | InvalidInput] = []
-    for outcome in waiter.result():
+    results = [waiter.exception() or waiter.result()] if len(futures) == 1 else waiter.result()
+    for outcome in results:
         if isinstance(outcome, BaseException) and not isinstance(outcome, InvalidInput):
             raise outcome  # the batch failed (503) or the service stopped: the request fails as before
         outcomes.append(outcome)
