@@ -56,6 +56,12 @@ def test_every_task_trains_and_the_card_keeps_heads_normaliser_and_curve(candida
     assert {"bad_fsb/bot", "bad_fsb/human", "toxicchat", "safetext", "medical_safety", "requests"} <= trained
     assert {"conda", "context_toxicity", "edos", "ghc", "disguised", "context_pairs"} <= trained
     assert [c["step"] for c in card["training"]["curve"]["valid"]] == [4, 8]
+    # every category states its own validation-tuned threshold, the attribute heads on the sources labelling them
+    heads = card["metrics"]["heads"]
+    assert set(heads) == set(card["heads"])
+    assert "requests" in heads["unsafe_request"]["sources"]
+    assert "edos" in heads["violence"]["sources"]
+    assert all(0 < heads[h]["threshold"] < 1 for h in heads)
     assert "### Validation curve" in (candidate_model / "MODEL_CARD.md").read_text()
 
 

@@ -35,6 +35,7 @@ from dialogue_safety.training.calibration import choose_threshold, fit_temperatu
 from dialogue_safety.training.checkpoint import save_checkpoint
 from dialogue_safety.training.curve import read_curve
 from dialogue_safety.training.harmonise import (
+    ATTRIBUTE_HEADS,
     CONTEXT_HEAD,
     HARMONISED,
     HEAD_ORDER,
@@ -642,29 +643,44 @@ def _family_head_metrics(
     logits: dict[tuple[str, str], np.ndarray],
     card: ModelCard,
 ) -> dict[str, Any]:
-    """Each head (a ``categories`` entry) judged on the sources of its own label family, against their
-    own labels, at the head's own validation-tuned threshold (macro over those sources)."""
+    """Each head (a ``categories`` entry) judged on the sources that label it, against their own labels, at
+    the head's own validation-tuned threshold (macro over those sources): a label family's head on that
+    family's sources, an attribute head (``violence``, ``unsafe_request``) on the sources that label the
+    attribute on every row (``metadata[head]``), gold being that attribute."""
     out: dict[str, Any] = {}
     for h, head in enumerate(card.heads):
-        own = [t for t in tasks if t.train and t.train[0].family.value == head and t.valid]
+        attribute = head in ATTRIBUTE_HEADS
+
+        def labelled(rows: Sequence[LabelledExample], head: str = head, attribute: bool = attribute) -> list[int]:
+            """The rows that label this head: an attribute head's rows carrying the attribute, else all."""
+            return [i for i, e in enumerate(rows) if head in e.metadata] if attribute else list(range(len(rows)))
+
+        def gold(rows: Sequence[LabelledExample], head: str = head, attribute: bool = attribute) -> np.ndarray:
+            picked = [rows[i] for i in labelled(rows)]
+            return np.array([int(bool(e.metadata[head])) if attribute else int(e.label.is_positive) for e in picked])
+
+        def probs(rows: Sequence[LabelledExample], key: tuple[str, str], h: int = h) -> np.ndarray:
+            return head_probabilities(logits[key], card)[labelled(rows), h]
+
+        if attribute:
+            own = [t for t in tasks if t.valid and labelled(t.valid)]
+            extra = {n: rows for n, rows in eval_rows.items() if labelled(rows)}
+        else:
+            own = [t for t in tasks if t.train and t.train[0].family.value == head and t.valid]
+            extra = {n: rows for n, rows in eval_rows.items() if rows[0].family.value == head}
         if not own:
             continue
-
-        def probs(key: tuple[str, str], h: int = h) -> np.ndarray:
-            return head_probabilities(logits[key], card)[:, h]
-
-        valid = {
-            t.spec.name: (np.array([int(e.label.is_positive) for e in t.valid]), probs((t.spec.name, "valid")))
-            for t in own
-        }
+        valid = {t.spec.name: (gold(t.valid), probs(t.valid, (t.spec.name, "valid"))) for t in own}
+        if not any(g.any() for g, _ in valid.values()):
+            continue  # no positive in validation: no threshold to tune (format fixtures)
         threshold, _ = choose_threshold(valid, "macro")
-        test_sets = {t.spec.name: t.test for t in own if t.test}
-        test_sets.update({n: rows for n, rows in eval_rows.items() if rows[0].family.value == head})
+        test_sets = {t.spec.name: t.test for t in own if t.test and labelled(t.test)}
+        test_sets.update(extra)
         out[head] = {
             "threshold": threshold,
             "sources": sorted(test_sets),
             "test": {
-                name: binary_metrics([int(e.label.is_positive) for e in rows], probs((name, "test")), threshold)
+                name: binary_metrics(gold(rows), probs(rows, (name, "test")), threshold)
                 for name, rows in test_sets.items()
             },
         }
