@@ -78,6 +78,14 @@ FRAMES = (
     "Saying that all {p} are dangerous is just prejudice.",
     "People who insult {p} online should be ashamed of themselves.",
     "My grandmother taught me to treat {p} like everyone else.",
+    # affection said plainly: "I love ..." opens sarcastic hate in some training sets ("I love X..NOT!"), and
+    # a model that learns the opening instead of the turn flags every sentence of love for a group
+    "I love my {a} colleagues, they make Mondays bearable.",
+    "I love my {a} in-laws, Sunday lunch at theirs is the best.",
+    "We love our {a} neighbours and our kids play together every weekend.",
+    "I really love spending time with my {a} friends from university.",
+    "I love the {a} bakery on our street, the owners know everyone by name.",
+    "Honestly, I love my {a} classmates, they helped me through exams.",
     "I'm proud that our school has so many {a} students.",
     "Our team hired a {a} designer and her work is amazing.",
     "Being friends with {p} made my life richer.",
