@@ -40,17 +40,18 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from dialogue_safety.core.model_dir import CARD_FILE, CHECKPOINT_CONFIG_FILE, CHECKPOINT_FILES
+
 REPO = Path(__file__).resolve().parents[1]
+WEIGHTS_FILE = CHECKPOINT_FILES[1]  # a Hugging Face directory's weights: the base's and a checkpoint's
 CARRY = Path(".device")
 MANIFEST = "manifest.json"
 BASE_DIR = "base"
-BASE_WEIGHTS = "model.safetensors"
 DATA_ARCHIVE = "data.tar.xz"
 GZ_LIST = "gz-list.txt"
 WORD_EMBEDDINGS = "bert.embeddings.word_embeddings.weight"  # in the classifier; the base may lack "bert."
 SHARD_BYTES = 15 * 2**20
 TRAVEL_LIMIT = 64 * 2**20
-RUN_FILES = ("metrics.jsonl", "model_card.json", "config.json")
 #: what training imports that the device image (PyTorch, transformers, tokenizers, safetensors, numpy,
 #: scikit-learn, SciPy, tqdm) does not hold; carried as wheels at the versions installed here
 DEVICE_WHEELS = ("pydantic", "pydantic-core", "annotated-types", "typing-inspection", "typing-extensions", "emoji")
@@ -137,12 +138,12 @@ def pack_base(base_dir: Path, out: Path) -> None:
 
     out.mkdir(parents=True, exist_ok=True)
     for item in base_dir.iterdir():
-        if item.name == BASE_WEIGHTS or item.name.startswith(("__", ".")):
+        if item.name == WEIGHTS_FILE or item.name.startswith(("__", ".")):
             continue
         (shutil.copytree if item.is_dir() else shutil.copy2)(item, out / item.name)
-    weights = load_file(str(base_dir / BASE_WEIGHTS))
+    weights = load_file(str(base_dir / WEIGHTS_FILE))
     half = {k: (v.half() if v.is_floating_point() else v).contiguous() for k, v in weights.items()}
-    save_file(half, str(out / BASE_WEIGHTS), metadata={"format": "pt"})
+    save_file(half, str(out / WEIGHTS_FILE), metadata={"format": "pt"})
 
 
 def download_wheels(out: Path) -> list[str]:
@@ -207,6 +208,16 @@ def base_word_embeddings(base_weights: Path) -> Any:
     return weights[name].float()
 
 
+def restore_base(carried: Path, out: Path) -> None:
+    """(On the device) the carried base at fp32 again: the values the packed word embeddings are compared with."""
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(carried, out)
+    weights = load_file(str(carried / WEIGHTS_FILE))
+    full = {k: (v.float() if v.is_floating_point() else v).contiguous() for k, v in weights.items()}
+    save_file(full, str(out / WEIGHTS_FILE), metadata={"format": "pt"})
+
+
 # -- pack (on the device) ---------------------------------------------------------------------------
 
 
@@ -214,12 +225,14 @@ def _run_weights(run: Path) -> tuple[dict[str, Any], str]:
     import torch
     from safetensors.torch import load_file
 
-    if (run / "model.safetensors").is_file():
-        return load_file(str(run / "model.safetensors")), "final"
-    if (run / "best_model.pt").is_file():
-        return torch.load(run / "best_model.pt", map_location="cpu"), "best"
-    if (run / "last" / "model.safetensors").is_file():
-        return load_file(str(run / "last" / "model.safetensors")), "last"
+    from dialogue_safety.training.trainer import BEST_FILE, LAST_DIR
+
+    if (run / WEIGHTS_FILE).is_file():
+        return load_file(str(run / WEIGHTS_FILE)), "final"
+    if (run / BEST_FILE).is_file():
+        return torch.load(run / BEST_FILE, map_location="cpu"), "best"
+    if (run / LAST_DIR / WEIGHTS_FILE).is_file():
+        return load_file(str(run / LAST_DIR / WEIGHTS_FILE)), "last"
     raise SystemExit(f"{run}: no weights to pack (model.safetensors, best_model.pt or last/)")
 
 
@@ -246,8 +259,10 @@ def pack(run: Path, out: Path, base_weights: Path) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     for i, shard in enumerate(shards):
         save_file(shard, str(out / f"shard{i}.safetensors"), metadata={"format": "pt", "kind": kind})
-    for name in RUN_FILES:
-        for src in (run / name, run / "last" / name):
+    from dialogue_safety.training.trainer import LAST_DIR, METRICS_FILE
+
+    for name in (METRICS_FILE, CARD_FILE, CHECKPOINT_CONFIG_FILE):
+        for src in (run / name, run / LAST_DIR / name):
             if src.is_file():
                 shutil.copy2(src, out / name)
                 break
@@ -262,38 +277,36 @@ def pack(run: Path, out: Path, base_weights: Path) -> dict[str, Any]:
 def unpack(files: Path, out: Path, carry: Path) -> Path:
     """A training checkpoint (config, weights, tokenizer, card, metrics) from a device run's files."""
     import torch
-    from safetensors.torch import load_file, save_file
+    from safetensors.torch import load_file
+    from transformers import BertConfig, BertForSequenceClassification
 
     from dialogue_safety.core.model_card import ModelCard
     from dialogue_safety.training.checkpoint import save_checkpoint
     from dialogue_safety.training.modeling import load_base_tokenizer
+    from dialogue_safety.training.trainer import METRICS_FILE
 
     manifest = json.loads((carry / MANIFEST).read_text())
     shards = sorted(files.glob("shard*.safetensors"), key=lambda p: int(p.stem.removeprefix("shard")))
     if not shards:
         raise SystemExit(f"{files}: no shard*.safetensors")
-    missing = [n for n in ("config.json", "model_card.json") if not (files / n).is_file()]
+    missing = [n for n in (CHECKPOINT_CONFIG_FILE, CARD_FILE) if not (files / n).is_file()]
     if missing:
         raise SystemExit(f"{files}: missing {', '.join(missing)} (the run did not finish: train on from here)")
     state: dict[str, torch.Tensor] = {}
     for shard in shards:
         state.update(load_file(str(shard)))
     if WORD_EMBEDDINGS not in state:
-        state[WORD_EMBEDDINGS] = base_word_embeddings(carry / BASE_DIR / BASE_WEIGHTS)
-    out.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(files / "config.json", out / "config.json")
-    save_file({k: v.contiguous() for k, v in state.items()}, str(out / "model.safetensors"), metadata={"format": "pt"})
+        state[WORD_EMBEDDINGS] = base_word_embeddings(carry / BASE_DIR / WEIGHTS_FILE)
     card = ModelCard.load(files)
     if not manifest["base_is_package"]:
         card.base_model = manifest["base"]
         card.training.setdefault("recipe", {})["base"] = manifest["base"]
     tokenizer = load_base_tokenizer(manifest["base"], card.training.get("recipe", {}).get("vocab_file"))
-    from transformers import BertForSequenceClassification
-
-    model = BertForSequenceClassification.from_pretrained(str(out))
+    model = BertForSequenceClassification(BertConfig.from_json_file(str(files / CHECKPOINT_CONFIG_FILE)))
+    model.load_state_dict(state)
     save_checkpoint(out, model, tokenizer, card)
-    if (files / "metrics.jsonl").is_file():
-        shutil.copy2(files / "metrics.jsonl", out / "metrics.jsonl")
+    if (files / METRICS_FILE).is_file():
+        shutil.copy2(files / METRICS_FILE, out / METRICS_FILE)
     return out
 
 
@@ -309,10 +322,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--data-dir", type=Path, default=Path("../shared/data"))
     p.add_argument("--out", type=Path, default=CARRY)
     p.add_argument("--no-wheels", action="store_true", help="carry no wheels (a device image that holds them)")
+    r = sub.add_parser("restore-base", help="(on the device) the carried base at fp32 in a directory")
+    r.add_argument("out", type=Path)
+    r.add_argument("--carry", type=Path, default=CARRY)
     k = sub.add_parser("pack", help="(on the device) a finished or interrupted run's weights, in shards")
     k.add_argument("run", type=Path)
     k.add_argument("out", type=Path)
-    k.add_argument("--base-weights", type=Path, default=CARRY / BASE_DIR / BASE_WEIGHTS)
+    k.add_argument("--base-weights", type=Path, default=CARRY / BASE_DIR / WEIGHTS_FILE)
     u = sub.add_parser("unpack", help="a training checkpoint from a device run's files")
     u.add_argument("files", type=Path)
     u.add_argument("out", type=Path)
@@ -333,6 +349,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 ">> .git/info/exclude; afterwards git reset -q -- models/default/model.onnx and remove that "
                 "line from .git/info/exclude)"
             )
+    elif args.command == "restore-base":
+        restore_base(args.carry / BASE_DIR, args.out)
     elif args.command == "pack":
         pack(args.run, args.out, args.base_weights)
     else:

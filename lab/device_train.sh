@@ -11,17 +11,8 @@ carry=.device site=/tmp/device-site data=/tmp/device-data run=/tmp/device-run
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=true
 rm -rf "$site" "$data" "$run" && mkdir -p "$site" "$data" || exit 1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" "$carry"/whl/*.whl || exit 2
-# the base at fp32 again (the same values the packed word embeddings are compared with at home)
-python3 - "$carry/base" "$site/base" <<'PY' || exit 3
-import shutil, sys
-from pathlib import Path
-from safetensors.torch import load_file, save_file
-src, dst = Path(sys.argv[1]), Path(sys.argv[2])
-shutil.copytree(src, dst)
-weights = load_file(str(src / "model.safetensors"))
-save_file({k: (v.float() if v.is_floating_point() else v).contiguous() for k, v in weights.items()},
-          str(dst / "model.safetensors"), metadata={"format": "pt"})
-PY
+export PYTHONPATH="$site:$PWD"
+python3 -m lab.device_train restore-base "$site/base" || exit 3
 xz -dc "$carry/data.tar.xz" | tar -xf - -C "$data" || exit 4
 (cd "$data" && sed 's/\.gz$//' gz-list.txt | xargs -r -P 8 -n 8 gzip -1) || exit 5
 if python3 -c "import json, sys; sys.exit(0 if json.load(open('$carry/manifest.json'))['base_is_package'] else 1)"; then
@@ -32,7 +23,6 @@ if python3 -c "import json, sys; sys.exit(0 if json.load(open('$carry/manifest.j
 else
   base=(--set "base=$site/base")
 fi
-export PYTHONPATH="$site:$PWD"
 config=$(python3 -c "import json; print(json.load(open('$carry/manifest.json'))['config'])")
 mapfile -t overrides < <(python3 -c "import json; [print(f'--set\n{o}') for o in json.load(open('$carry/manifest.json'))['overrides']]")
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null
@@ -42,4 +32,4 @@ timeout -s INT "$seconds" python3 -m dialogue_safety.cli.main train --config "$c
   --out "$run" --no-progress --set checkpoint_every=0 --set num_threads="$(nproc)" "${overrides[@]}" "${base[@]}" "$@" \
   2>&1 | grep -v "^Loading weights" | tee "$out/train.log"
 echo "training ended $(date +%T)"
-python3 -m lab.device_train pack "$run" "$out" --base-weights "$carry/base/model.safetensors"
+python3 -m lab.device_train pack "$run" "$out"

@@ -67,23 +67,17 @@ def test_prepare_train_pack_unpack_round_trip(tmp_path: Path) -> None:
         (t.spec.name, len(t.train), len(t.valid), len(t.test)) for t in home
     ]
     assert [ex.utterance for t in away for ex in t.train] == [ex.utterance for t in home for ex in t.train]
-    half = load_file(str(carry / device_train.BASE_DIR / device_train.BASE_WEIGHTS))
+    half = load_file(str(carry / device_train.BASE_DIR / device_train.WEIGHTS_FILE))
     assert {v.dtype for v in half.values() if v.is_floating_point()} == {torch.float16}
     device_base = tmp_path / "device-base"
-    device_base.mkdir()
-    for item in (carry / device_train.BASE_DIR).iterdir():
-        if item.name != device_train.BASE_WEIGHTS:
-            (device_base / item.name).write_bytes(item.read_bytes())
-    from safetensors.torch import save_file
-
-    save_file({k: v.float() for k, v in half.items()}, str(device_base / device_train.BASE_WEIGHTS))
+    device_train.restore_base(carry / device_train.BASE_DIR, device_base)
     run = tmp_path / "run"
     argv = ["train", "--config", "candidate", "--data-dir", str(data / "data"), "--out", str(run), "--no-progress"]
     sets = [a for o in [*SMALL, f"base={device_base}", "checkpoint_every=0"] for a in ("--set", o)]
     assert cli_main([*argv, *sets]) == 0
 
     files = tmp_path / "files"
-    summary = device_train.pack(run, files, carry / device_train.BASE_DIR / device_train.BASE_WEIGHTS)
+    summary = device_train.pack(run, files, carry / device_train.BASE_DIR / device_train.WEIGHTS_FILE)
     assert summary["kind"] == "final" and summary["word_embeddings_frozen"] is True
     packed = {k for shard in files.glob("shard*.safetensors") for k in load_file(str(shard))}
     assert device_train.WORD_EMBEDDINGS not in packed
@@ -110,7 +104,7 @@ def test_an_interrupted_run_packs_its_best_check(tmp_path: Path) -> None:
     torch.save(state, run / "best_model.pt")
     (carry / device_train.BASE_DIR).mkdir(parents=True)
     device_train.pack_base(base, carry / device_train.BASE_DIR)
-    summary = device_train.pack(run, tmp_path / "files", carry / device_train.BASE_DIR / device_train.BASE_WEIGHTS)
+    summary = device_train.pack(run, tmp_path / "files", carry / device_train.BASE_DIR / device_train.WEIGHTS_FILE)
     assert summary["kind"] == "best" and summary["word_embeddings_frozen"] is False
     packed = {k for shard in (tmp_path / "files").glob("shard*.safetensors") for k in load_file(str(shard))}
     assert device_train.WORD_EMBEDDINGS in packed  # not frozen: it travels
