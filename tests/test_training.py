@@ -105,6 +105,24 @@ def test_periodic_validation_keeps_the_best_weights(tmp_path: Path) -> None:
         load_recipe("tiny", ["keep_best=true"])
 
 
+def test_keep_best_can_weigh_false_alarms_on_safe_only_sets() -> None:
+    from dialogue_safety.training.trainer import score_valid_sets, selection_score
+
+    gold = np.array([1, 1, 0, 0])
+    sets = {
+        "hate": (gold, np.array([0.9, 0.8, 0.1, 0.2])),
+        "identity": (np.zeros(4, dtype=int), np.array([0.9, 0.1, 0.1, 0.1])),  # SAFE only: one of 4 flagged
+    }
+    check = score_valid_sets(sets)
+    assert check["offensive_f1"] == {"hate": pytest.approx(100.0)}
+    assert check["flagged_rate"] == {"identity": pytest.approx(0.25)}
+    assert selection_score(check, 0.0) == pytest.approx(100.0)  # the macro F1 alone cannot see the false alarm
+    assert selection_score(check, 0.5) == pytest.approx(100.0 - 0.5 * 25)
+    assert selection_score(score_valid_sets({"hate": sets["hate"]}), 2.0) == pytest.approx(100.0)
+    with pytest.raises(ValueError, match="false_alarm_penalty"):
+        load_recipe("tiny", ["false_alarm_penalty=-1"])
+
+
 def test_continued_training_starts_from_a_checkpoint(tmp_path: Path) -> None:
     from dialogue_safety.training.trainer import head_names, load_task_data, validation_check
 

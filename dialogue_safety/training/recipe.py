@@ -68,7 +68,10 @@ class Recipe:
     threshold_tasks: tuple[str, ...] = ()
     calibrate: bool = True
     eval_every: int = 0  # steps between validation checks (logged as "valid" events); 0 = none
-    keep_best: bool = False  # restore the weights of the best validation check (macro OFFENSIVE-F1) at the end
+    keep_best: bool = False  # restore the weights of the best validation check (``selection_score``) at the end
+    # keep-best's score subtracts this many F1 points per point (%) the model flags of the SAFE-only validation sets
+    # (their mean): the macro F1 alone cannot see false alarms on sets without positives (0 = F1 alone)
+    false_alarm_penalty: float = 0.0
     checkpoint_every: int = 200
     log_every: int = 10
     max_examples_per_task: int | None = None
@@ -93,6 +96,8 @@ class Recipe:
         unknown = set(self.threshold_tasks) - {t.name for t in self.tasks}
         if unknown:
             raise ValueError(f"threshold_tasks {sorted(unknown)} are not tasks of recipe {self.name!r}")
+        if self.false_alarm_penalty < 0:
+            raise ValueError(f"false_alarm_penalty must be >= 0, got {self.false_alarm_penalty}")
         if self.keep_best and self.eval_every <= 0:
             raise ValueError("keep_best needs eval_every > 0 (steps between validation checks)")
 

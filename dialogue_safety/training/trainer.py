@@ -294,7 +294,15 @@ def validation_check(
             valid_sets[t.spec.name] = (gold[keep], main_scores(head_probabilities(z, card), card)[keep])
     if was_training:
         model.train()
-    return score_valid_sets(threshold_sets(valid_sets, recipe))
+    check = score_valid_sets(threshold_sets(valid_sets, recipe))
+    return {**check, "selection": selection_score(check, recipe.false_alarm_penalty)}
+
+
+def selection_score(check: dict[str, Any], false_alarm_penalty: float) -> float:
+    """What keep-best maximises: the macro OFFENSIVE-F1 less ``false_alarm_penalty`` points per point (%)
+    flagged of the SAFE-only validation sets (their mean; nothing when there are none)."""
+    flagged = list(check.get("flagged_rate", {}).values())
+    return float(check["macro_f1"] - false_alarm_penalty * 100 * (np.mean(flagged) if flagged else 0.0))
 
 
 def threshold_sets(valid_sets: dict[str, Any], recipe: Recipe) -> dict[str, Any]:
@@ -387,7 +395,7 @@ class _Position:
     step: int = 0
     epoch: int = 0
     batch_in_epoch: int = 0
-    best: dict[str, Any] = field(default_factory=lambda: {"macro_f1": -1.0, "step": None})
+    best: dict[str, Any] = field(default_factory=lambda: {"macro_f1": -1.0, "selection": -1e9, "step": None})
 
 
 def _prepare(recipe: Recipe, data_dir: Path) -> _Data:
@@ -480,11 +488,12 @@ def _validate(
 ) -> None:
     """A periodic validation check; keeps the best weights (``keep_best``) and logs a ``valid`` event."""
     check = validation_check(model, data.encoder, data.tasks, recipe, data.heads, data.rules)
-    if check["macro_f1"] > position.best["macro_f1"]:
+    # a state saved before the selection score existed holds the macro F1 only (penalty 0: the same number)
+    if check["selection"] > position.best.get("selection", position.best["macro_f1"]):
         if recipe.keep_best:
             out_dir.mkdir(parents=True, exist_ok=True)
             torch.save(model.state_dict(), out_dir / BEST_FILE)
-        position.best = {"macro_f1": check["macro_f1"], "step": position.step}
+        position.best = {"macro_f1": check["macro_f1"], "selection": check["selection"], "step": position.step}
     step, epoch = position.step, position.epoch
     log_event(
         metrics_path, {"event": "valid", "step": step, "epoch": epoch, **check, "best_step": position.best["step"]}
@@ -493,6 +502,8 @@ def _validate(
     tqdm.write(
         f"valid @ {where}: macro OFFENSIVE-F1 {check['macro_f1']:.2f} "
         + " ".join(f"{k} {v:.1f}" for k, v in check["offensive_f1"].items())
+        + "".join(f"; {k} flagged {100 * v:.1f} %" for k, v in check.get("flagged_rate", {}).items())
+        + (f"; selection {check['selection']:.2f}" if recipe.false_alarm_penalty else "")
     )
 
 
