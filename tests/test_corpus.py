@@ -211,6 +211,34 @@ def test_an_interrupted_job_resumes_without_scoring_a_row_twice(
     assert read_records(the_job.output) == read_records(tmp_path / "ref.parquet")
 
 
+def test_an_interrupt_just_after_the_first_part_keeps_it(
+    tmp_path: Path,
+    clf: OnnxClassifier,
+    tiny_model_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """SIGINT between the first part's stats file and the loop's bookkeeping (the progress bar's update):
+    the part is complete on disk, so it is kept and resumed, not thrown away as 'nothing written yet'."""
+    import tqdm.auto
+
+    inp = write_jsonl(tmp_path / "in.jsonl", [{"utterance": f"row {i}"} for i in range(6)])
+    the_job = job(tmp_path, inp, "out.jsonl", tiny_model_dir, chunk_size=2)
+
+    class InterruptedBar(tqdm.auto.tqdm):
+        def update(self, n: float | None = 1) -> bool | None:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(tqdm.auto, "tqdm", InterruptedBar)  # run_local imports its bar when it runs
+    with pytest.raises(KeyboardInterrupt):
+        run_local(the_job, classifier=clf, progress=False)
+    monkeypatch.undo()
+    kept = sorted(p.name for p in the_job.parts_dir.iterdir())
+    assert "part-000000.jsonl" in kept and "part-000000.stats.json" in kept, kept
+    assert not [name for name in kept if name.endswith(".tmp")], kept
+    summary = run_local(the_job, classifier=clf, progress=False)
+    assert summary.resumed_rows == 2 and summary.rows == 6
+
+
 def test_a_different_job_does_not_resume_silently(
     tmp_path: Path,
     clf: OnnxClassifier,

@@ -14,6 +14,7 @@ match (another input, model, chunk size, columns...) is refused unless ``restart
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -37,6 +38,7 @@ from dialogue_safety.corpus.records import Columns, count_errors, score_rows
 
 MANIFEST = "manifest.json"
 PARTS_SUFFIX = ".parts"
+STATS_SUFFIX = ".stats.json"  # a part's row and error counts, beside it; written last, so it marks the part complete
 DEFAULT_CHUNK_SIZE = 2048
 
 
@@ -152,7 +154,7 @@ def _part(parts_dir: Path, index: int, suffix: str) -> Path:
 
 
 def _stats(parts_dir: Path, index: int) -> Path:
-    return parts_dir / f"part-{index:06d}.stats.json"
+    return parts_dir / f"part-{index:06d}{STATS_SUFFIX}"
 
 
 def _completed_parts(job: ScoreJob, model_id: str, restart: bool) -> int:
@@ -176,11 +178,23 @@ def _completed_parts(job: ScoreJob, model_id: str, restart: bool) -> int:
         parts_dir.mkdir(parents=True)
         (parts_dir / MANIFEST).write_text(json.dumps(manifest, indent=2), encoding="utf-8")
         return 0
-    suffix = job.output.suffix
+    return _parts_on_disk(parts_dir, job.output.suffix)
+
+
+def _parts_on_disk(parts_dir: Path, suffix: str) -> int:
+    """How many parts are complete (a part is complete once its stats file is: both are renamed into place)."""
     done = 0
     while _part(parts_dir, done, suffix).is_file() and _stats(parts_dir, done).is_file():
         done += 1
     return done
+
+
+def _write_stats(parts_dir: Path, index: int, rows: int, errors: int) -> None:
+    """A part's stats, written last and atomically: an interrupt never leaves a half-written one behind."""
+    path = _stats(parts_dir, index)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps({"rows": rows, "errors": errors}), encoding="utf-8")
+    os.replace(tmp, path)
 
 
 def run_local(
@@ -231,7 +245,7 @@ def run_local(
             )
             errors = count_errors(records)
             write_part(records, _part(parts_dir, index, suffix), job.fields)
-            _stats(parts_dir, index).write_text(json.dumps({"rows": len(records), "errors": errors}), encoding="utf-8")
+            _write_stats(parts_dir, index, len(records), errors)
             summary.rows += len(records)
             summary.errors += errors
             bar.update(len(records))
@@ -240,7 +254,9 @@ def run_local(
             if on_chunk is not None:
                 on_chunk(index)
     except BaseException:
-        if created and index == 0:  # refused before its first part: nothing to resume, nothing left behind
+        # refused before its first part: nothing to resume, nothing left behind. Asked of the disk, not of
+        # ``index``: an interrupt between a part's stats and ``index += 1`` must keep that part
+        if created and _parts_on_disk(parts_dir, suffix) == 0:
             shutil.rmtree(parts_dir, ignore_errors=True)
         raise
     finally:

@@ -74,7 +74,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from dialogue_safety.core.model_dir import default_model_dir
-from dialogue_safety.corpus.job import MANIFEST, PARTS_SUFFIX
+from dialogue_safety.corpus.job import PARTS_SUFFIX, STATS_SUFFIX
 from dialogue_safety.service.routes import HEALTH_PATH
 from dialogue_safety.service.settings import ServiceSettings
 from lab.bench.http_client import HOST, RawHttpClient
@@ -900,7 +900,8 @@ def corpus_nested_line(model_dir: str, rows: int) -> tuple[str, dict[str, Any]]:
         env = service_env()
         parts = out.with_name(out.name + PARTS_SUFFIX)
         first = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        while first.poll() is None and len([p for p in parts.glob("*") if p.name != MANIFEST]) < 2:
+        # interrupted once its first part is complete (its stats file is renamed into place last)
+        while first.poll() is None and not any(parts.glob(f"*{STATS_SUFFIX}")):
             time.sleep(0.002)
         if first.poll() is None:
             first.send_signal(signal.SIGINT)
