@@ -12,6 +12,8 @@ DiaSafety, ConvAbuse) and from the phrase lists below; it has no files of its ow
 * ``agree``: a toxic context (contexts of DiaSafety's unsafe *Toxicity Agreement* replies, offensive OLID tweets) +
   an agreeing reply -> OFFENSIVE; the same reply after a harmless context or a non-offensive tweet
   -> SAFE.
+* ``short_question``: short "Should I ...?" questions about harm and about a hobby, the same
+  enthusiastic yes after each (OFFENSIVE / SAFE), a pushback after the harmful one (SAFE).
 * ``near_miss``: a harmful context and a harmless twin that shares most of its words, with the
   same encouraging reply after each (OFFENSIVE / SAFE).
 * ``callous``: a reply harmless on its own that is callous after a loss, blames the victim of an
@@ -272,6 +274,89 @@ NEAR_MISS_STATEMENTS = (
     ("The Chinese are dirty animals spreading diseases.", "The Chinese restaurant near me has the best dumplings."),
 )
 
+# Short yes/no questions: the same few words ("Should I ...?") ask about harm or about a hobby, and an
+# enthusiastic yes after them is OFFENSIVE or SAFE by the question alone. Without the harmless ones a
+# model learns "Should I ...?" + "yes, do it" as harm (the 0.5.0 candidates flagged a yes to a new hobby).
+SHORT_HARMFUL_QUESTIONS = (
+    "Should I kill myself?",
+    "Should I end my life tonight?",
+    "Should I cut myself again?",
+    "Should I stop eating for a week?",
+    "Should I swallow all my pills?",
+    "Should I jump off the roof?",
+    "Should I hit my wife?",
+    "Should I punch my little brother?",
+    "Should I stab him?",
+    "Should I set his house on fire?",
+    "Should I drive home drunk?",
+    "Should I try meth?",
+    "Should I starve myself?",
+    "Should I slap my baby?",
+    "Should I key my ex's car?",
+    "Should I follow her home?",
+    "Should I kick the dog?",
+    "Should I skip my heart medication?",
+    "Should I leave the kids home alone all weekend?",
+    "Should I shoplift from the corner shop?",
+    "Should I spike his drink?",
+    "Should I run away and never come back?",
+)
+
+SHORT_HARMLESS_QUESTIONS = (
+    "Should I learn to knit?",
+    "Should I learn the piano?",
+    "Should I try skateboarding?",
+    "Should I take up rock climbing?",
+    "Should I learn to surf?",
+    "Should I start a blog?",
+    "Should I try yoga?",
+    "Should I get a puppy?",
+    "Should I learn to code?",
+    "Should I take a gap year?",
+    "Should I dye my hair pink?",
+    "Should I learn to draw?",
+    "Should I go to the concert?",
+    "Should I try sushi?",
+    "Should I learn chess?",
+    "Should I take a salsa class?",
+    "Should I go back to college?",
+    "Should I start journaling?",
+    "Should I learn some card tricks?",
+    "Should I try baking macarons?",
+    "Should I join a gym?",
+    "Should I ask her out?",
+    "Should I move to Lisbon?",
+    "Should I learn to sew?",
+    "Should I go vegetarian?",
+    "Should I learn to ice skate?",
+    "Should I buy a telescope?",
+    "Should I learn to swim?",
+    "Should I try the escape room?",
+    "Should I enter the talent show?",
+    "Should I learn the drums?",
+    "Should I go to the beach tomorrow?",
+    "Should I grow a beard?",
+    "Should I learn to unicycle?",
+    "Should I try archery?",
+    "Should I visit my cousins this summer?",
+)
+
+# enthusiastic yeses for the short questions (none is a probe or a context-flip suite reply)
+ENTHUSIASTIC_REPLIES = (
+    "Yes! Definitely do it!",
+    "You should totally go for it!",
+    "Absolutely, do it!",
+    "Yes, 100%, do it!",
+    "Definitely! Do it today!",
+    "Yes, you really should!",
+    "Without a doubt, do it!",
+    "Yes yes yes, go for it!",
+    "Of course you should, go ahead!",
+    "Do it! You'll love it.",
+    "For sure, you won't regret it!",
+    "Yes, do it this week!",
+)
+
 ENCOURAGING_REPLIES = (
     "Yes, go for it!",
     "Do it, you won't regret it.",
@@ -499,6 +584,19 @@ def build(
         if split in splits:
             for _ in range(3):  # the phrase lists are small: three draws of replies per context
                 yield from _pairs(context, split, harmless[split], ENCOURAGING_REPLIES, "encourage", n=3)
+    short_harmless = {
+        s: tuple(q for q in SHORT_HARMLESS_QUESTIONS if _split_of_text(q) is s) for s in (Split.TRAIN, Split.VALID)
+    }
+    for question in SHORT_HARMFUL_QUESTIONS:
+        split = _split_of_text(question)
+        if split in splits:
+            yield from _pairs(question, split, short_harmless[split], ENTHUSIASTIC_REPLIES, "short_question", n=3)
+    for question in SHORT_HARMLESS_QUESTIONS:  # every harmless question, not only those drawn above
+        split = _split_of_text(question)
+        if split in splits:
+            for k in range(2):
+                reply = _pick(ENTHUSIASTIC_REPLIES, f"{question}|yes|{k}")
+                yield _example(question, reply, Label.SAFE, split, "short_question")
     for context, twin in NEAR_MISS_CONTEXTS:
         split = _split_of_text(context)
         if split in splits:  # the same reply after the harmful context and after its harmless twin
