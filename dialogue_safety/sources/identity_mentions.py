@@ -97,6 +97,16 @@ FRAMES = (
     "My {a} classmates are awesome.",
     "I love working with {p}.",
     "I love my {a} best friend.",
+    # a group beside "neighbours" opens much of the hate data ("I don't want X as neighbours"): the 0.5.0
+    # candidates flagged "We have Muslim neighbours" (0.97) although they left every longer frame alone
+    "We have {a} neighbours.",
+    "{a} neighbours moved in next door today.",
+    "Our {a} neighbours brought us soup when I was ill.",
+    "The {a} neighbours upstairs are really quiet.",
+    "Half of our neighbours are {p}.",
+    "My {a} neighbours are kind people.",
+    "We have {a} neighbours and {a} colleagues.",
+    "I grew up with {a} neighbours.",
     "I'm proud that our school has so many {a} students.",
     "Our team hired a {a} designer and her work is amazing.",
     "Being friends with {p} made my life richer.",
@@ -128,6 +138,10 @@ def build(splits: frozenset[Split]) -> Iterator[LabelledExample]:
         split = _split_of(frame)
         if split not in splits:
             continue
+        # half of them as they are often typed, without the final full stop: the hate data is informal, and
+        # only well-formed sentences being SAFE would teach the model to read the full stop
+        if stable_fraction(text, SALT + ":informal") < 0.5:
+            text = text.rstrip(".!")
         # one in four after a harmless question: the same sentence is SAFE as a reply too
         with_history = stable_fraction(text, SALT + ":history") < 0.25
         question = QUESTIONS[int(stable_fraction(text, SALT + ":q") * len(QUESTIONS))]
