@@ -27,6 +27,11 @@ DiaSafety, ConvAbuse) and from the phrase lists below; it has no files of its ow
   hateful, e.g. the same sentence about a non-protected target) as the context, the same agreeing
   reply after each (OFFENSIVE / SAFE), and a discouraging reply after the hateful one (SAFE); read
   when DynaHate is in the data directory (its train and validation rows only).
+* ``real_prompt``: real user prompts to a chatbot (ToxicChat's train rows, short, not jailbreaks) as
+  the context of a complying or encouraging reply: SAFE after a harmless prompt, OFFENSIVE after a
+  toxic one (with a refusal after it SAFE). The written harmless contexts are a few hundred words; real
+  prompts give the context head thousands of harmless topics, so a rare word in a harmless question
+  is not read as harm. Read when ToxicChat is in the data directory.
 * ``history_added``: OLID tweets after a harmless turn, label unchanged (an insult stays an
   insult after "hi"); ``history_dropped``: ConvAbuse utterances without their history, label
   unchanged (the abuse there is in the utterance).
@@ -45,7 +50,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from dialogue_safety.core.schema import Label, LabelFamily, LabelledExample, Split, Turn
-from dialogue_safety.sources import convabuse, diasafety, dynahate, olid
+from dialogue_safety.sources import convabuse, diasafety, dynahate, olid, request_pairs, toxicchat
 from dialogue_safety.sources.layout import SourceFiles, Status, part_of
 from dialogue_safety.sources.splitting import stable_fraction
 
@@ -580,12 +585,32 @@ def dynahate_twins(rows: Iterable[LabelledExample]) -> Iterator[tuple[str, str, 
                 yield ex.utterance, _pick(tuple(benign), ex.utterance), ex.split
 
 
+REAL_PROMPT_MAX_WORDS = 40
+REPLIES_AFTER_PROMPTS = (*request_pairs.COMPLYING_REPLIES, *ENCOURAGING_REPLIES, *ENTHUSIASTIC_REPLIES)
+
+
+def real_prompt_context(ex: LabelledExample) -> bool:
+    """A ToxicChat prompt short enough to be a turn of history, and not a jailbreak (whose harm is the
+    wrapper, not the request a reply complies with)."""
+    return len(ex.utterance.split()) <= REAL_PROMPT_MAX_WORDS and not ex.metadata.get("jailbreaking")
+
+
+def _real_prompt_pairs(ex: LabelledExample) -> Iterator[LabelledExample]:
+    reply = _pick(REPLIES_AFTER_PROMPTS, ex.utterance + "|comply")
+    if ex.label.is_positive:
+        yield _example(ex.utterance, reply, Label.OFFENSIVE, ex.split, "real_prompt")
+        yield _example(ex.utterance, _pick(DISCOURAGING_REPLIES, ex.utterance), Label.SAFE, ex.split, "discourage")
+    else:
+        yield _example(ex.utterance, reply, Label.SAFE, ex.split, "real_prompt")
+
+
 def build(
     olid_rows: Iterable[LabelledExample],
     diasafety_rows: Iterable[LabelledExample],
     convabuse_rows: Iterable[LabelledExample],
     splits: frozenset[Split],
     dynahate_rows: Iterable[LabelledExample] = (),
+    toxicchat_rows: Iterable[LabelledExample] = (),
 ) -> Iterator[LabelledExample]:
     """Derive every context-pair example (deterministic) from the sources' rows."""
     olid_rows = list(olid_rows)
@@ -662,6 +687,9 @@ def build(
     for ex in convabuse_rows:
         if ex.split in splits and ex.split is not Split.TEST and ex.history and _take(ex.utterance, 0.3):
             yield _example("", ex.utterance, ex.label, ex.split, "history_dropped", ex.family)
+    for ex in toxicchat_rows:
+        if ex.split in splits and ex.split is not Split.TEST and real_prompt_context(ex):
+            yield from _real_prompt_pairs(ex)
     for hateful, benign, split in dynahate_twins(dynahate_rows):
         if split in splits:  # the same agreeing reply after a hateful sentence and after its benign twin
             reply = _pick(AGREEING_REPLIES, hateful)
@@ -673,8 +701,9 @@ def build(
 def find(data_dir: Path) -> SourceFiles:
     parts = {"olid": olid.find(data_dir), "diasafety": diasafety.find(data_dir), "convabuse": convabuse.find(data_dir)}
     files = {f"{name}/{role}": path for name, found in parts.items() for role, path in found.files.items()}
-    # DynaHate's twins are used when it is there (any status): it decides nothing about completeness
+    # DynaHate's twins and ToxicChat's prompts are used when there (any status): they decide nothing about completeness
     files |= {f"dynahate/{role}": path for role, path in dynahate.find(data_dir).files.items()}
+    files |= {f"toxicchat/{role}": path for role, path in toxicchat.find(data_dir).files.items()}
     if all(f.status is Status.COMPLETE for f in parts.values()):
         return SourceFiles(Status.COMPLETE, files, "derived from olid, diasafety and convabuse")
     missing = [name for name, f in parts.items() if f.status is not Status.COMPLETE]
@@ -690,4 +719,6 @@ def load(found: SourceFiles, splits: frozenset[Split]) -> Iterable[LabelledExamp
     conv_rows = list(convabuse.load(part_of(found, "convabuse"), wanted))
     dyna = part_of(found, "dynahate")
     dyna_rows = list(dynahate.load(dyna, wanted)) if dyna.files else []
-    return build(olid_rows, dia_rows, conv_rows, splits, dyna_rows)
+    chat = part_of(found, "toxicchat")
+    chat_rows = list(toxicchat.load(chat, wanted)) if chat.files else []
+    return build(olid_rows, dia_rows, conv_rows, splits, dyna_rows, chat_rows)
