@@ -118,6 +118,9 @@ def test_an_unknown_field_is_named_first_with_the_closest_known_one(client: http
     assert far["message"] == "unknown field 'zzz'" and far["code"] == "unknown_field"
     batch = client.post("/v1/classify/batch", json={"itmes": ["a"]}).json()["error"]
     assert batch["message"] == "unknown field 'itmes'; did you mean 'items'?"
+    # a field of another request ('text' of a history turn) is not suggested back to itself
+    other = client.post("/v1/classify", json={"text": "hi", "history": ["Should I?"]}).json()["error"]
+    assert other["message"] == "unknown field 'text'" and other["field"] == "text", other
 
 
 def test_whole_request_problems_stay_4xx(client: httpx.Client) -> None:

@@ -302,11 +302,13 @@ def _unknown_field(
     error: Any, errors: Sequence[Any], field: str | None, known: Collection[str]
 ) -> tuple[str, Any | None]:
     """``unknown field 'utterence'; did you mean 'utterance'?`` (the suggestion from the fields missing
-    beside it, then the known field names), and the missing-field error the typo explains (if any)."""
+    beside it, then the known field names; never the name sent, which may be a field of another request,
+    e.g. ``text`` of a history turn sent to /v1/classify), and the missing-field error the typo explains (if any)."""
     loc = tuple(error.get("loc", ()))
     name = str(loc[-1]) if loc else ""
     missing = {str(e["loc"][-1]): e for e in errors if e.get("type") == "missing" and tuple(e["loc"][:-1]) == loc[:-1]}
-    close = difflib.get_close_matches(name, sorted(missing) + sorted(set(known) - set(missing)), n=1, cutoff=0.6)
+    candidates = [f for f in sorted(missing) + sorted(set(known) - set(missing)) if f != name]
+    close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
     message = f"unknown field '{field or name}'" + (f"; did you mean '{close[0]}'?" if close else "")
     return message, missing.get(close[0]) if close else None
 
