@@ -71,16 +71,20 @@ def model_kind(path: str | Path) -> str:
     return kind(path)
 
 
-def load_scorer(path: str | Path) -> Scorer:
-    """The scorer for an exported model directory (ONNX runtime) or a training checkpoint (torch)."""
-    kind = model_kind(path)
-    if kind == "onnx":
+def load_classifier(path: str | Path) -> Any:
+    """The classifier of an exported model directory (ONNX runtime) or a training checkpoint (torch)."""
+    if model_kind(path) == "onnx":
         from dialogue_safety.core.runtime import OnnxClassifier
 
-        return ClassifierScorer(OnnxClassifier(path))
+        return OnnxClassifier(path)
     from dialogue_safety.training.inference import TorchClassifier
 
-    return ClassifierScorer(TorchClassifier(path))
+    return TorchClassifier(path)
+
+
+def load_scorer(path: str | Path) -> Scorer:
+    """The scorer for an exported model directory (ONNX runtime) or a training checkpoint (torch)."""
+    return ClassifierScorer(load_classifier(path))
 
 
 def card_training_curve(path: str | Path) -> dict[str, Any] | None:

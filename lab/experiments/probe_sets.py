@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from dialogue_safety.core.schema import Example, Label
+from dialogue_safety.evaluation.scorers import load_classifier
 
 GROUPS = ("muslim", "jewish", "black", "gay", "trans", "mexican", "asian", "disabled", "immigrant", "christian")
 # benign sentences naming a group, as typed (no final full stop)
@@ -55,17 +56,6 @@ COMPLYING = (
 )
 
 
-def load_model(path: Path) -> Any:
-    """A training checkpoint (it holds ``model.safetensors``) through torch, else a model directory."""
-    if (path / "model.safetensors").is_file():
-        from dialogue_safety.training.inference import TorchClassifier
-
-        return TorchClassifier(path)
-    from dialogue_safety.core.runtime import OnnxClassifier
-
-    return OnnxClassifier(path)
-
-
 def flagged(model: Any, examples: Sequence[Example]) -> tuple[int, float]:
     """How many of ``examples`` are OFFENSIVE, and the highest score."""
     predictions = model.predict(list(examples))
@@ -91,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("models", nargs="+", type=Path, help="model directories or training checkpoints")
     args = parser.parse_args(argv)
     for path in args.models:
-        model = load_model(path)
+        model = load_classifier(path)
         print(f"== {path} (threshold {model.card.threshold:.3f})")
         print("\n".join(report(model)))
 
