@@ -107,6 +107,21 @@ FRAMES = (
     "My {a} neighbours are kind people.",
     "We have {a} neighbours and {a} colleagues.",
     "I grew up with {a} neighbours.",
+    # counter-speech that quotes the stereotype it rejects: the hate data holds the quoted words as OFFENSIVE
+    # sentences, so without these the candidates flagged a rejection for the stereotype inside it (0.5.0's
+    # candidate-b: 19 of 24 of the validation frame "Saying that all {p} are dangerous is just prejudice.")
+    "It's wrong to say that {p} are lazy.",
+    "The claim that {p} are criminals is a lie.",
+    "Anyone who says {p} are stupid has never actually met any.",
+    "Stop pretending that {p} are a threat to us.",
+    "The stereotype that {p} are dirty needs to die.",
+    "People keep saying {p} are ruining this country, and it simply isn't true.",
+    "Thinking {p} are inferior is plain bigotry.",
+    "My uncle says {p} can't be trusted and I told him that's racist nonsense.",
+    "No, {p} are not all terrorists, and repeating that helps nobody.",
+    "Calling {p} animals is dehumanising and it has to stop.",
+    "Whoever wrote that {p} are worthless should be banned from this forum.",
+    "I'm sick of hearing that {p} are the problem. They aren't.",
     "I'm proud that our school has so many {a} students.",
     "Our team hired a {a} designer and her work is amazing.",
     "Being friends with {p} made my life richer.",
