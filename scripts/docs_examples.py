@@ -14,7 +14,9 @@ In the fenced ``sh``/``bash`` blocks of the documentation:
   rendered): the number before the mark is the served score of the probe of that name (:data:`PROBES`,
   2 decimals), or with ``<!--probe:threshold-->`` the threshold in force, *generated* from the same
   server (the served variant, at the precision it answers), in README.md, docs/*.md and the served
-  model's card (``model_card.json``'s text and the ``MODEL_CARD.md`` rendered from it).
+  model's card (``model_card.json``'s text and the ``MODEL_CARD.md`` rendered from it);
+- the table between ``<!-- targets -->`` and ``<!-- /targets -->`` is the targets table of the shipped
+  model's committed report (``reports/default/results.json``, ``dialogue_safety.evaluation.targets``).
 
 ::
 
@@ -68,6 +70,9 @@ PROBES: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 THRESHOLD_PROBE = "threshold"  # the threshold in force (GET /v1/model), as the card states it
 FIGURE = re.compile(r"(-?\d+(?:\.\d+)?)(<!--probe:([a-z0-9-]+)-->)")
+#: the shipped model's committed report: the targets table between the markers below is generated from it
+SHIPPED_REPORT = REPO / "reports" / "default" / "results.json"
+TARGETS_BLOCK = re.compile(r"(<!-- targets -->\n)(.*?)(<!-- /targets -->)", re.DOTALL)
 
 
 @dataclass
@@ -407,6 +412,28 @@ def process_figures(paths: Sequence[Path], address: str, *, write: bool) -> list
     return findings
 
 
+def process_targets(paths: Sequence[Path], report: Path = SHIPPED_REPORT, *, write: bool) -> list[Finding]:
+    """Check (or rewrite) every targets table in ``paths`` against the shipped model's report."""
+    from dialogue_safety.evaluation.targets import markdown
+
+    texts = {path: path.read_text(encoding="utf-8") for path in paths}
+    if not any(TARGETS_BLOCK.search(text) for text in texts.values()):
+        return []
+    generated = markdown(json.loads(report.read_text(encoding="utf-8"))) + "\n"
+    findings: list[Finding] = []
+    for path, text in texts.items():
+        for m in TARGETS_BLOCK.finditer(text):
+            if m.group(2) != generated and not write:
+                line = text.count("\n", 0, m.start()) + 1
+                findings.append(Finding(f"{_shown(path)}:{line}", f"targets table differs from {_shown(report)}"))
+        if write:
+            new = TARGETS_BLOCK.sub(lambda m: m.group(1) + generated + m.group(3), text)
+            if new != text:
+                path.write_text(new, encoding="utf-8")
+                print(f"rewrote the targets table in {_shown(path)}", file=sys.stderr)
+    return findings
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("--check", action="store_true", help="change nothing; exit 1 if an output or command is wrong")
@@ -416,6 +443,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with running_servers(paths, args.model) as addresses:
         findings = process(paths, addresses, write=not args.check)
         findings += process_figures(figure_paths(args.model), addresses[DOCUMENTED_SERVER], write=not args.check)
+    findings += process_targets(paths, write=not args.check)
     for f in findings:
         print(f"{f.where}: {f.problem}", file=sys.stderr)
     if findings:

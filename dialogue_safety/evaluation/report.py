@@ -555,9 +555,22 @@ def obfuscation_section(results: Mapping[str, Any]) -> list[str]:
     return [*out, markdown(data), ""]
 
 
+def targets_section(results: Mapping[str, Any]) -> list[str]:
+    from dialogue_safety.evaluation.targets import markdown, target_rows
+
+    if not target_rows(results):
+        return []
+    note = (
+        "The project's targets, from the tables below (the **previous** model beside the model when it ran). "
+        "The README quotes this table."
+    )
+    return ["## Targets", "", note, "", markdown(results), ""]
+
+
 def render_report(results: Mapping[str, Any], plots: Mapping[str, str]) -> str:
     """The markdown page; ``plots`` maps plot keys to file names next to report.md."""
     lines = header_section(results, plots)
+    lines += targets_section(results)
     suites = _config_suites(results)
     if "rounds" in suites:
         lines += rounds_section(results, plots)
