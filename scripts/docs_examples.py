@@ -414,12 +414,12 @@ def process_figures(paths: Sequence[Path], address: str, *, write: bool) -> list
 
 def process_targets(paths: Sequence[Path], report: Path = SHIPPED_REPORT, *, write: bool) -> list[Finding]:
     """Check (or rewrite) every targets table in ``paths`` against the shipped model's report."""
-    from dialogue_safety.evaluation.targets import markdown
+    from dialogue_safety.evaluation.report import targets_table
 
     texts = {path: path.read_text(encoding="utf-8") for path in paths}
     if not any(TARGETS_BLOCK.search(text) for text in texts.values()):
         return []
-    generated = markdown(json.loads(report.read_text(encoding="utf-8"))) + "\n"
+    generated = targets_table(json.loads(report.read_text(encoding="utf-8"))) + "\n"
     findings: list[Finding] = []
     for path, text in texts.items():
         for m in TARGETS_BLOCK.finditer(text):

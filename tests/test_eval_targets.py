@@ -1,5 +1,5 @@
-"""The targets table: read from an evaluation's results, the model beside the previous one, and the README's
-copy kept equal to the committed report by scripts/docs_examples.py."""
+"""The targets table: read from an evaluation's results, the model beside the previous one, and the copy in
+docs/model.md kept equal to the committed report by scripts/docs_examples.py."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 from test_docs_examples import docs_examples
 
 from dialogue_safety.evaluation import targets
-from dialogue_safety.evaluation.report import render_report
+from dialogue_safety.evaluation.report import render_report, targets_table
 
 
 def _metrics(n: int, positives: int, recall: float, precision: float, f1: float) -> dict[str, Any]:
@@ -101,7 +101,7 @@ def test_without_a_previous_model_a_relative_target_is_undecided() -> None:
 def test_the_report_opens_with_the_targets() -> None:
     page = render_report({**_results(), "config": {"suites": []}}, {})
     assert page.index("# Robustness report") < page.index("## Targets") < page.index("Regenerate")
-    assert targets.markdown(_results()) in page
+    assert targets_table(_results()) in page
 
 
 def test_the_readme_copy_is_rewritten_from_the_report_and_checked(tmp_path: Path) -> None:
@@ -118,7 +118,7 @@ def test_the_readme_copy_is_rewritten_from_the_report_and_checked(tmp_path: Path
     assert "| OLID: F1 | ≥ 75 | 76.0 | 70.0 | yes |" in text
 
 
-def test_the_shipped_readme_quotes_the_committed_report() -> None:
-    readme = docs_examples.REPO / "README.md"
-    assert docs_examples.TARGETS_BLOCK.search(readme.read_text(encoding="utf-8")), "README has no targets table"
-    assert docs_examples.process_targets([readme], write=False) == []
+def test_the_model_doc_quotes_the_committed_report() -> None:
+    doc = docs_examples.REPO / "docs" / "model.md"
+    assert docs_examples.TARGETS_BLOCK.search(doc.read_text(encoding="utf-8")), "docs/model.md has no targets table"
+    assert docs_examples.process_targets([doc], write=False) == []

@@ -555,16 +555,25 @@ def obfuscation_section(results: Mapping[str, Any]) -> list[str]:
     return [*out, markdown(data), ""]
 
 
+def targets_table(results: Mapping[str, Any]) -> str:
+    """The targets table (``evaluation.targets``), the model's and the previous model's names in the header."""
+    from dialogue_safety.evaluation.targets import target_rows
+
+    name = results["model"].get("name", "model")
+    previous = (results.get("previous") or {}).get("name", "previous")
+    return table(["measure (test splits, through the runtime)", "target", name, previous, "met"], target_rows(results))
+
+
 def targets_section(results: Mapping[str, Any]) -> list[str]:
-    from dialogue_safety.evaluation.targets import markdown, target_rows
+    from dialogue_safety.evaluation.targets import target_rows
 
     if not target_rows(results):
         return []
     note = (
         "The project's targets, from the tables below (the **previous** model beside the model when it ran). "
-        "The README quotes this table."
+        "docs/model.md quotes this table."
     )
-    return ["## Targets", "", note, "", markdown(results), ""]
+    return ["## Targets", "", note, "", targets_table(results), ""]
 
 
 def render_report(results: Mapping[str, Any], plots: Mapping[str, str]) -> str:

@@ -1,10 +1,10 @@
 """The project's targets read from an evaluation's ``results.json``: one row per target, the model
 beside the previous model (``evaluate --compare``), and whether the model meets it.
 
-The report opens with this table, and the README quotes it between ``<!-- targets -->`` markers
-(``scripts/docs_examples.py`` rewrites and checks that copy), so every number there comes from the
-report of the shipped model. A target is ``(measure, how it is read, goal)``; a goal is a bound
-(``>= 60``, ``<= 5``) or "at least the previous model" (``>= previous``).
+The report opens with this table (``report.targets_table``), and docs/model.md quotes it between
+``<!-- targets -->`` markers (``scripts/docs_examples.py`` rewrites and checks that copy), so every
+number there comes from the report of the shipped model. A target is ``(measure, how it is read,
+goal)``; a goal is a bound (``>= 60``, ``<= 5``) or "at least the previous model" (``>= previous``).
 """
 
 from __future__ import annotations
@@ -144,12 +144,3 @@ def target_rows(results: Mapping[str, Any], targets: Sequence[Target] = TARGETS)
         goal = t.goal.replace(">=", "≥").replace("<=", "≤").replace("previous", "previous model")
         rows.append([t.measure, goal, _fmt(value), _fmt(previous), {True: "yes", False: "**no**", None: "—"}[met]])
     return rows
-
-
-def markdown(results: Mapping[str, Any]) -> str:
-    """The targets table (the model's and the previous model's names in the header)."""
-    from dialogue_safety.evaluation.report import table
-
-    name = results["model"].get("name", "model")
-    previous = (results.get("previous") or {}).get("name", "previous")
-    return table(["measure (test splits, through the runtime)", "target", name, previous, "met"], target_rows(results))
