@@ -555,25 +555,28 @@ def obfuscation_section(results: Mapping[str, Any]) -> list[str]:
     return [*out, markdown(data), ""]
 
 
-def targets_table(results: Mapping[str, Any]) -> str:
-    """The targets table (``evaluation.targets``), the model's and the previous model's names in the header."""
+def targets_table(results: Mapping[str, Any], rows: Sequence[Sequence[str]] | None = None) -> str:
+    """The targets table (``evaluation.targets``; ``rows`` when already computed), the model's and the previous
+    model's names in the header."""
     from dialogue_safety.evaluation.targets import target_rows
 
     name = results["model"].get("name", "model")
     previous = (results.get("previous") or {}).get("name", "previous")
-    return table(["measure (test splits, through the runtime)", "target", name, previous, "met"], target_rows(results))
+    header = ["measure (test splits, through the runtime)", "target", name, previous, "met"]
+    return table(header, target_rows(results) if rows is None else rows)
 
 
 def targets_section(results: Mapping[str, Any]) -> list[str]:
     from dialogue_safety.evaluation.targets import target_rows
 
-    if not target_rows(results):
+    rows = target_rows(results)
+    if not rows:
         return []
     note = (
         "The project's targets, from the tables below (the **previous** model beside the model when it ran). "
         "docs/model.md quotes this table."
     )
-    return ["## Targets", "", note, "", targets_table(results), ""]
+    return ["## Targets", "", note, "", targets_table(results, rows), ""]
 
 
 def render_report(results: Mapping[str, Any], plots: Mapping[str, str]) -> str:
