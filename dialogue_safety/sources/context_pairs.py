@@ -685,18 +685,16 @@ def build(
             for k in range(2):
                 reply = _pick(ENTHUSIASTIC_REPLIES, f"{question}|yes|{k}")
                 yield _example(question, reply, Label.SAFE, split, "short_question")
-    for context, twin in NEAR_MISS_CONTEXTS:
-        split = _split_of_text(context)
-        if split in splits:  # the same reply after the harmful context and after its harmless twin
-            yield from _pairs(context, split, (twin,), ENCOURAGING_REPLIES, "near_miss", n=4)
-    for context, twin in REQUEST_TWINS:
-        split = _split_of_text(context)
-        if split in splits:
-            yield from _pairs(context, split, (twin,), request_pairs.COMPLYING_REPLIES, "near_miss", n=4)
-    for context, twin in NEAR_MISS_STATEMENTS:
-        split = _split_of_text(context)
-        if split in splits:
-            yield from _pairs(context, split, (twin,), AGREEING_REPLIES, "near_miss", n=4)
+    near_misses = (
+        (NEAR_MISS_CONTEXTS, ENCOURAGING_REPLIES),
+        (REQUEST_TWINS, request_pairs.COMPLYING_REPLIES),
+        (NEAR_MISS_STATEMENTS, AGREEING_REPLIES),
+    )
+    for twins, replies in near_misses:
+        for context, twin in twins:
+            split = _split_of_text(context)
+            if split in splits:  # the same reply after the harmful context and after its harmless twin
+                yield from _pairs(context, split, (twin,), replies, "near_miss", n=4)
     for context, twin, replies in CALLOUS_CONTEXTS:
         split = _split_of_text(context)
         if split in splits:
