@@ -685,16 +685,16 @@ def build(
             for k in range(2):
                 reply = _pick(ENTHUSIASTIC_REPLIES, f"{question}|yes|{k}")
                 yield _example(question, reply, Label.SAFE, split, "short_question")
-    near_misses = (
+    near_misses: tuple[tuple[tuple[tuple[str, str], ...], tuple[str, ...]], ...] = (
         (NEAR_MISS_CONTEXTS, ENCOURAGING_REPLIES),
         (REQUEST_TWINS, request_pairs.COMPLYING_REPLIES),
         (NEAR_MISS_STATEMENTS, AGREEING_REPLIES),
     )
-    for twins, replies in near_misses:
+    for twins, twin_replies in near_misses:
         for context, twin in twins:
             split = _split_of_text(context)
             if split in splits:  # the same reply after the harmful context and after its harmless twin
-                yield from _pairs(context, split, (twin,), replies, "near_miss", n=4)
+                yield from _pairs(context, split, (twin,), twin_replies, "near_miss", n=4)
     for context, twin, replies in CALLOUS_CONTEXTS:
         split = _split_of_text(context)
         if split in splits:
