@@ -298,6 +298,11 @@ def test_model_card_markdown_renders_metric_tables() -> None:
     assert "### valid splits (threshold 0.4)" in md
     assert "temperature 1.5; expected calibration error on valid 0.1 → 0.05" in md
     assert "| dynahate | 1,200 | 10 | 10 | MIT |" in md
+    assert "chosen on the validation sets (macro OFFENSIVE-F1 over sources)" in md
+    card.calibration = {**card.calibration, "threshold_objective": "selection", "false_alarm_penalty": 0.5}
+    assert "(the mean OFFENSIVE-F1 over sources less 0.5 points per point flagged of the SAFE-only sets)" in (
+        render_model_card(card)
+    )
 
 
 def test_the_card_keeps_each_number_once_and_older_cards_still_read(tmp_path: Path) -> None:

@@ -278,3 +278,23 @@ def test_decomposed_encoding_needs_the_harmonised_context_head(tmp_path: Path) -
     recipe = load_recipe("tiny", ["heads=shared", "encoding.context_mode=decomposed"])
     with pytest.raises(ValueError, match="decomposed' needs heads = 'harmonised'"):
         train(recipe, FULL, tmp_path / "x", progress=False)
+
+
+def test_selection_objective_trades_f1_for_fewer_false_alarms_on_safe_only_sets() -> None:
+    from dialogue_safety.training.calibration import choose_threshold
+    from dialogue_safety.training.trainer import score_valid_sets, selection_score, threshold_penalty
+
+    # the positives score 0.45 and 0.9: the macro-best threshold catches both and flags 3 of the 4 SAFE-only sentences
+    hate = (np.array([1, 1, 0, 0]), np.array([0.9, 0.45, 0.1, 0.2]))
+    identity = (np.zeros(4, dtype=int), np.array([0.5, 0.5, 0.5, 0.1]))
+    macro, _ = choose_threshold({"hate": hate, "identity": identity}, "macro")
+    chosen, at = choose_threshold({"hate": hate, "identity": identity}, "selection", 0.5)
+    assert macro <= 0.45 < 0.5 < chosen <= 0.9 and at == {"hate": pytest.approx(100 * 2 / 3)}
+    assert choose_threshold({"hate": hate, "identity": identity}, "selection", 0.0)[0] == macro
+    # the periodic check under the objective: its selection score is the objective's best value
+    check = score_valid_sets({"hate": hate, "identity": identity}, 0.5)
+    assert check["threshold"] == chosen and check["flagged_rate"] == {"identity": 0.0}
+    assert selection_score(check, 0.5) == pytest.approx(100 * 2 / 3)
+    assert selection_score(score_valid_sets({"hate": hate, "identity": identity}), 0.5) == pytest.approx(100 - 37.5)
+    assert threshold_penalty(load_recipe("tiny", ["false_alarm_penalty=0.5"])) == 0.0
+    assert threshold_penalty(load_recipe("tiny", ["false_alarm_penalty=0.5", "threshold_objective=selection"])) == 0.5

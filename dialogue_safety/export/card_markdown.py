@@ -115,10 +115,13 @@ def _calibration_section(card: ModelCard) -> list[str]:
             f"{_fmt(before.get(head))} → {_fmt(after.get(head))}"
         )
     if "threshold_objective" in calibration:
-        lines.append(
-            "- the decision threshold was chosen on the validation sets "
-            f"({calibration['threshold_objective']} OFFENSIVE-F1 over sources)"
+        penalty = calibration.get("false_alarm_penalty")
+        objective = (
+            f"the mean OFFENSIVE-F1 over sources less {penalty:g} points per point flagged of the SAFE-only sets"
+            if penalty
+            else f"{calibration['threshold_objective']} OFFENSIVE-F1 over sources"
         )
+        lines.append(f"- the decision threshold was chosen on the validation sets ({objective})")
     best = calibration.get("per_source_best_threshold") or {}
     if best:
         lines.append(

@@ -4,7 +4,8 @@ Temperatures are fitted on validation logits by minimising the binary NLL of
 ``sigmoid(logit / T)``; the decision threshold on the main score is then chosen on the
 validation sets to maximise OFFENSIVE-F1, either pooled over all validation examples or as the
 mean of the per-source F1s (``macro``, the default: every source counts the same, whatever its
-size).
+size), or that mean less a penalty per point flagged of the sources without positives
+(``selection``: keep-best's selection score, so the checkpoint and the threshold answer one objective).
 """
 
 from __future__ import annotations
@@ -43,13 +44,15 @@ def f1_at(gold: np.ndarray, scores: np.ndarray, thresholds: np.ndarray) -> np.nd
 
 
 def choose_threshold(
-    per_source: Mapping[str, tuple[np.ndarray, np.ndarray]], objective: str = "macro"
+    per_source: Mapping[str, tuple[np.ndarray, np.ndarray]], objective: str = "macro", false_alarm_penalty: float = 0.0
 ) -> tuple[float, dict[str, float]]:
     """Pick the threshold on validation (gold, score) pairs; return it and the per-source F1 there.
 
-    A source without positives (a written set of SAFE sentences) has no F1: ``macro`` leaves it
-    out of the mean and of the returned F1s; ``pooled`` counts its examples as negatives."""
-    if objective == "macro":
+    A source without positives (a written set of SAFE sentences) has no F1: ``macro`` and ``selection``
+    leave it out of the mean and of the returned F1s; ``pooled`` counts its examples as negatives;
+    ``selection`` subtracts ``false_alarm_penalty`` F1 points per point (%) of such sources flagged (their mean)."""
+    if objective in ("macro", "selection"):
+        safe_only = {name: gs for name, gs in per_source.items() if not np.asarray(gs[0]).any() and len(gs[0])}
         per_source = {name: gs for name, gs in per_source.items() if np.asarray(gs[0]).any()}
     if not per_source:
         raise ValueError("no validation data to choose a threshold on")
@@ -57,11 +60,12 @@ def choose_threshold(
         gold = np.concatenate([g for g, _ in per_source.values()])
         scores = np.concatenate([s for _, s in per_source.values()])
         threshold, _ = best_f1_threshold(gold, scores)
-    elif objective == "macro":
+    elif objective in ("macro", "selection"):
         grid = np.linspace(0.01, 0.99, 197)
-        total = np.zeros_like(grid)
-        for gold, scores in per_source.values():
-            total += f1_at(np.asarray(gold), np.asarray(scores), grid)
+        total = np.mean([f1_at(np.asarray(g), np.asarray(s), grid) for g, s in per_source.values()], axis=0)
+        if objective == "selection" and safe_only and false_alarm_penalty:
+            flagged = [is_offensive(np.asarray(s)[None, :], grid[:, None]).mean(axis=1) for _, s in safe_only.values()]
+            total = total - false_alarm_penalty * 100 * np.mean(flagged, axis=0)
         threshold = round(float(grid[int(np.argmax(total))]), 4)  # grid points: no 0.36000000000000004
     else:
         raise ValueError(f"unknown threshold objective {objective!r}")

@@ -19,7 +19,7 @@ from dialogue_safety.core.encoding import EncodingConfig
 
 RECIPES_DIR = Path(__file__).resolve().parents[2] / "recipes"  # <checkout>/dialogue_safety/training/
 HEAD_MODES = ("shared", "per_family", "hierarchical", "harmonised")
-THRESHOLD_OBJECTIVES = ("macro", "pooled")
+THRESHOLD_OBJECTIVES = ("macro", "pooled", "selection")  # dialogue_safety.training.calibration.choose_threshold
 
 
 @dataclass(frozen=True)

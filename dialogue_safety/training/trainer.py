@@ -294,7 +294,7 @@ def validation_check(
             valid_sets[t.spec.name] = (gold[keep], main_scores(head_probabilities(z, card), card)[keep])
     if was_training:
         model.train()
-    check = score_valid_sets(threshold_sets(valid_sets, recipe))
+    check = score_valid_sets(threshold_sets(valid_sets, recipe), threshold_penalty(recipe))
     return {**check, "selection": selection_score(check, recipe.false_alarm_penalty)}
 
 
@@ -305,6 +305,12 @@ def selection_score(check: dict[str, Any], false_alarm_penalty: float) -> float:
     return float(check["macro_f1"] - false_alarm_penalty * 100 * (np.mean(flagged) if flagged else 0.0))
 
 
+def threshold_penalty(recipe: Recipe) -> float:
+    """The false-alarm penalty the threshold is chosen with: the recipe's under the ``selection`` objective
+    (the periodic check then scores each checkpoint at the threshold it would ship with), else none."""
+    return recipe.false_alarm_penalty if recipe.threshold_objective == "selection" else 0.0
+
+
 def threshold_sets(valid_sets: dict[str, Any], recipe: Recipe) -> dict[str, Any]:
     """The validation sets the threshold is tuned on (``recipe.threshold_tasks``; all when empty)."""
     if not recipe.threshold_tasks:
@@ -312,12 +318,16 @@ def threshold_sets(valid_sets: dict[str, Any], recipe: Recipe) -> dict[str, Any]
     return {name: v for name, v in valid_sets.items() if name in recipe.threshold_tasks}
 
 
-def score_valid_sets(valid_sets: dict[str, tuple[np.ndarray, np.ndarray]]) -> dict[str, Any]:
+def score_valid_sets(
+    valid_sets: dict[str, tuple[np.ndarray, np.ndarray]], false_alarm_penalty: float = 0.0
+) -> dict[str, Any]:
     """The periodic check's numbers from (served gold, served score) per source: OFFENSIVE-F1 per
-    source at the macro-best threshold, their mean, and for sources without positives the share flagged."""
+    source at the macro-best threshold (less ``false_alarm_penalty`` points per point flagged of the
+    sources without positives when it is set: the ``selection`` objective), their mean, and for sources
+    without positives the share flagged."""
     if not valid_sets:
         return {"macro_f1": 0.0, "threshold": 0.5, "offensive_f1": {}}
-    threshold, per_source = choose_threshold(valid_sets, "macro")
+    threshold, per_source = choose_threshold(valid_sets, "selection", false_alarm_penalty)
     # sources with no positives (written SAFE sets) have no F1: how many of them the model flags instead
     flagged = {
         name: float(np.mean(is_offensive(scores, threshold)))
@@ -757,7 +767,7 @@ def evaluate_and_calibrate(
             valid_sets[t.spec.name] = (gold[keep], scores((t.spec.name, "valid"))[keep])
     tuned_on = threshold_sets(valid_sets, recipe)
     if tuned_on:
-        threshold, valid_f1 = choose_threshold(tuned_on, recipe.threshold_objective)
+        threshold, valid_f1 = choose_threshold(tuned_on, recipe.threshold_objective, recipe.false_alarm_penalty)
     else:
         threshold, valid_f1 = 0.5, {}
     card.threshold = threshold
@@ -769,6 +779,7 @@ def evaluate_and_calibrate(
         "ece_after": ece_after,
         "ece_main_score_valid": expected_calibration_error(all_gold, all_scores) if all_gold.size else None,
         "threshold_objective": recipe.threshold_objective,
+        **({"false_alarm_penalty": recipe.false_alarm_penalty} if threshold_penalty(recipe) else {}),
         "threshold_tasks": sorted(tuned_on),
         "valid_offensive_f1_at_threshold": valid_f1,
         "per_source_best_threshold": per_source_best,
