@@ -17,8 +17,9 @@ optional source is skipped with a warning; a missing required source raises
 Source names: bbf_single_turn, bbf_multi_turn, wtc, bad, bad_fsb (BAD's validation split as JSON),
 toxicchat, safetext, medical_safety, conda, context_toxicity, edos, ghc, olid, diasafety, convabuse, hatemoji,
 dynahate, context_pairs (derived), identity_mentions (written), requests (written), disguised (derived),
-conan, yu2022, hickey2025, hickey2024 (replies to hateful turns, dialogue_safety/sources/counter_speech.py),
-history_transplant (derived), breakit (exported rounds of the break-it game), hatecheck. Statuses: ``complete``
+collages (derived), conan, yu2022, hickey2025, hickey2024 (replies to hateful turns,
+dialogue_safety/sources/counter_speech.py), history_transplant (derived), breakit (exported rounds of the break-it
+game), hatecheck. Statuses: ``complete``
 (the official files), ``partial`` (real data with splits or rows missing; loaded normally;
 DynaHate's subset is this), ``sample-only`` (format samples or fixtures; :func:`load_source`
 refuses them unless ``allow_samples=True``, and they must never be trained or evaluated on),
@@ -39,6 +40,7 @@ from dialogue_safety.sources import (
     bad_fsb,
     bbf,
     breakit,
+    collages,
     conda,
     context_pairs,
     context_toxicity,
@@ -214,6 +216,15 @@ SOURCES: dict[str, Source] = {
             "derived at load time from olid, convabuse and dynahate; nothing to download",
             disguised.find,
             disguised.load,
+        ),
+        Source(
+            "collages",
+            LabelFamily.OFFENSIVE,
+            "derived: harmless OLID tweets in one message, with one offensive or hateful post among them or none",
+            "as its inputs (OLID research use, DynaHate none stated)",
+            "derived at load time from olid and dynahate; nothing to download",
+            collages.find,
+            collages.load,
         ),
         Source(
             "requests",
