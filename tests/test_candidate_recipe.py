@@ -54,7 +54,9 @@ def test_every_task_trains_and_the_card_keeps_heads_normaliser_and_curve(candida
     assert card["encoding"]["normalise_obfuscation"] is True and card["encoding"]["context_mode"] == "decomposed"
     trained = set(card["training"]["examples"])
     assert {"bad_fsb/bot", "bad_fsb/human", "toxicchat", "safetext", "medical_safety", "requests"} <= trained
-    assert {"conda", "context_toxicity", "edos", "ghc", "disguised", "context_pairs"} <= trained
+    assert {"conda", "context_toxicity", "edos", "ghc", "disguised", "collages", "context_pairs"} <= trained
+    calibration = card["calibration"]
+    assert calibration["threshold_objective"] == "selection" and calibration["false_alarm_penalty"] == 0.5
     assert [c["step"] for c in card["training"]["curve"]["valid"]] == [4, 8]
     # every category states its own validation-tuned threshold, the attribute heads on the sources labelling them
     heads = card["metrics"]["heads"]
