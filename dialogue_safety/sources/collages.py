@@ -31,7 +31,7 @@ from pathlib import Path
 
 from dialogue_safety.core.schema import Label, LabelFamily, LabelledExample, Split
 from dialogue_safety.sources import dynahate, olid
-from dialogue_safety.sources.layout import SourceFiles, Status, part_of
+from dialogue_safety.sources.layout import SourceFiles, Status, derived_from, load_parts
 from dialogue_safety.sources.splitting import stable_fraction
 
 SOURCE = "collages"
@@ -80,26 +80,16 @@ def collage_pair(post: LabelledExample, harmless: Sequence[str]) -> tuple[Labell
     at = int(_fraction(key, "position") * (len(around) + 1))
     mixed = " ".join([*around[:at], text, *around[at:]])
     safe = " ".join(filler(f"{key}:safe", harmless, len(mixed), MAX_CHARS))
-    meta = {"from": post.source}
+
+    def row(text: str, label: Label, family: LabelFamily, **meta: object) -> LabelledExample:
+        metadata = {"from": post.source, **meta}
+        return LabelledExample(
+            utterance=text, label=label, source=SOURCE, split=post.split, family=family, metadata=metadata
+        )
+
     return (
-        LabelledExample(
-            utterance=mixed,
-            label=Label.OFFENSIVE,
-            source=SOURCE,
-            split=post.split,
-            family=post.family,
-            task="",
-            metadata={**meta, "kind": KINDS[0], "position": at, "parts": len(around) + 1},
-        ),
-        LabelledExample(
-            utterance=safe,
-            label=Label.SAFE,
-            source=SOURCE,
-            split=post.split,
-            family=LabelFamily.OFFENSIVE,
-            task="",
-            metadata={**meta, "kind": KINDS[1]},
-        ),
+        row(mixed, Label.OFFENSIVE, post.family, kind=KINDS[0], position=at, parts=len(around) + 1),
+        row(safe, Label.SAFE, LabelFamily.OFFENSIVE, kind=KINDS[1]),
     )
 
 
@@ -125,20 +115,11 @@ def build(rows: Sequence[LabelledExample], splits: frozenset[Split]) -> Iterator
 
 
 def find(data_dir: Path) -> SourceFiles:
-    parts = {"olid": olid.find(data_dir), "dynahate": dynahate.find(data_dir)}
-    if parts["olid"].status is Status.MISSING:
+    found = olid.find(data_dir)
+    if found.status is Status.MISSING:
         return SourceFiles.missing("derived: needs olid (its harmless tweets are the filler)")
-    files = {f"{name}/{role}": path for name, found in parts.items() for role, path in found.files.items()}
-    missing = [name for name, f in parts.items() if f.status is Status.MISSING]
-    note = f"derived; missing: {', '.join(missing)}" if missing else "derived from olid and dynahate"
-    return SourceFiles(Status.PARTIAL if missing else Status.COMPLETE, files, note)
+    return derived_from({"olid": found, "dynahate": dynahate.find(data_dir)})
 
 
 def load(found: SourceFiles, splits: frozenset[Split]) -> Iterable[LabelledExample]:
-    wanted = frozenset({Split.TRAIN, Split.VALID}) & splits
-    rows: list[LabelledExample] = []
-    for name, module in (("olid", olid), ("dynahate", dynahate)):
-        part = part_of(found, name)
-        if part.files:
-            rows += module.load(part, wanted)
-    return build(rows, splits)
+    return build(load_parts(found, {"olid": olid.load, "dynahate": dynahate.load}), splits)

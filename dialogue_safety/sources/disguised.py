@@ -22,7 +22,7 @@ from pathlib import Path
 
 from dialogue_safety.core.schema import LabelledExample, Split
 from dialogue_safety.sources import convabuse, dynahate, olid
-from dialogue_safety.sources.layout import SourceFiles, Status, part_of
+from dialogue_safety.sources.layout import SourceFiles, derived_from, load_parts
 from dialogue_safety.sources.splitting import stable_fraction
 
 SOURCE = "disguised"
@@ -31,6 +31,7 @@ RATE = 0.25  # share of the utterances that get a disguised copy
 WORD_RATE = 0.3
 MIN_LETTERS = 4
 KINDS = ("masked", "edge_swap", "split")
+INPUTS = {"olid": olid, "convabuse": convabuse, "dynahate": dynahate}
 _VOWELS = "aeiou"
 _EDGE = {"a": "@", "s": "$", "e": "3", "i": "1", "o": "0", "t": "7"}
 
@@ -81,20 +82,8 @@ def build(rows: Sequence[LabelledExample], splits: frozenset[Split]) -> Iterator
 
 
 def find(data_dir: Path) -> SourceFiles:
-    parts = {"olid": olid.find(data_dir), "convabuse": convabuse.find(data_dir), "dynahate": dynahate.find(data_dir)}
-    files = {f"{name}/{role}": path for name, found in parts.items() for role, path in found.files.items()}
-    if not files:
-        return SourceFiles.missing("derived: needs olid, convabuse or dynahate")
-    missing = [name for name, f in parts.items() if f.status is Status.MISSING]
-    note = f"derived; missing: {', '.join(missing)}" if missing else "derived from olid, convabuse and dynahate"
-    return SourceFiles(Status.PARTIAL if missing else Status.COMPLETE, files, note)
+    return derived_from({name: module.find(data_dir) for name, module in INPUTS.items()})
 
 
 def load(found: SourceFiles, splits: frozenset[Split]) -> Iterable[LabelledExample]:
-    wanted = frozenset({Split.TRAIN, Split.VALID}) & splits
-    rows: list[LabelledExample] = []
-    for name, module in (("olid", olid), ("convabuse", convabuse), ("dynahate", dynahate)):
-        part = part_of(found, name)
-        if part.files:
-            rows += module.load(part, wanted)
-    return build(rows, splits)
+    return build(load_parts(found, {name: module.load for name, module in INPUTS.items()}), splits)

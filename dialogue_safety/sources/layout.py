@@ -86,3 +86,28 @@ def part_of(found: SourceFiles, prefix: str) -> SourceFiles:
     """The files of one input of a derived source (roles ``"<prefix>/<role>"``) as that input's own."""
     files = {k.split("/", 1)[1]: v for k, v in found.files.items() if k.startswith(prefix + "/")}
     return SourceFiles(Status.COMPLETE if files else Status.MISSING, files)
+
+
+def derived_from(parts: Mapping[str, SourceFiles]) -> SourceFiles:
+    """A derived source's files from its inputs' (roles ``"<input>/<role>"``): complete when every
+    input is there, partial when some are, missing when none is."""
+    files = {f"{name}/{role}": path for name, found in parts.items() for role, path in found.files.items()}
+    names = ", ".join(parts)
+    if not files:
+        return SourceFiles.missing(f"derived: needs {names}")
+    missing = [name for name, f in parts.items() if f.status is Status.MISSING]
+    note = f"derived; missing: {', '.join(missing)}" if missing else f"derived from {names}"
+    return SourceFiles(Status.PARTIAL if missing else Status.COMPLETE, files, note)
+
+
+def load_parts(
+    found: SourceFiles, loaders: Mapping[str, Callable[[SourceFiles, frozenset[Split]], Iterable[LabelledExample]]]
+) -> list[LabelledExample]:
+    """The TRAIN and VALID rows of every input of a derived source that is there (``loaders``: input → its load)."""
+    wanted = frozenset({Split.TRAIN, Split.VALID})
+    rows: list[LabelledExample] = []
+    for name, load in loaders.items():
+        part = part_of(found, name)
+        if part.files:
+            rows += load(part, wanted)
+    return rows
