@@ -166,7 +166,7 @@ def _training_section(training: dict[str, Any], licences: dict[str, str]) -> lis
             "### Validation curve",
             "",
             "Every validation check of the run: OFFENSIVE-F1 per task on the valid splits at the check's "
-            "macro-best threshold (uncalibrated), and the training loss at that step.",
+            "threshold (the recipe's objective, uncalibrated), and the training loss at that step.",
             "",
             *curve_table(curve),
         ]

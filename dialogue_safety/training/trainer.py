@@ -278,7 +278,7 @@ def validation_check(
     heads: list[str],
     rules: LabelRules | None = None,
 ) -> dict[str, Any]:
-    """OFFENSIVE-F1 per source on the valid splits at the macro-best threshold (uncalibrated scores).
+    """OFFENSIVE-F1 per source on the valid splits at the threshold the recipe's objective picks (uncalibrated scores).
 
     The periodic check behind ``eval_every`` / ``keep_best``; it never looks at a test split.
     """
