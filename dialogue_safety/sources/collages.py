@@ -122,4 +122,4 @@ def find(data_dir: Path) -> SourceFiles:
 
 
 def load(found: SourceFiles, splits: frozenset[Split]) -> Iterable[LabelledExample]:
-    return build(load_parts(found, {"olid": olid.load, "dynahate": dynahate.load}), splits)
+    return build(load_parts(found, {"olid": olid.load, "dynahate": dynahate.load}, splits), splits)

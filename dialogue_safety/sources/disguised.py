@@ -86,4 +86,4 @@ def find(data_dir: Path) -> SourceFiles:
 
 
 def load(found: SourceFiles, splits: frozenset[Split]) -> Iterable[LabelledExample]:
-    return build(load_parts(found, {name: module.load for name, module in INPUTS.items()}), splits)
+    return build(load_parts(found, {name: module.load for name, module in INPUTS.items()}, splits), splits)

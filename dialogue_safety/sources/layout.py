@@ -101,10 +101,13 @@ def derived_from(parts: Mapping[str, SourceFiles]) -> SourceFiles:
 
 
 def load_parts(
-    found: SourceFiles, loaders: Mapping[str, Callable[[SourceFiles, frozenset[Split]], Iterable[LabelledExample]]]
+    found: SourceFiles,
+    loaders: Mapping[str, Callable[[SourceFiles, frozenset[Split]], Iterable[LabelledExample]]],
+    splits: frozenset[Split],
 ) -> list[LabelledExample]:
-    """The TRAIN and VALID rows of every input of a derived source that is there (``loaders``: input → its load)."""
-    wanted = frozenset({Split.TRAIN, Split.VALID})
+    """The rows of every input of a derived source that is there (``loaders``: input → its load), of the
+    wanted ``splits`` among TRAIN and VALID (a derived source has no TEST split)."""
+    wanted = frozenset({Split.TRAIN, Split.VALID}) & splits
     rows: list[LabelledExample] = []
     for name, load in loaders.items():
         part = part_of(found, name)

@@ -10,7 +10,8 @@ size), or that mean less a penalty per point flagged of the sources without posi
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from scipy.optimize import minimize_scalar
@@ -43,6 +44,17 @@ def f1_at(gold: np.ndarray, scores: np.ndarray, thresholds: np.ndarray) -> np.nd
     return np.where(denom > 0, 200.0 * tp / np.maximum(denom, 1), 0.0)
 
 
+def safe_only(per_source: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The sources with rows and no positives (written sets of SAFE sentences): no F1, a share flagged."""
+    return {name: gs for name, gs in per_source.items() if len(gs[0]) and not np.asarray(gs[0]).any()}
+
+
+def false_alarm_cost(flagged: Sequence[Any], false_alarm_penalty: float) -> Any:
+    """The F1 points the ``selection`` objective subtracts: ``false_alarm_penalty`` per point (%) flagged of the
+    SAFE-only sources (the mean of their shares ``flagged``, each a float or one per threshold); 0 without any."""
+    return false_alarm_penalty * 100 * np.mean(np.asarray(flagged, dtype=float), axis=0) if len(flagged) else 0.0
+
+
 def choose_threshold(
     per_source: Mapping[str, tuple[np.ndarray, np.ndarray]], objective: str = "macro", false_alarm_penalty: float = 0.0
 ) -> tuple[float, dict[str, float]]:
@@ -52,7 +64,7 @@ def choose_threshold(
     leave it out of the mean and of the returned F1s; ``pooled`` counts its examples as negatives;
     ``selection`` subtracts ``false_alarm_penalty`` F1 points per point (%) of such sources flagged (their mean)."""
     if objective in ("macro", "selection"):
-        safe_only = {name: gs for name, gs in per_source.items() if not np.asarray(gs[0]).any() and len(gs[0])}
+        safe = safe_only(per_source)
         per_source = {name: gs for name, gs in per_source.items() if np.asarray(gs[0]).any()}
     if not per_source:
         raise ValueError("no validation data to choose a threshold on")
@@ -63,9 +75,9 @@ def choose_threshold(
     elif objective in ("macro", "selection"):
         grid = np.linspace(0.01, 0.99, 197)
         total = np.mean([f1_at(np.asarray(g), np.asarray(s), grid) for g, s in per_source.values()], axis=0)
-        if objective == "selection" and safe_only and false_alarm_penalty:
-            flagged = [is_offensive(np.asarray(s)[None, :], grid[:, None]).mean(axis=1) for _, s in safe_only.values()]
-            total = total - false_alarm_penalty * 100 * np.mean(flagged, axis=0)
+        if objective == "selection":
+            flagged = [is_offensive(np.asarray(s)[None, :], grid[:, None]).mean(axis=1) for _, s in safe.values()]
+            total = total - false_alarm_cost(flagged, false_alarm_penalty)
         threshold = round(float(grid[int(np.argmax(total))]), 4)  # grid points: no 0.36000000000000004
     else:
         raise ValueError(f"unknown threshold objective {objective!r}")

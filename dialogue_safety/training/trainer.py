@@ -31,7 +31,7 @@ from dialogue_safety.core.model_dir import CHECKPOINT_FILES, is_checkpoint
 from dialogue_safety.core.schema import LabelledExample, Split
 from dialogue_safety.core.scoring import head_probabilities, is_offensive, main_scores
 from dialogue_safety.sources import registry
-from dialogue_safety.training.calibration import choose_threshold, fit_temperature
+from dialogue_safety.training.calibration import choose_threshold, false_alarm_cost, fit_temperature, safe_only
 from dialogue_safety.training.checkpoint import save_checkpoint
 from dialogue_safety.training.curve import read_curve
 from dialogue_safety.training.harmonise import (
@@ -301,8 +301,9 @@ def validation_check(
 def selection_score(check: dict[str, Any], false_alarm_penalty: float) -> float:
     """What keep-best maximises: the macro OFFENSIVE-F1 less ``false_alarm_penalty`` points per point (%)
     flagged of the SAFE-only validation sets (their mean; nothing when there are none)."""
-    flagged = list(check.get("flagged_rate", {}).values())
-    return float(check["macro_f1"] - false_alarm_penalty * 100 * (np.mean(flagged) if flagged else 0.0))
+    return float(
+        check["macro_f1"] - false_alarm_cost(list(check.get("flagged_rate", {}).values()), false_alarm_penalty)
+    )
 
 
 def threshold_penalty(recipe: Recipe) -> float:
@@ -330,9 +331,7 @@ def score_valid_sets(
     threshold, per_source = choose_threshold(valid_sets, "selection", false_alarm_penalty)
     # sources with no positives (written SAFE sets) have no F1: how many of them the model flags instead
     flagged = {
-        name: float(np.mean(is_offensive(scores, threshold)))
-        for name, (gold, scores) in valid_sets.items()
-        if not gold.any() and len(gold)
+        name: float(np.mean(is_offensive(scores, threshold))) for name, (_, scores) in safe_only(valid_sets).items()
     }
     return {
         "macro_f1": float(np.mean(list(per_source.values()))),
