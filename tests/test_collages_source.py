@@ -22,6 +22,13 @@ HARMLESS = [
     "@user thanks for the tip about the bike shop, they fixed it in an hour",
 ]
 
+COMMENTS = [
+    "::I have moved the paragraph about the bridge to the history section, where it fits better.",
+    "Thanks for the reference, I will add the page numbers once I find my copy of the book.",
+    "See [[Talk:Old Mill]] for the earlier discussion of this photo.",  # wiki markup: not filler
+    "The infobox says 1872 but the text says 1876; which year does the source give?",
+]
+
 
 def _rows() -> list[LabelledExample]:
     def row(text: str, label: Label, source: str, family: LabelFamily, split: Split = Split.TRAIN) -> LabelledExample:
@@ -32,6 +39,8 @@ def _rows() -> list[LabelledExample]:
     rows += [row(f"@user you are a pathetic idiot number {i}", Label.OFFENSIVE, "olid", off) for i in range(200)]
     rows += [row(f"those people are vermin, hate them ({i})", Label.OFFENSIVE, "dynahate", hate) for i in range(200)]
     rows += [row(f"test split idiot {i}", Label.OFFENSIVE, "olid", off, Split.TEST) for i in range(50)]
+    rows += [row(f"{t} ({i})", safe, "context_toxicity", off) for i in range(30) for t in COMMENTS]
+    rows += [row(f"Wikipedia comment, toxic: idiot {i}", Label.OFFENSIVE, "context_toxicity", off) for i in range(30)]
     with_history = replace(row("you idiot", Label.OFFENSIVE, "olid", off), history=(Turn("hi", "user"),))
     return [*rows, with_history]
 
@@ -44,7 +53,7 @@ def test_pairs_of_one_offensive_post_and_none_of_about_the_same_length() -> None
     assert {c.metadata["kind"] for c in offensive} == {"one_offensive"} and {c.metadata["kind"] for c in safe} == {
         "all_safe"
     }
-    assert 60 <= len(offensive) <= 140  # ~25 % of the 400 train posts; none of the test split or with a history
+    assert len(offensive) == 400  # every train post; none of the test split, with a history or from the comments
     assert {c.split for c in built} == {Split.TRAIN} and all(not c.history and c.source == "collages" for c in built)
     assert Counter(c.family for c in offensive).keys() == {LabelFamily.OFFENSIVE, LabelFamily.HATEFUL}
     assert all(c.label is Label.OFFENSIVE for c in offensive) and all(c.label is Label.SAFE for c in safe)
@@ -55,6 +64,15 @@ def test_pairs_of_one_offensive_post_and_none_of_about_the_same_length() -> None
         assert collages.MIN_CHARS - 60 <= len(mixed.utterance) <= collages.MAX_CHARS
         assert abs(len(twin.utterance) - len(mixed.utterance)) <= 80 and len(twin.utterance) <= collages.MAX_CHARS
         assert "@user" not in mixed.utterance + twin.utterance and "🍋" not in mixed.utterance + twin.utterance
+        assert mixed.metadata["style"] == twin.metadata["style"]
+        assert "[[" not in mixed.utterance + twin.utterance and "::" not in mixed.utterance + twin.utterance
+        filler = HARMLESS if mixed.metadata["style"] == "tweets" else COMMENTS
+        words = {w for text in filler for w in text.split()[2:5]}
+        assert any(w in twin.utterance for w in words), (mixed.metadata["style"], twin.utterance)
+    styles = Counter(c.metadata["style"] for c in offensive)
+    assert styles.keys() == {"tweets", "prose"} and min(styles.values()) > 120, styles  # about half each
+    tweets_only = [ex for ex in rows if ex.source != "context_toxicity"]
+    assert {c.metadata["style"] for c in collages.build(tweets_only, frozenset(Split))} == {"tweets"}
     positions = Counter(c.metadata["position"] == 0 for c in offensive)
     assert positions[True] and positions[False]  # at the start and further in
 
