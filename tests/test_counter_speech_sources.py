@@ -324,3 +324,37 @@ def test_history_measures_see_tainting_and_not_laundering() -> None:
     assert res["counter_speech"]["civil_counter"] == {"n": 1, "flagged": 100.0}
     assert res["counter_speech"]["endorsements"] == {"n": 0, "caught": None}
     assert [t.text for t in friendly_history(3)] == list(FRIENDLY_CHAT[-3:])
+
+
+class _Assent:
+    """Flags a reply that says yes after a hateful turn, and nothing else."""
+
+    name = "assent"
+    threshold = 0.5
+
+    def predict_proba(self, examples):  # type: ignore[no-untyped-def]
+        return np.array([float(ex.utterance.startswith("yes") and bool(ex.history)) for ex in examples])
+
+
+def test_the_hostile_rise_is_also_given_over_utterances_that_answer_nothing() -> None:
+    def ex(source: str, text: str, label: Label, history: tuple[Turn, ...] = ()) -> LabelledExample:
+        return LabelledExample(utterance=text, label=label, source=source, split=Split.TEST, history=history)
+
+    rows = {
+        "olid": [ex("olid", "yes the tea was lovely", Label.SAFE), ex("olid", "nice day", Label.SAFE)],
+        "convabuse": [ex("convabuse", "yes of course", Label.SAFE, (Turn("shall I go on?", "bot"),))],
+        "dynahate": [ex("dynahate", "Group X are vermin", Label.OFFENSIVE), ex("dynahate", "I like tea", Label.SAFE)],
+        "conan": [],
+        "hickey2025": [],
+        "yu2022": [],
+    }
+    probes = build_probes(lambda name, split: [r for r in rows[name] if r.split is split])
+    hostile = evaluate_history(probes, {"model": _Assent()})["scorers"]["model"]["hostile_history"]
+    assert hostile["rise"] == pytest.approx(100 * 2 / 4)  # both yeses, of the four harmless utterances
+    assert hostile["statements"] == {
+        "n": 3,
+        "alone": 0.0,
+        "after": pytest.approx(100 / 3),
+        "rise": pytest.approx(100 / 3),
+    }
+    assert hostile["sources"]["convabuse"] == {"n": 1, "alone": 0.0, "after": 100.0}

@@ -4,8 +4,10 @@
   alone and after a friendly chat of 1, 3 and 6 turns (:data:`FRIENDLY_CHAT`, written here, in no
   training source); the headline is the **worst drop** of recall in points over the three lengths.
 * **hostile-history flag rate** (tainting): harmless test utterances (same sources) alone and after
-  one hostile turn they do not answer (hateful test texts of CONAN and DynaHate); the headline is
-  the **rise** of the share flagged, in points.
+  one hostile turn (hateful test texts of CONAN and DynaHate); the headline is the **rise** of the
+  share flagged, in points. Beside it, the rise over the utterances that answer no turn in their source
+  (``statements``: ConvAbuse's are users' replies to an agent, and a reply such as "yes, of course"
+  after a hateful turn agrees with it, so flagging it there is right).
 * **counter-speech**: civil counter-narratives after their hateful turn (CONAN test; the share
   flagged should be low) and replies that agree with hate (hickey2025 test endorsements; the share
   caught should be high). Reddit counter-hate (Yu 2022 test), which is often rude, is reported
@@ -155,6 +157,10 @@ def evaluate_history(probes: Mapping[str, Any], scorers: Mapping[str, Scorer], s
                 hostile["sources"][name] = {"n": len(rows), "alone": _pct(alone[part]), "after": _pct(after[part])}
             hostile["pooled"] = {"alone": _pct(alone), "after": _pct(after)}
             hostile["rise"] = hostile["pooled"]["after"] - hostile["pooled"]["alone"]
+            said = np.array([not ex.history for ex in harmless_rows])  # answers no turn in its source
+            hostile["statements"] = {"n": int(said.sum()), "alone": _pct(alone[said]), "after": _pct(after[said])}
+            if said.any():
+                hostile["statements"]["rise"] = hostile["statements"]["after"] - hostile["statements"]["alone"]
         res["hostile_history"] = hostile
 
         # c. counter-speech

@@ -428,7 +428,9 @@ def history_section(results: Mapping[str, Any]) -> list[str]:
         "**Benign-history recall**: offensive test utterances alone and after the last 1, 3 and 6 turns of a "
         "friendly chat that no training source contains; the headline is the worst drop (points). "
         f"**Hostile-history flag rate**: harmless test utterances alone and after one of {data['hostile_turns']} "
-        "hateful test turns they do not answer; the headline is the rise (points). **Counter-speech**: civil "
+        "hateful test turns; the headline is the rise (points), and beside it the rise over the utterances that "
+        'answer no turn in their source (a reply such as "yes, of course" agrees with the hateful turn before '
+        "it). **Counter-speech**: civil "
         "counter-narratives after their hateful turn (flagged, lower is better), replies agreeing with hate "
         "(caught, higher is better); Reddit counter-hate is often rude itself (for information).",
         "",
@@ -449,6 +451,10 @@ def history_section(results: Mapping[str, Any]) -> list[str]:
         [
             "  harmless flagged after a hostile turn %",
             *[fmt(sc[r]["hostile_history"].get("pooled", {}).get("after")) for r in roles],
+        ],
+        [
+            "  rise over utterances that answer no turn (points)",
+            *[fmt(sc[r]["hostile_history"].get("statements", {}).get("rise")) for r in roles],
         ],
         ["civil counter-speech flagged %", *[fmt(sc[r]["counter_speech"]["civil_counter"]["flagged"]) for r in roles]],
         ["endorsements of hate caught %", *[fmt(sc[r]["counter_speech"]["endorsements"]["caught"]) for r in roles]],
