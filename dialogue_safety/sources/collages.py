@@ -13,7 +13,7 @@ This derived source joins single-turn posts into one message of about :data:`MIN
   ``offensive``: the filler is labelled not offensive, which is what SAFE says).
 
 The filler of a pair is in one **style** (``metadata["style"]``): ``tweets`` (harmless OLID tweets)
-or ``prose`` (Wikipedia Talk comments that raters found not toxic alone, from ``context_toxicity``,
+or ``prose`` (Wikipedia Talk comments that raters found not toxic, from ``context_toxicity``,
 wiki markup left out): a model trained on a quarter as many collages, all of tweets, scored the insult
 0.35 after 1,200 characters of harmless paragraphs and 0.90 alone (candidate-16 at step 2,000,
 lab/notes/model.md), so every post gets a collage and half the pairs are prose when the comments are
@@ -126,19 +126,14 @@ def collage_pair(
 
 def pools(rows: Sequence[LabelledExample]) -> dict[str, list[str]]:
     """The harmless filler of each style in ``rows`` (one split): OLID's tweets that are not offensive,
-    and the Talk comments raters found not toxic alone (empty when ``context_toxicity`` is not there)."""
+    and the Talk comments raters found not toxic (empty when ``context_toxicity`` is not there)."""
     tweets = [
         text
         for ex in rows
         if ex.source == olid.SOURCE and not ex.label.is_positive and not ex.history
         if MIN_PART_CHARS <= len(text := without_mentions(ex.utterance)) <= MAX_PART_CHARS and plain(text)
     ]
-    talk = (
-        prose(ex.utterance)
-        for ex in rows
-        if ex.source == context_toxicity.SOURCE and not ex.label.is_positive
-        if ex.family is LabelFamily.OFFENSIVE and not ex.metadata.get("label_alone", False)
-    )
+    talk = (prose(ex.utterance) for ex in rows if ex.source == context_toxicity.SOURCE and not ex.label.is_positive)
     comments = sorted({text for text in talk if text is not None})
     return {"tweets": tweets, "prose": comments}
 
