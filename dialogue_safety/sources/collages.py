@@ -43,7 +43,6 @@ from dialogue_safety.sources.splitting import stable_fraction
 
 SOURCE = "collages"
 SALT = "collages-v2"
-RATE = 1.0  # share of the offensive posts that get a collage (and a SAFE twin)
 MIN_CHARS, MAX_CHARS = 200, 420  # a collage's length (its twin's too): inside training's first window
 MAX_WORDS = 72  # and words: token-dense text (short words, punctuation) reaches the window's end sooner
 MIN_PART_CHARS, MAX_PART_CHARS = 10, 160  # a post's length (without mentions): a part, not most of the message
@@ -100,9 +99,7 @@ def prose(text: str) -> str | None:
     return text
 
 
-def collage_pair(
-    post: LabelledExample, harmless: Sequence[str], style: str = STYLES[0]
-) -> tuple[LabelledExample, LabelledExample]:
+def collage_pair(post: LabelledExample, harmless: Sequence[str], style: str) -> tuple[LabelledExample, LabelledExample]:
     """The offensive ``post`` among harmless posts, and a SAFE collage of about the same length."""
     key = f"{post.source}:{post.utterance}"
     text = without_mentions(post.utterance)
@@ -152,10 +149,8 @@ def build(rows: Sequence[LabelledExample], splits: frozenset[Split]) -> Iterator
                 continue
             if not MIN_PART_CHARS <= len(without_mentions(ex.utterance)) <= MAX_PART_CHARS:
                 continue
-            key = f"{ex.source}:{ex.utterance}"
-            if _fraction(key, "take") < RATE:
-                style = styles[int(_fraction(key, "style") * len(styles))]
-                yield from collage_pair(ex, filler_of[style], style)
+            style = styles[int(_fraction(f"{ex.source}:{ex.utterance}", "style") * len(styles))]
+            yield from collage_pair(ex, filler_of[style], style)
 
 
 INPUTS = {"olid": olid, "dynahate": dynahate, "context_toxicity": context_toxicity}
