@@ -58,8 +58,11 @@ def test_checkpoint_predicts_like_the_service_contract(tiny_run: Path) -> None:
     assert np.allclose([clf.predict([e])[0].score for e in examples], [p.score for p in preds], atol=1e-6)
 
 
-def test_resume_reproduces_an_uninterrupted_run(tmp_path: Path) -> None:
-    recipe = load_recipe("tiny", ["max_steps=6", "checkpoint_every=100", "calibrate=false"])
+@pytest.mark.parametrize("average_decay", [0.0, 0.5])
+def test_resume_reproduces_an_uninterrupted_run(tmp_path: Path, average_decay: float) -> None:
+    recipe = load_recipe(
+        "tiny", ["max_steps=6", "checkpoint_every=100", "calibrate=false", f"average_decay={average_decay}"]
+    )
     straight = tmp_path / "straight"
     train(recipe, FULL, straight, progress=False)
     resumed = tmp_path / "resumed"
@@ -72,10 +75,17 @@ def test_resume_reproduces_an_uninterrupted_run(tmp_path: Path) -> None:
     assert a.keys() == b.keys()
     for key in a:
         torch.testing.assert_close(a[key], b[key], rtol=0, atol=1e-6)
+    if average_decay:  # the saved model is the average, not the last step's weights
+        plain = train(load_recipe("tiny", ["max_steps=6", "calibrate=false"]), FULL, tmp_path / "plain", progress=False)
+        c = load_file(plain.out_dir / "model.safetensors")
+        assert not torch.equal(a["classifier.weight"], c["classifier.weight"])
 
 
-def test_periodic_validation_keeps_the_best_weights(tmp_path: Path) -> None:
-    recipe = load_recipe("tiny", ["max_steps=6", "eval_every=2", "keep_best=true", "calibrate=false"])
+@pytest.mark.parametrize("average_decay", [0.0, 0.5])
+def test_periodic_validation_keeps_the_best_weights(tmp_path: Path, average_decay: float) -> None:
+    recipe = load_recipe(
+        "tiny", ["max_steps=6", "eval_every=2", "keep_best=true", "calibrate=false", f"average_decay={average_decay}"]
+    )
     out = tmp_path / "best"
     result = train(recipe, FULL, out, progress=False)
     records = [json.loads(line) for line in (out / METRICS_FILE).read_text().splitlines()]
@@ -103,6 +113,29 @@ def test_periodic_validation_keeps_the_best_weights(tmp_path: Path) -> None:
     assert again["macro_f1"] == pytest.approx(best["macro_f1"], abs=1e-6)
     with pytest.raises(ValueError, match="keep_best needs eval_every"):
         load_recipe("tiny", ["keep_best=true"])
+
+
+def test_the_weight_average_is_a_running_mean_then_exponential() -> None:
+    from dialogue_safety.training.trainer import WeightAverage
+
+    model = torch.nn.Linear(2, 1)
+    model.bias.requires_grad_(False)  # frozen weights are copied once and never averaged
+    average = WeightAverage(model, decay=0.5)
+    # 1 / (1 - decay) = 2 updates of a plain running mean (1, then 2), then halfway each time (3.5, then 6.25)
+    for value, expected in [(1.0, 1.0), (3.0, 2.0), (5.0, 3.5), (9.0, 6.25)]:
+        with torch.no_grad():
+            model.weight.fill_(value)
+        average.update()
+        assert torch.allclose(average.model.weight, torch.full((1, 2), expected))
+    assert torch.equal(average.model.bias, model.bias) and average.updates == 4
+    copy = WeightAverage(model, decay=0.5)
+    copy.restore(average.state())
+    model.weight.data.fill_(0.0)
+    average.update()
+    copy.update()
+    assert torch.equal(copy.model.weight, average.model.weight)
+    with pytest.raises(ValueError, match="average_decay"):
+        load_recipe("tiny", ["average_decay=1"])
 
 
 def test_keep_best_can_weigh_false_alarms_on_safe_only_sets() -> None:

@@ -72,6 +72,10 @@ class Recipe:
     # keep-best's score subtracts this many F1 points per point (%) the model flags of the SAFE-only validation sets
     # (their mean): the macro F1 alone cannot see false alarms on sets without positives (0 = F1 alone)
     false_alarm_penalty: float = 0.0
+    # > 0: the weights are averaged over the run (exponentially, this decay per step, a plain running mean over the
+    # first 1/(1 - decay) steps); validation checks, keep-best and the saved model use the average, which steadies
+    # judgements that swing between neighbouring steps of the raw weights. 0 = the last step's weights
+    average_decay: float = 0.0
     checkpoint_every: int = 200
     log_every: int = 10
     max_examples_per_task: int | None = None
@@ -98,6 +102,8 @@ class Recipe:
             raise ValueError(f"threshold_tasks {sorted(unknown)} are not tasks of recipe {self.name!r}")
         if self.false_alarm_penalty < 0:
             raise ValueError(f"false_alarm_penalty must be >= 0, got {self.false_alarm_penalty}")
+        if not 0.0 <= self.average_decay < 1.0:
+            raise ValueError(f"average_decay must be in [0, 1), got {self.average_decay}")
         if self.keep_best and self.eval_every <= 0:
             raise ValueError("keep_best needs eval_every > 0 (steps between validation checks)")
 

@@ -9,6 +9,7 @@ validation, and saves a self-describing checkpoint (see ``dialogue_safety.traini
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import random
@@ -346,6 +347,34 @@ def log_event(path: Path, record: dict[str, Any]) -> None:
         fh.write(json.dumps(record) + "\n")
 
 
+class WeightAverage:
+    """An exponential moving average of a model's trained weights (``recipe.average_decay``).
+
+    Each update moves the average towards the current weights by ``max(1 - decay, 1 / updates)``: a plain
+    running mean over the first ``1 / (1 - decay)`` updates, so the random start fades instead of lingering.
+    """
+
+    def __init__(self, model: torch.nn.Module, decay: float, updates: int = 0) -> None:
+        self.decay = decay
+        self.updates = updates
+        self.model = copy.deepcopy(model).eval()
+        pairs = [(a, p) for a, p in zip(self.model.parameters(), model.parameters(), strict=True) if p.requires_grad]
+        self._averaged: list[torch.Tensor] = [a for a, _ in pairs]
+        self._current: list[torch.Tensor] = [p for _, p in pairs]
+
+    @torch.no_grad()
+    def update(self) -> None:
+        self.updates += 1
+        torch._foreach_lerp_(self._averaged, self._current, max(1.0 - self.decay, 1.0 / self.updates))
+
+    def state(self) -> dict[str, Any]:
+        return {"weights": self.model.state_dict(), "updates": self.updates}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["weights"])  # in place: the pairs above stay bound
+        self.updates = state["updates"]
+
+
 def _save_state(
     out: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any, state: dict[str, Any]
 ) -> None:
@@ -441,8 +470,9 @@ def _prepare(recipe: Recipe, data_dir: Path) -> _Data:
 
 def _start(
     recipe: Recipe, data: _Data, device: torch.device, last: Path, resume: bool
-) -> tuple[torch.nn.Module, torch.optim.Optimizer, Any, _Position]:
-    """The model, optimizer and schedule: fresh (from the base or ``init_from``) or resumed from ``last``."""
+) -> tuple[torch.nn.Module, torch.optim.Optimizer, Any, _Position, WeightAverage | None]:
+    """The model, optimizer, schedule and weight average (``average_decay``): fresh (from the base or
+    ``init_from``) or resumed from ``last``."""
     resuming = resume and (last / STATE_FILE).is_file()
     if resuming:
         model: torch.nn.Module = BertForSequenceClassification.from_pretrained(str(last))
@@ -455,6 +485,7 @@ def _start(
     warmup = int(recipe.warmup_ratio * data.total_steps)
     scheduler = get_linear_schedule_with_warmup(optimizer, warmup, data.total_steps)
     position = _Position()
+    average = WeightAverage(model, recipe.average_decay) if recipe.average_decay else None
     if resuming:
         state = torch.load(last / STATE_FILE, weights_only=False)
         # after the scheduler: building it rewrites the learning rates the optimizer state restores
@@ -462,8 +493,12 @@ def _start(
         scheduler.load_state_dict(state["scheduler"])
         torch.set_rng_state(state["torch_rng"])
         position = _Position(state["step"], state["epoch"], state["batch_in_epoch"], state.get("best", position.best))
+        if average is not None:
+            if "average" not in state:
+                raise ValueError(f"{last} was saved without a weight average; resume it without average_decay")
+            average.restore(state["average"])
         tqdm.write(f"resuming from step {position.step} (epoch {position.epoch}, batch {position.batch_in_epoch})")
-    return model, optimizer, scheduler, position
+    return model, optimizer, scheduler, position, average
 
 
 def _step(
@@ -495,7 +530,8 @@ def _step(
 def _validate(
     model: torch.nn.Module, data: _Data, recipe: Recipe, position: _Position, out_dir: Path, metrics_path: Path
 ) -> None:
-    """A periodic validation check; keeps the best weights (``keep_best``) and logs a ``valid`` event."""
+    """A periodic validation check of ``model`` (the weight average when the recipe keeps one); keeps the best
+    weights (``keep_best``) and logs a ``valid`` event."""
     check = validation_check(model, data.encoder, data.tasks, recipe, data.heads, data.rules)
     # a state saved before the selection score existed holds the macro F1 only (penalty 0: the same number)
     if check["selection"] > position.best.get("selection", position.best["macro_f1"]):
@@ -536,7 +572,8 @@ def train(
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     data = _prepare(recipe, data_dir)
     last = out_dir / LAST_DIR
-    model, optimizer, scheduler, position = _start(recipe, data, device, last, resume)
+    model, optimizer, scheduler, position, average = _start(recipe, data, device, last, resume)
+    scored = average.model if average is not None else model  # what checks, keep-best and the saved model use
     if position.step == 0 and metrics_path.exists():
         metrics_path.unlink()
     log_event(
@@ -554,7 +591,7 @@ def train(
     amp = device.type == "cuda" and torch.cuda.is_bf16_supported()
     if recipe.init_from and recipe.eval_every > 0 and position.step == 0:
         # continued training: the starting weights are the first candidate keep_best compares against
-        _validate(model, data, recipe, position, out_dir, metrics_path)
+        _validate(scored, data, recipe, position, out_dir, metrics_path)
     model.train()
     total = data.total_steps
     bar = tqdm(total=total, initial=position.step, disable=not progress, desc=f"train {recipe.name}", unit="step")
@@ -565,6 +602,8 @@ def train(
         )
         while position.batch_in_epoch < len(plan) and position.step < total:
             running.append(_step(model, optimizer, scheduler, data, plan[position.batch_in_epoch], recipe, device, amp))
+            if average is not None:
+                average.update()
             position.step += 1
             position.batch_in_epoch += 1
             step = position.step
@@ -585,7 +624,7 @@ def train(
                     },
                 )
             if recipe.eval_every > 0 and (step % recipe.eval_every == 0 or step == total):
-                _validate(model, data, recipe, position, out_dir, metrics_path)
+                _validate(scored, data, recipe, position, out_dir, metrics_path)
             stopping = stop_after_steps is not None and step >= stop_after_steps and step < total
             periodic = bool(recipe.checkpoint_every) and step % recipe.checkpoint_every == 0 and step < total
             if stopping or periodic:
@@ -594,6 +633,7 @@ def train(
                     "epoch": position.epoch,
                     "batch_in_epoch": position.batch_in_epoch,
                     "best": position.best,
+                    **({"average": average.state()} if average is not None else {}),
                 }
                 _save_state(out_dir, model, optimizer, scheduler, state)
             if stopping:
@@ -608,6 +648,8 @@ def train(
         model.load_state_dict(torch.load(out_dir / BEST_FILE, map_location=device))
         log_event(metrics_path, {"event": "restored_best", "step": best["step"], "macro_f1": best["macro_f1"]})
         tqdm.write(f"restored the weights of step {best['step']} (valid macro OFFENSIVE-F1 {best['macro_f1']:.2f})")
+    elif average is not None:
+        model.load_state_dict(average.model.state_dict())
 
     card = evaluate_and_calibrate(
         model, data.encoder, data.tasks, recipe, data.heads, data_dir, metrics_path, progress, data.rules
