@@ -351,12 +351,13 @@ class WeightAverage:
     """An exponential moving average of a model's trained weights (``recipe.average_decay``).
 
     Each update moves the average towards the current weights by ``max(1 - decay, 1 / updates)``: a plain
-    running mean over the first ``1 / (1 - decay)`` updates, so the random start fades instead of lingering.
+    running mean over the first ``1 / (1 - decay)`` updates (the start weighs no more than any early step), then
+    exponential; the early steps still weigh ``decay ** (steps - 1 / (1 - decay))`` (0.37 at twice that many).
     """
 
-    def __init__(self, model: torch.nn.Module, decay: float, updates: int = 0) -> None:
+    def __init__(self, model: torch.nn.Module, decay: float) -> None:
         self.decay = decay
-        self.updates = updates
+        self.updates = 0
         self.model = copy.deepcopy(model).eval()
         pairs = [(a, p) for a, p in zip(self.model.parameters(), model.parameters(), strict=True) if p.requires_grad]
         self._averaged: list[torch.Tensor] = [a for a, _ in pairs]
