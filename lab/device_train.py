@@ -20,9 +20,9 @@ files, has no registry to install from, and gives back at most 8 files of 16 MiB
 
 ::
 
-    python -m lab.device_train prepare --config candidate --data-dir ../shared/data
+    python -m lab.device_train prepare --config default --data-dir ../shared/data
     # device run, carrying .device:  lab/device_train.sh $OUT 540 --set eval_batch_tokens=65536
-    python -m lab.device_train unpack /work/.device/... checkpoints/candidate-gpu
+    python -m lab.device_train unpack /work/.device/... checkpoints/default-gpu
 """
 
 from __future__ import annotations
@@ -317,7 +317,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lab.device_train", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("prepare", help="write the carried folder for a device run of a recipe")
-    p.add_argument("--config", default="candidate")
+    p.add_argument("--config", default="default")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--data-dir", type=Path, default=Path("../shared/data"))
     p.add_argument("--out", type=Path, default=CARRY)

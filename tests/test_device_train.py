@@ -48,7 +48,7 @@ def test_prepare_train_pack_unpack_round_trip(tmp_path: Path) -> None:
     base = _base(tmp_path)
     overrides = [f"base={base}", *SMALL]
     carry = tmp_path / "carry"
-    manifest = device_train.prepare("candidate", overrides, FULL, carry, wheels=False)
+    manifest = device_train.prepare("default", overrides, FULL, carry, wheels=False)
     assert manifest["base"] == str(base) and not manifest["base_is_package"]
 
     # the device's side: the data restored (gzip layers back), the base at fp32 again from its fp16 copy
@@ -60,7 +60,7 @@ def test_prepare_train_pack_unpack_round_trip(tmp_path: Path) -> None:
         with open(plain, "rb") as fin, gzip.open(plain.with_name(plain.name + ".gz"), "wb") as fout:
             fout.write(fin.read())
         plain.unlink()
-    recipe = load_recipe("candidate", overrides)
+    recipe = load_recipe("default", overrides)
     home, _ = load_task_data(recipe, FULL)
     away, _ = load_task_data(recipe, data / "data")
     assert [(t.spec.name, len(t.train), len(t.valid), len(t.test)) for t in away] == [
@@ -72,7 +72,7 @@ def test_prepare_train_pack_unpack_round_trip(tmp_path: Path) -> None:
     device_base = tmp_path / "device-base"
     device_train.restore_base(carry / device_train.BASE_DIR, device_base)
     run = tmp_path / "run"
-    argv = ["train", "--config", "candidate", "--data-dir", str(data / "data"), "--out", str(run), "--no-progress"]
+    argv = ["train", "--config", "default", "--data-dir", str(data / "data"), "--out", str(run), "--no-progress"]
     sets = [a for o in [*SMALL, f"base={device_base}", "checkpoint_every=0"] for a in ("--set", o)]
     assert cli_main([*argv, *sets]) == 0
 

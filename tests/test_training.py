@@ -199,7 +199,7 @@ def test_never_trains_on_hatecheck_and_requires_real_data(tmp_path: Path) -> Non
         train(load_recipe("tiny", ['tasks=[{"source": "bbf_multi_turn"}]']), samples, tmp_path / "b", progress=False)
 
 
-@pytest.mark.parametrize("name", ["default", "candidate", "bert-base", "tiny"])
+@pytest.mark.parametrize("name", ["default", "bert-base", "tiny"])
 def test_shipped_recipes_parse(name: str) -> None:
     recipe = load_recipe(name)
     assert recipe.tasks

@@ -14,7 +14,7 @@ from dialogue_safety.core.model_dir import CHECKPOINT_FILES, is_checkpoint
 #: how to get a checkpoint when there is none (checkpoints are never committed)
 TRAIN_HINT = (
     "checkpoints are not shipped: train one with `dialogue-safety train --config default --out checkpoints/default` "
-    "(~35 min on 2 cores), or try the tiny recipe in seconds: "
+    "(~2 h on 2 cores, resumable with --resume), or try the tiny recipe in seconds: "
     "`dialogue-safety train --config tiny --data-dir tests/fixtures/sources/full --out runs/tiny`"
 )
 

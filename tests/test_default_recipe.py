@@ -1,4 +1,4 @@
-"""The next release's recipe (``recipes/candidate.toml``) end to end on the format fixtures: every one of its
+"""The shipped model's recipe (``recipes/default.toml``) end to end on the format fixtures: every one of its
 tasks loads and trains (a few steps of a random tiny BERT in place of MiniLM), the export keeps the
 attribute heads and the obfuscation normaliser in the card, the ONNX runtime reads disguised words as
 the plain ones, and the service answers with the new categories (/v1/classify and /v1/moderations)."""
@@ -41,7 +41,7 @@ TINY = [
 @pytest.fixture(scope="module")
 def candidate_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("candidate")
-    argv = ["train", "--config", "candidate", "--data-dir", str(FULL), "--out", str(out / "ckpt"), "--no-progress"]
+    argv = ["train", "--config", "default", "--data-dir", str(FULL), "--out", str(out / "ckpt"), "--no-progress"]
     assert cli_main([*argv, *TINY]) == 0
     assert cli_main(["export", str(out / "ckpt"), str(out / "model"), "--no-eval", "--variants", "fp32", "-q"]) == 0
     return out / "model"
