@@ -287,8 +287,8 @@ def test_a_bad_policy_file_stops_the_start_with_file_line_and_problem(tmp_path: 
     with pytest.raises(PolicyError, match=r"bad.toml:3: categories.hateful must be a threshold"):
         create_app(ServiceSettings(policy=bad), classifier_factory=lambda _s: FakeClassifier())
     missing_head = tmp_path / "heads.toml"
-    missing_head.write_text("[categories]\n\nviolence = 0.2\n", encoding="utf-8")
-    for path, words in ((bad, "bad.toml:3: categories.hateful"), (missing_head, "heads.toml:3: categories.violence")):
+    missing_head.write_text("[categories]\n\nself_harm = 0.2\n", encoding="utf-8")  # a head no model has
+    for path, words in ((bad, "bad.toml:3: categories.hateful"), (missing_head, "heads.toml:3: categories.self_harm")):
         run = subprocess.run(
             [sys.executable, "-m", "dialogue_safety.cli.main", "serve", "--policy", str(path), "--port", "0"],
             cwd=REPO,

@@ -84,8 +84,12 @@ def test_removing_the_top_word_lowers_the_score_more_than_a_random_word() -> Non
         )
         top_drops.append(prediction.score - without_top.score)
         random_drops.append(prediction.score - without_other.score)
-        assert top_drops[-1] >= random_drops[-1] - 1e-6, (example.utterance, ex["utterance"][top]["word"])
-    assert sum(top_drops) / len(top_drops) > sum(random_drops) / len(random_drops)
+    # a Shapley value is a word's mean marginal effect over coalitions, not its leave-one-out drop from the whole
+    # utterance (redundant evidence: without "disgusting", "vermin" scores higher still), so the check is on the
+    # whole set: the top word's removal costs more than a random word's on average and in most utterances
+    assert sum(top_drops) / len(top_drops) > sum(random_drops) / len(random_drops), (top_drops, random_drops)
+    wins = sum(t > r for t, r in zip(top_drops, random_drops, strict=True))
+    assert wins > len(top_drops) / 2, (top_drops, random_drops)
 
 
 def brute_force_shapley(clf: OnnxClassifier, words: list[str], history: list[str]) -> list[float]:
