@@ -39,6 +39,7 @@ NAMES = [
     "disguised",
     "collages",
     "requests",
+    "threats",
     "breakit",
     "conan",
     "yu2022",
@@ -88,6 +89,7 @@ def test_available_sources_on_sample_layouts() -> None:
         "dynahate": Status.PARTIAL,
         "identity_mentions": Status.COMPLETE,  # written in the repository: always there
         "requests": Status.COMPLETE,
+        "threats": Status.COMPLETE,
         "disguised": Status.PARTIAL,  # derived: only the DynaHate sample of its inputs is there
     }
     everything = available_sources(SAMPLES, include_missing=True)
@@ -154,6 +156,7 @@ def test_real_statuses(data_dir: Path) -> None:
         "disguised": "complete",
         "collages": "complete",
         "requests": "complete",
+        "threats": "complete",
         "conan": "complete",
         "yu2022": "complete",
         "hickey2025": "complete",

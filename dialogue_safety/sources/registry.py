@@ -16,8 +16,8 @@ optional source is skipped with a warning; a missing required source raises
 
 Source names: bbf_single_turn, bbf_multi_turn, wtc, bad, bad_fsb (BAD's validation split as JSON),
 toxicchat, safetext, medical_safety, conda, context_toxicity, edos, ghc, olid, diasafety, convabuse, hatemoji,
-dynahate, context_pairs (derived), identity_mentions (written), requests (written), disguised (derived),
-collages (derived), conan, yu2022, hickey2025, hickey2024 (replies to hateful turns,
+dynahate, context_pairs (derived), identity_mentions (written), requests (written), threats (written),
+disguised (derived), collages (derived), conan, yu2022, hickey2025, hickey2024 (replies to hateful turns,
 dialogue_safety/sources/counter_speech.py), history_transplant (derived), breakit (exported rounds of the break-it
 game), hatecheck. Statuses: ``complete``
 (the official files), ``partial`` (real data with splits or rows missing; loaded normally;
@@ -56,6 +56,7 @@ from dialogue_safety.sources import (
     identity_mentions,
     olid,
     request_pairs,
+    threat_sentences,
     toxicchat,
     unsafe_advice,
     wtc,
@@ -234,6 +235,15 @@ SOURCES: dict[str, Source] = {
             "written in dialogue_safety/sources/request_pairs.py; nothing to download",
             request_pairs.find,
             request_pairs.load,
+        ),
+        Source(
+            "threats",
+            LabelFamily.OFFENSIVE,
+            "written: threats and wishes of harm at a person or an unnamed group, and look-alikes sharing their verb",
+            "this project's (Apache-2.0)",
+            "written in dialogue_safety/sources/threat_sentences.py; nothing to download",
+            threat_sentences.find,
+            threat_sentences.load,
         ),
         Source(
             "breakit",

@@ -1,0 +1,52 @@
+"""The written threats source: threats OFFENSIVE with the violence attribute, look-alikes sharing their verb
+SAFE, split by verb, and nothing taken from a probe or an evaluation suite."""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections import defaultdict
+from pathlib import Path
+
+from dialogue_safety.core.schema import VIOLENCE, Label, LabelFamily, Split
+from dialogue_safety.evaluation.context_flips import load_pairs
+from dialogue_safety.sources import threat_sentences
+from dialogue_safety.sources.registry import load_source
+
+PROBES = Path(__file__).with_name("test_model_probes.py")
+#: the verbs of the probes' threats: never written here, so the probes measure verbs the source does not teach
+PROBE_VERBS = ("kill", "die", "dies", "hurt", "slit", "death", "murder")
+
+
+def _norm(text: str) -> str:
+    return re.sub(r"[^a-z0-9 ]+", "", text.lower()).strip()
+
+
+def test_threats_are_offensive_and_violent_and_look_alikes_safe_split_by_verb(tmp_path: Path) -> None:
+    rows = load_source("threats", tmp_path)  # written: needs no data directory
+    assert rows and {r.family for r in rows} == {LabelFamily.OFFENSIVE} and not any(r.history for r in rows)
+    for verb, (threats, look_alikes) in threat_sentences.PAIRS.items():
+        assert len(threats) >= 3 and len(look_alikes) >= 3
+        mine = [r for r in rows if r.metadata["verb"] == verb]
+        assert {r.utterance for r in mine if r.label is Label.OFFENSIVE} == set(threats)
+        assert {r.utterance for r in mine if r.label is Label.SAFE} == set(look_alikes)
+    assert all(r.metadata[VIOLENCE] is r.label.is_positive for r in rows)
+    splits_of_verb: dict[str, set[Split]] = defaultdict(set)
+    for r in rows:
+        splits_of_verb[r.metadata["verb"]].add(r.split)
+    assert all(len(s) == 1 for s in splits_of_verb.values()), "a verb's sentences must share one split"
+    assert set().union(*splits_of_verb.values()) == set(Split)
+    assert load_source("threats", tmp_path, splits=["train"]) and {
+        r.split for r in load_source("threats", tmp_path, splits=["valid"])
+    } == {Split.VALID}
+
+
+def test_no_probe_text_or_probe_verb_and_no_flip_suite_text_is_written_here() -> None:
+    written = {_norm(t) for threats, safe in threat_sentences.PAIRS.values() for t in (*threats, *safe)}
+    constants = [n.value for n in ast.walk(ast.parse(PROBES.read_text())) if isinstance(n, ast.Constant)]
+    probes = {_norm(c) for c in constants if isinstance(c, str) and len(c) < 120}
+    flips = {_norm(t) for p in load_pairs() for t in (p.harmful_context, p.harmless_context, p.reply)}
+    assert probes and flips
+    assert not written & probes and not written & flips
+    words = {w for text in written for w in text.split()}
+    assert not words & set(PROBE_VERBS), words & set(PROBE_VERBS)
