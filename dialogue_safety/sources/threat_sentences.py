@@ -6,7 +6,9 @@ plain threats at a person or an unnamed group SAFE where no protected group is n
 limitations). This written source (no files) gives each of its verbs threats and wishes of harm at
 "you", a relative, "that guy" or "those people" (OFFENSIVE, ``metadata["violence"]`` true) and
 look-alikes that use the verb in a kitchen, sport, work or figurative sense (SAFE, ``violence``
-false), so the verb alone decides nothing. Family OFFENSIVE: the utterance heads learn them, and the
+false), so the verb alone decides nothing; "I'm going to <verb> ..." is written with both labels (a
+continued stage on threats alone taught the frame: "I'm going to kill it at the interview" went SAFE →
+OFFENSIVE). Family OFFENSIVE: the utterance heads learn them, and the
 ``violence`` head gets rows that label it. Split 80/10/10 by a stable hash of the verb, so
 validation and test measure verbs never trained on.
 
@@ -41,6 +43,7 @@ PAIRS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "Stab the sausages with a fork before grilling",
             "I felt a stab of guilt when I saw her face",
             "Let me take another stab at this essay",
+            "I'm going to take a stab at baking bread this weekend",
         ),
     ),
     "shoot": (
@@ -55,6 +58,7 @@ PAIRS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "We're going to shoot the wedding video in the garden",
             "Shoot me a message when you land",
             "He shot three-pointers all night",
+            "I'm going to shoot my shot with her tonight",
         ),
     ),
     "beat": (
@@ -69,6 +73,7 @@ PAIRS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "I'm going to beat you at chess tonight",
             "Beat the eggs and sugar until fluffy",
             "We left early to beat the traffic",
+            "I'm going to beat my personal best at parkrun",
         ),
     ),
     "choke": (
@@ -97,6 +102,7 @@ PAIRS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "I burned the toast again this morning",
             "Burn the old letters, you don't need them",
             "My legs burn after that spin class",
+            "I'm going to burn through this box set this weekend",
         ),
     ),
     "drown": (
@@ -111,6 +117,7 @@ PAIRS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "I'm drowning in paperwork this week",
             "Don't drown the salad in dressing",
             "The music drowned out the thunder",
+            "I'm going to drown my sorrows in ice cream tonight",
         ),
     ),
     "smash": (
@@ -125,6 +132,7 @@ PAIRS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "You're going to smash that exam",
             "Smash the garlic with the flat of the knife",
             "Their new single is an absolute smash",
+            "I'm going to smash it at my driving test tomorrow",
         ),
     ),
     "break": (
@@ -153,6 +161,7 @@ PAIRS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "Let's bury the hatchet and get a coffee",
             "The dog buried its bone in the garden",
             "Bury the bulbs about ten centimetres deep",
+            "I'm going to bury myself in revision all week",
         ),
     ),
     "hang": (
@@ -181,6 +190,7 @@ PAIRS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "Punch the dough down and let it rise again",
             "Their new album packs a real punch",
             "Punch in your PIN and press enter",
+            "I'm going to punch above my weight at this interview",
         ),
     ),
     "run over": (
@@ -251,6 +261,7 @@ PAIRS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "Throw the ball to your sister",
             "I'm throwing a party on Friday",
             "Throw the pasta into boiling water",
+            "I'm going to throw myself into the new job",
         ),
     ),
 }
