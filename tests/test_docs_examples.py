@@ -17,6 +17,8 @@ from types import ModuleType
 import pytest
 from service_conftest import FakeClassifier, live_server
 
+from dialogue_safety.core.model_dir import CARD_FILE, CARD_MARKDOWN_FILE
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -139,11 +141,11 @@ def test_figures_in_the_prose_are_generated_from_the_served_model_and_drift_is_c
 
 def test_the_model_card_and_the_readme_quote_probes_the_generator_knows() -> None:
     paths = docs_examples.figure_paths(REPO / "models" / "default")
-    assert {p.name for p in paths} >= {"README.md", "model_card.json", "MODEL_CARD.md"}
+    assert {p.name for p in paths} >= {"README.md", CARD_FILE, CARD_MARKDOWN_FILE}
     marks = {p.name: [m.group(3) for m in docs_examples.FIGURE.finditer(p.read_text(encoding="utf-8"))] for p in paths}
     assert {"juggle", "hurt", "threshold"} <= set(marks["README.md"])
-    assert "threshold" in marks["MODEL_CARD.md"] and len(set(marks["MODEL_CARD.md"])) > 1  # probes quoted
-    assert marks["MODEL_CARD.md"] == marks["model_card.json"]
+    assert "threshold" in marks[CARD_MARKDOWN_FILE] and len(set(marks[CARD_MARKDOWN_FILE])) > 1  # probes quoted
+    assert marks[CARD_MARKDOWN_FILE] == marks[CARD_FILE]
     known = {*docs_examples.PROBES, docs_examples.THRESHOLD_PROBE}
     assert all(set(names) <= known for names in marks.values()), marks
 
@@ -154,4 +156,4 @@ def test_the_shipped_model_card_markdown_is_rendered_from_its_json() -> None:
     from dialogue_safety.export.card_markdown import render_model_card
 
     model = REPO / "models" / "default"
-    assert (model / "MODEL_CARD.md").read_text(encoding="utf-8") == render_model_card(ModelCard.load(model))
+    assert (model / CARD_MARKDOWN_FILE).read_text(encoding="utf-8") == render_model_card(ModelCard.load(model))

@@ -3,21 +3,14 @@ reply seen with both labels, split by key word, and nothing taken from an evalua
 
 from __future__ import annotations
 
-import ast
-import re
 from collections import defaultdict
 from pathlib import Path
 
+from written_sources import flip_texts, norm, probe_texts
+
 from dialogue_safety.core.schema import Label, LabelFamily, Split
-from dialogue_safety.evaluation.context_flips import load_pairs
 from dialogue_safety.sources import request_pairs
 from dialogue_safety.sources.registry import load_source
-
-PROBES = Path(__file__).with_name("test_model_probes.py")
-
-
-def _norm(text: str) -> str:
-    return re.sub(r"[^a-z0-9 ]+", "", text.lower()).strip()
 
 
 def test_requests_and_look_alikes_share_their_word_and_split(tmp_path: Path) -> None:
@@ -51,10 +44,8 @@ def test_every_complying_reply_has_both_labels_and_a_refusal_is_safe(tmp_path: P
 
 
 def test_no_probe_or_flip_suite_text_is_written_here() -> None:
-    written = {_norm(t) for harmful, safe in request_pairs.PAIRS.values() for t in (*harmful, *safe)}
-    written |= {_norm(t) for t in (*request_pairs.COMPLYING_REPLIES, *request_pairs.REFUSING_REPLIES)}
-    constants = [n.value for n in ast.walk(ast.parse(PROBES.read_text())) if isinstance(n, ast.Constant)]
-    probes = {_norm(c) for c in constants if isinstance(c, str) and len(c) < 120}
-    flips = {_norm(t) for p in load_pairs() for t in (p.harmful_context, p.harmless_context, p.reply)}
+    written = {norm(t) for harmful, safe in request_pairs.PAIRS.values() for t in (*harmful, *safe)}
+    written |= {norm(t) for t in (*request_pairs.COMPLYING_REPLIES, *request_pairs.REFUSING_REPLIES)}
+    probes, flips = probe_texts(), flip_texts()
     assert probes and flips
     assert not written & probes and not written & flips

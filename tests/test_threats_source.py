@@ -3,23 +3,17 @@ SAFE, split by verb, and nothing taken from a probe or an evaluation suite."""
 
 from __future__ import annotations
 
-import ast
-import re
 from collections import defaultdict
 from pathlib import Path
 
+from written_sources import flip_texts, norm, probe_texts
+
 from dialogue_safety.core.schema import VIOLENCE, Label, LabelFamily, Split
-from dialogue_safety.evaluation.context_flips import load_pairs
 from dialogue_safety.sources import threat_sentences
 from dialogue_safety.sources.registry import load_source
 
-PROBES = Path(__file__).with_name("test_model_probes.py")
 #: the verbs of the probes' threats: never written here, so the probes measure verbs the source does not teach
 PROBE_VERBS = ("kill", "die", "dies", "hurt", "slit", "death", "murder")
-
-
-def _norm(text: str) -> str:
-    return re.sub(r"[^a-z0-9 ]+", "", text.lower()).strip()
 
 
 def test_threats_are_offensive_and_violent_and_look_alikes_safe_split_by_verb(tmp_path: Path) -> None:
@@ -42,10 +36,8 @@ def test_threats_are_offensive_and_violent_and_look_alikes_safe_split_by_verb(tm
 
 
 def test_no_probe_text_or_probe_verb_and_no_flip_suite_text_is_written_here() -> None:
-    written = {_norm(t) for threats, safe in threat_sentences.PAIRS.values() for t in (*threats, *safe)}
-    constants = [n.value for n in ast.walk(ast.parse(PROBES.read_text())) if isinstance(n, ast.Constant)]
-    probes = {_norm(c) for c in constants if isinstance(c, str) and len(c) < 120}
-    flips = {_norm(t) for p in load_pairs() for t in (p.harmful_context, p.harmless_context, p.reply)}
+    written = {norm(t) for threats, safe in threat_sentences.PAIRS.values() for t in (*threats, *safe)}
+    probes, flips = probe_texts(), flip_texts()
     assert probes and flips
     assert not written & probes and not written & flips
     words = {w for text in written for w in text.split()}
