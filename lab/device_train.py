@@ -98,7 +98,7 @@ def recipe_data_files(recipe: Any, data_dir: Path) -> list[Path]:
     licences), relative to ``data_dir``, plus every small file there (provenance notes, format samples: what
     the registry looks at to decide that a source is absent or sample-only)."""
     from dialogue_safety.sources import registry
-    from dialogue_safety.training.trainer import load_task_data
+    from dialogue_safety.training.tasks import load_task_data
 
     with files_opened_under(data_dir) as opened:
         load_task_data(recipe, data_dir)
@@ -225,7 +225,7 @@ def _run_weights(run: Path) -> tuple[dict[str, Any], str]:
     import torch
     from safetensors.torch import load_file
 
-    from dialogue_safety.training.trainer import BEST_FILE, LAST_DIR
+    from dialogue_safety.training.run_dir import BEST_FILE, LAST_DIR
 
     if (run / WEIGHTS_FILE).is_file():
         return load_file(str(run / WEIGHTS_FILE)), "final"
@@ -259,7 +259,7 @@ def pack(run: Path, out: Path, base_weights: Path) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     for i, shard in enumerate(shards):
         save_file(shard, str(out / f"shard{i}.safetensors"), metadata={"format": "pt", "kind": kind})
-    from dialogue_safety.training.trainer import LAST_DIR, METRICS_FILE
+    from dialogue_safety.training.run_dir import LAST_DIR, METRICS_FILE
 
     for name in (METRICS_FILE, CARD_FILE, CHECKPOINT_CONFIG_FILE):
         for src in (run / name, run / LAST_DIR / name):
@@ -283,7 +283,7 @@ def unpack(files: Path, out: Path, carry: Path) -> Path:
     from dialogue_safety.core.model_card import ModelCard
     from dialogue_safety.training.checkpoint import save_checkpoint
     from dialogue_safety.training.modeling import load_base_tokenizer
-    from dialogue_safety.training.trainer import METRICS_FILE
+    from dialogue_safety.training.run_dir import METRICS_FILE
 
     manifest = json.loads((carry / MANIFEST).read_text())
     shards = sorted(files.glob("shard*.safetensors"), key=lambda p: int(p.stem.removeprefix("shard")))

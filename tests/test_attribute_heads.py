@@ -9,9 +9,9 @@ import numpy as np
 
 from dialogue_safety.core.schema import UNSAFE_REQUEST, VIOLENCE, Label, LabelFamily
 from dialogue_safety.training.harmonise import ATTRIBUTE_HEADS, HEAD_ORDER, attribute_heads, harmonised_targets
+from dialogue_safety.training.heads import head_names
 from dialogue_safety.training.mixture import TaskData
 from dialogue_safety.training.recipe import TaskSpec, load_recipe
-from dialogue_safety.training.trainer import head_names
 from tests.test_counter_speech_sources import _ex
 
 

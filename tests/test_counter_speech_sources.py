@@ -24,7 +24,7 @@ from dialogue_safety.sources import counter_speech, history_transplant
 from dialogue_safety.sources.errors import DatasetFormatError
 from dialogue_safety.sources.layout import Status
 from dialogue_safety.training.harmonise import CONTEXT_HEAD, HEAD_ORDER, harmonised_targets, served_gold_from_targets
-from dialogue_safety.training.trainer import training_rows
+from dialogue_safety.training.heads import training_rows
 
 FULL = Path(__file__).parent / "fixtures" / "sources" / "full"
 ALL = frozenset(Split)

@@ -16,7 +16,7 @@ from transformers import BertConfig, BertModel
 
 from dialogue_safety.cli.main import main as cli_main
 from dialogue_safety.training.recipe import load_recipe
-from dialogue_safety.training.trainer import load_task_data
+from dialogue_safety.training.tasks import load_task_data
 from lab import device_train
 
 FULL = Path(__file__).parent / "fixtures" / "sources" / "full"

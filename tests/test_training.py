@@ -15,7 +15,9 @@ from dialogue_safety.core.schema import Example
 from dialogue_safety.training.checkpoint import load_checkpoint
 from dialogue_safety.training.inference import TorchClassifier
 from dialogue_safety.training.recipe import load_recipe
-from dialogue_safety.training.trainer import LAST_DIR, METRICS_FILE, DataError, train
+from dialogue_safety.training.run_dir import LAST_DIR, METRICS_FILE
+from dialogue_safety.training.tasks import DataError
+from dialogue_safety.training.trainer import train
 
 FULL = Path(__file__).parent / "fixtures" / "sources" / "full"
 PAPER_TASKS = {"wtc", "bbf_single_turn/standard", "bbf_single_turn/adversarial", "bbf_multi_turn"}
@@ -103,10 +105,11 @@ def test_periodic_validation_keeps_the_best_weights(tmp_path: Path, average_deca
     assert bool(restored) == (best["step"] != 6)
     assert not (out / "best_model.pt").exists()
     # the saved weights are the selected step's: their valid check reproduces its macro F1
-    from dialogue_safety.training.trainer import validation_check
+    from dialogue_safety.training.validation import validation_check
 
     clf = TorchClassifier(out)
-    from dialogue_safety.training.trainer import head_names, load_task_data
+    from dialogue_safety.training.heads import head_names
+    from dialogue_safety.training.tasks import load_task_data
 
     tasks, _ = load_task_data(recipe, FULL)
     again = validation_check(clf.model, clf.encoder, tasks, recipe, head_names(recipe, tasks))
@@ -116,7 +119,7 @@ def test_periodic_validation_keeps_the_best_weights(tmp_path: Path, average_deca
 
 
 def test_the_weight_average_is_a_running_mean_then_exponential() -> None:
-    from dialogue_safety.training.trainer import WeightAverage
+    from dialogue_safety.training.weight_average import WeightAverage
 
     model = torch.nn.Linear(2, 1)
     model.bias.requires_grad_(False)  # frozen weights are copied once and never averaged
@@ -139,7 +142,7 @@ def test_the_weight_average_is_a_running_mean_then_exponential() -> None:
 
 
 def test_keep_best_can_weigh_false_alarms_on_safe_only_sets() -> None:
-    from dialogue_safety.training.trainer import score_valid_sets, selection_score
+    from dialogue_safety.training.validation import score_valid_sets, selection_score
 
     gold = np.array([1, 1, 0, 0])
     sets = {
@@ -157,7 +160,9 @@ def test_keep_best_can_weigh_false_alarms_on_safe_only_sets() -> None:
 
 
 def test_continued_training_starts_from_a_checkpoint(tmp_path: Path) -> None:
-    from dialogue_safety.training.trainer import head_names, load_task_data, validation_check
+    from dialogue_safety.training.heads import head_names
+    from dialogue_safety.training.tasks import load_task_data
+    from dialogue_safety.training.validation import validation_check
 
     first = load_recipe("tiny", ["max_steps=4", "calibrate=false"])
     train(first, FULL, tmp_path / "a", progress=False)
@@ -315,7 +320,7 @@ def test_decomposed_encoding_needs_the_harmonised_context_head(tmp_path: Path) -
 
 def test_selection_objective_trades_f1_for_fewer_false_alarms_on_safe_only_sets() -> None:
     from dialogue_safety.training.calibration import choose_threshold
-    from dialogue_safety.training.trainer import score_valid_sets, selection_score, threshold_penalty
+    from dialogue_safety.training.validation import score_valid_sets, selection_score, threshold_penalty
 
     # the positives score 0.45 and 0.9: the macro-best threshold catches both and flags 3 of the 4 SAFE-only sentences
     hate = (np.array([1, 1, 0, 0]), np.array([0.9, 0.45, 0.1, 0.2]))
@@ -331,3 +336,34 @@ def test_selection_objective_trades_f1_for_fewer_false_alarms_on_safe_only_sets(
     assert selection_score(score_valid_sets({"hate": hate, "identity": identity}), 0.5) == pytest.approx(100 - 37.5)
     assert threshold_penalty(load_recipe("tiny", ["false_alarm_penalty=0.5"])) == 0.0
     assert threshold_penalty(load_recipe("tiny", ["false_alarm_penalty=0.5", "threshold_objective=selection"])) == 0.5
+
+
+def test_the_training_modules_import_downwards_from_the_loop() -> None:
+    """The loop (``trainer``) sits on the modules cut from it; each imports only those below it, none the loop."""
+    from tests.test_import_layers import GRAPH
+
+    order = [
+        "recipe",
+        "mixture",
+        "tasks",
+        "heads",
+        "calibration",
+        "weight_average",
+        "run_dir",
+        "checkpoint",
+        "inference",
+        "validation",
+        "final_evaluation",
+        "trainer",
+        "cli",
+    ]
+    full = {name: f"dialogue_safety.training.{name}" for name in order}
+    upward = [
+        f"{name} imports {other}"
+        for i, name in enumerate(order)
+        for other in order[i:]
+        if full[other] in GRAPH[full[name]]
+    ]
+    assert not upward, "imports against the order of the training modules:\n" + "\n".join(upward)
+    loop_users = {m for m, deps in GRAPH.items() if full["trainer"] in deps}
+    assert loop_users == {full["cli"], "dialogue_safety.cli.fix_it"}

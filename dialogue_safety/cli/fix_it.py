@@ -227,7 +227,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety fix-it") -> int:
     from dialogue_safety.sources.data_dir import resolve_data_dir
     from dialogue_safety.sources.errors import DatasetFormatError, SourceUnavailableError
-    from dialogue_safety.training.trainer import DataError
+    from dialogue_safety.training.tasks import DataError
 
     args = build_parser(prog).parse_args(argv)
     models: dict[str, Path] = {}

@@ -17,7 +17,7 @@ from transformers import BertForSequenceClassification
 
 from dialogue_safety.core.encoding import DialogueEncoder
 from dialogue_safety.core.model_card import ModelCard
-from dialogue_safety.core.model_dir import CHECKPOINT_CONFIG_FILE, TOKENIZER_FILE
+from dialogue_safety.core.model_dir import CHECKPOINT_CONFIG_FILE, CHECKPOINT_FILES, TOKENIZER_FILE, is_checkpoint
 
 
 def save_checkpoint(
@@ -42,3 +42,15 @@ def load_checkpoint(directory: str | Path) -> tuple[BertForSequenceClassificatio
     model.eval()
     encoder = DialogueEncoder.from_file(src / TOKENIZER_FILE, card.encoding_config)
     return model, encoder, card
+
+
+def initial_weights(path: str | Path, heads: list[str]) -> BertForSequenceClassification:
+    """The weights of a training checkpoint to continue from (``recipe.init_from``); its heads must
+    be the recipe's."""
+    if not is_checkpoint(path):
+        raise ValueError(f"init_from: {path} is not a training checkpoint (needs {', '.join(CHECKPOINT_FILES)})")
+    model = BertForSequenceClassification.from_pretrained(str(path))
+    found = [model.config.id2label[i] for i in range(model.config.num_labels)]
+    if found != heads:
+        raise ValueError(f"init_from: {path} has heads {found}, but the recipe trains {heads}")
+    return model

@@ -37,7 +37,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety train")
     except (FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    from dialogue_safety.training.trainer import DataError, train  # torch is imported only now
+    from dialogue_safety.training.tasks import DataError
+    from dialogue_safety.training.trainer import train  # torch is imported only now
 
     out = Path(args.out or Path("checkpoints") / recipe.name)
     try:

@@ -38,10 +38,12 @@ from sklearn.linear_model import LogisticRegression
 from tqdm.auto import tqdm
 
 from dialogue_safety.core.schema import LabelledExample
+from dialogue_safety.training.heads import LabelRules, head_names, label_rules
 from dialogue_safety.training.inference import TorchClassifier
 from dialogue_safety.training.modeling import MINILM, minilm_dir
 from dialogue_safety.training.recipe import add_override_argument, load_recipe
-from dialogue_safety.training.trainer import LabelRules, head_names, label_rules, load_task_data, score_valid_sets
+from dialogue_safety.training.tasks import load_task_data
+from dialogue_safety.training.validation import score_valid_sets
 
 
 def _sample(rows: Sequence[LabelledExample], n: int, seed: int) -> list[LabelledExample]:

@@ -27,9 +27,11 @@ import numpy as np
 from dialogue_safety.core.model_dir import is_checkpoint
 from dialogue_safety.sources.data_dir import resolve_data_dir
 from dialogue_safety.training.harmonise import HARMONISED
+from dialogue_safety.training.heads import head_names, label_rules
 from dialogue_safety.training.inference import TorchClassifier
 from dialogue_safety.training.recipe import recipe_from_dict
-from dialogue_safety.training.trainer import head_names, label_rules, load_task_data, score_valid_sets
+from dialogue_safety.training.tasks import load_task_data
+from dialogue_safety.training.validation import score_valid_sets
 
 
 def compare(checkpoints: Sequence[Path], data_dir: Path) -> dict[str, Any]:

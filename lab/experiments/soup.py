@@ -27,15 +27,12 @@ from transformers import BertForSequenceClassification
 from dialogue_safety.core.model_dir import CARD_FILE, TOKENIZER_FILE
 from dialogue_safety.sources.data_dir import resolve_data_dir
 from dialogue_safety.training.checkpoint import load_checkpoint, save_checkpoint
+from dialogue_safety.training.final_evaluation import evaluate_and_calibrate
+from dialogue_safety.training.heads import head_names
 from dialogue_safety.training.recipe import recipe_from_dict
-from dialogue_safety.training.trainer import (
-    METRICS_FILE,
-    evaluate_and_calibrate,
-    head_names,
-    load_task_data,
-    log_event,
-    validation_check,
-)
+from dialogue_safety.training.run_dir import METRICS_FILE, log_event
+from dialogue_safety.training.tasks import load_task_data
+from dialogue_safety.training.validation import validation_check
 
 
 class SoupError(ValueError):
