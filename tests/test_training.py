@@ -338,6 +338,106 @@ def test_selection_objective_trades_f1_for_fewer_false_alarms_on_safe_only_sets(
     assert threshold_penalty(load_recipe("tiny", ["false_alarm_penalty=0.5", "threshold_objective=selection"])) == 0.5
 
 
+def test_the_general_moderation_guard_rejects_a_candidate_that_loses_general_recall() -> None:
+    from dialogue_safety.training.calibration import RecallFloors, choose_threshold
+    from dialogue_safety.training.validation import improves_on, score_valid_sets, selection_score
+
+    floors = RecallFloors({"olid": 70.0}, penalty=1.0)
+    gold = np.array([1, 1, 1, 1, 0, 0, 0, 0])
+    # candidate A: perfect on the chatbot set, but catches 1 of OLID's 4 offensive tweets (25 %) at its threshold
+    chat_a = (gold, np.array([0.9, 0.8, 0.8, 0.7, 0.1, 0.2, 0.1, 0.2]))
+    olid_a = (gold, np.array([0.9, 0.15, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1]))
+    # candidate B: misses one chatbot positive, but keeps OLID's recall (3 of 4, 75 %)
+    chat_b = (gold, np.array([0.9, 0.8, 0.8, 0.1, 0.1, 0.2, 0.1, 0.2]))
+    olid_b = (gold, np.array([0.9, 0.8, 0.7, 0.2, 0.1, 0.1, 0.1, 0.1]))
+
+    def check(chat: tuple[np.ndarray, np.ndarray], olid: tuple[np.ndarray, np.ndarray], guard: bool) -> dict:
+        # OLID is guarded, not a threshold task: the threshold is tuned on the chatbot set alone
+        c = score_valid_sets({"chat": chat}, 0.0, floors if guard else None, {"olid": olid})
+        return {**c, "selection": selection_score(c, 0.0, floors if guard else None)}
+
+    a, b = check(chat_a, olid_a, True), check(chat_b, olid_b, True)
+    assert a["macro_f1"] > b["macro_f1"]  # A gains chatbot F1 ...
+    assert a["general_recall"] == {"olid": pytest.approx(25.0)} and a["general_shortfall"] == pytest.approx(45.0)
+    assert b["general_recall"] == {"olid": pytest.approx(75.0)} and b["general_shortfall"] == 0.0
+    assert b["selection"] == pytest.approx(b["macro_f1"])  # above its floor, the guard costs nothing
+    assert a["selection"] == pytest.approx(a["macro_f1"] - 45.0)
+    # ... so keep-best keeps B whichever came first, and takes A over B without the guard
+    assert not improves_on(a, b) and improves_on(b, a)
+    a_plain, b_plain = check(chat_a, olid_a, False), check(chat_b, olid_b, False)
+    assert "general_recall" not in a_plain and improves_on(a_plain, b_plain)
+    # the threshold answers the same objective: A's threshold comes down to where OLID keeps its floor
+    unguarded, _ = choose_threshold({"chat": chat_a}, "selection")
+    guarded, _ = choose_threshold(
+        {"chat": chat_a}, "selection", 0.0, RecallFloors({"olid": 50.0}, 10.0), {"olid": olid_a}
+    )
+    assert guarded <= 0.15 < unguarded
+    with pytest.raises(ValueError, match=r"recall floors for \['ghc'\]"):
+        RecallFloors({"ghc": 60.0}, 1.0).shortfall({"olid": 80.0})
+
+
+def test_the_general_recall_floors_round_trip_through_the_recipe(tmp_path: Path) -> None:
+    from dialogue_safety.training.recipe import recipe_from_dict
+
+    r = load_recipe("tiny", ['general_recall_floors={"wtc": 70.5}', "general_recall_penalty=2"])
+    assert r.general_recall_floors == {"wtc": 70.5} and r.general_recall_penalty == 2
+    assert recipe_from_dict(r.to_dict()) == r
+    dotted = load_recipe("tiny", ["general_recall_floors.diasafety=60", "general_recall_penalty=1"])
+    assert dotted.general_recall_floors == {"diasafety": 60}
+    toml = tmp_path / "guarded.toml"
+    toml.write_text(  # a top-level key before the first table, the floors as a table of their own
+        "general_recall_penalty = 1.5\n"
+        + (Path(__file__).parents[1] / "recipes" / "tiny.toml").read_text()
+        + '\n[general_recall_floors]\nwtc = 70.0\n"bbf_single_turn/standard" = 55.0\n'
+    )
+    assert load_recipe(str(toml)).general_recall_floors == {"wtc": 70.0, "bbf_single_turn/standard": 55.0}
+    assert load_recipe("tiny").general_recall_floors == {}  # no guard unless a recipe sets one
+    with pytest.raises(ValueError, match="are not tasks"):
+        load_recipe("tiny", ['general_recall_floors={"hatecheck": 80}', "general_recall_penalty=1"])
+    with pytest.raises(ValueError, match="general_recall_penalty must be > 0"):
+        load_recipe("tiny", ['general_recall_floors={"wtc": 70}'])
+    with pytest.raises(ValueError, match="percent"):
+        load_recipe("tiny", ['general_recall_floors={"wtc": 170}', "general_recall_penalty=1"])
+
+
+def test_a_guarded_run_logs_general_recall_and_keeps_the_best_selection(tmp_path: Path) -> None:
+    floors = '{"bbf_single_turn/standard": 90, "diasafety": 90}'
+    recipe = load_recipe(
+        "tiny",
+        [
+            "max_steps=4",
+            "eval_every=2",
+            "keep_best=true",
+            "threshold_objective=selection",  # the threshold holds the floors too
+            f"general_recall_floors={floors}",
+            "general_recall_penalty=1",
+        ],
+    )
+    result = train(recipe, FULL, tmp_path / "guarded", progress=False)
+    records = [json.loads(line) for line in (tmp_path / "guarded" / METRICS_FILE).read_text().splitlines()]
+    checks = [r for r in records if r["event"] == "valid"]
+    assert [r["step"] for r in checks] == [2, 4]
+    for r in checks:
+        assert set(r["general_recall"]) == {"bbf_single_turn/standard", "diasafety"}
+        shortfall = sum(max(0.0, 90 - v) for v in r["general_recall"].values())
+        assert r["general_shortfall"] == pytest.approx(shortfall)
+        assert r["selection"] == pytest.approx(r["macro_f1"] - shortfall)
+    assert result.card.training["selected_step"] == max(checks, key=lambda r: r["selection"])["step"]
+    calibration = result.card.calibration
+    assert calibration["general_recall_floors"] == {"bbf_single_turn/standard": 90, "diasafety": 90}
+    assert set(calibration["general_recall_at_threshold"]) == {"bbf_single_turn/standard", "diasafety"}
+    at = calibration["general_recall_at_threshold"]
+    assert calibration["general_shortfall"] == pytest.approx(sum(max(0.0, 90 - v) for v in at.values()))
+    # a floored task must have validation positives to measure recall on
+    with pytest.raises(DataError, match="no validation positives"):
+        train(
+            load_recipe("tiny", ['general_recall_floors={"bbf_multi_turn": 50}', "general_recall_penalty=1"]),
+            FULL,
+            tmp_path / "multi",
+            progress=False,
+        )
+
+
 def test_the_training_modules_import_downwards_from_the_loop() -> None:
     """The loop (``trainer``) sits on the modules cut from it; each imports only those below it, none the loop."""
     from tests.test_import_layers import GRAPH

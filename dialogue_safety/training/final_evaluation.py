@@ -26,7 +26,14 @@ from dialogue_safety.training.metrics import binary_metrics, expected_calibratio
 from dialogue_safety.training.mixture import TaskData
 from dialogue_safety.training.recipe import Recipe
 from dialogue_safety.training.run_dir import log_event
-from dialogue_safety.training.validation import logits_for, threshold_penalty, threshold_sets
+from dialogue_safety.training.validation import (
+    guarded_sets,
+    logits_for,
+    recall_floors,
+    threshold_floors,
+    threshold_penalty,
+    threshold_sets,
+)
 
 
 def _grouped_metrics(examples: Sequence[LabelledExample], scores: np.ndarray, threshold: float) -> dict[str, Any]:
@@ -150,12 +157,28 @@ def evaluate_and_calibrate(
             valid_sets[t.spec.name] = (gold[keep], scores((t.spec.name, "valid"))[keep])
     tuned_on = threshold_sets(valid_sets, recipe)
     if tuned_on:
-        threshold, valid_f1 = choose_threshold(tuned_on, recipe.threshold_objective, recipe.false_alarm_penalty)
+        threshold, valid_f1 = choose_threshold(
+            tuned_on,
+            recipe.threshold_objective,
+            recipe.false_alarm_penalty,
+            threshold_floors(recipe),
+            guarded_sets(valid_sets, recipe),
+        )
     else:
         threshold, valid_f1 = 0.5, {}
     card.threshold = threshold
     all_gold = np.concatenate([g for g, _ in valid_sets.values()]) if valid_sets else np.zeros(0)
     all_scores = np.concatenate([s for _, s in valid_sets.values()]) if valid_sets else np.zeros(0)
+    floors = recall_floors(recipe)
+    guard_record: dict[str, Any] = {}
+    if floors is not None:  # the general-moderation guard: its floors and the valid recall at the card's threshold
+        recall = floors.recall(guarded_sets(valid_sets, recipe), threshold)
+        guard_record = {
+            "general_recall_floors": dict(floors.floors),
+            "general_recall_penalty": floors.penalty,
+            "general_recall_at_threshold": recall,
+            "general_shortfall": float(floors.shortfall(recall)),
+        }
     per_source_best = {name: float(choose_threshold({name: v}, "pooled")[0]) for name, v in valid_sets.items()}
     card.calibration = {  # what was measured around card.temperatures and card.threshold (kept there, once)
         "ece_before": ece_before,
@@ -164,6 +187,7 @@ def evaluate_and_calibrate(
         "threshold_objective": recipe.threshold_objective,
         **({"false_alarm_penalty": recipe.false_alarm_penalty} if threshold_penalty(recipe) else {}),
         "threshold_tasks": sorted(tuned_on),
+        **guard_record,
         "valid_offensive_f1_at_threshold": valid_f1,
         "per_source_best_threshold": per_source_best,
     }

@@ -72,6 +72,13 @@ class Recipe:
     # keep-best's score subtracts this many F1 points per point (%) the model flags of the SAFE-only validation sets
     # (their mean): the macro F1 alone cannot see false alarms on sets without positives (0 = F1 alone)
     false_alarm_penalty: float = 0.0
+    # the general-moderation guard: the validation recall (%) of the served score that these tasks (general, non-chat
+    # text: olid, dynahate, ghc, edos, threats) must keep at the selection threshold, task name -> floor. Each point
+    # of recall below a floor costs ``general_recall_penalty`` F1 points in keep-best's score and, under the
+    # ``selection`` threshold objective, in the threshold's (dialogue_safety.training.calibration.RecallFloors).
+    # The tasks need not be threshold_tasks; evaluation-only suites (hatecheck) are never tasks. Empty = no guard
+    general_recall_floors: dict[str, float] = field(default_factory=dict)
+    general_recall_penalty: float = 0.0
     # > 0: the weights are averaged over the run (exponentially, this decay per step, a plain running mean over the
     # first 1/(1 - decay) steps); validation checks, keep-best and the saved model use the average, which steadies
     # judgements that swing between neighbouring steps of the raw weights. 0 = the last step's weights
@@ -102,6 +109,17 @@ class Recipe:
             raise ValueError(f"threshold_tasks {sorted(unknown)} are not tasks of recipe {self.name!r}")
         if self.false_alarm_penalty < 0:
             raise ValueError(f"false_alarm_penalty must be >= 0, got {self.false_alarm_penalty}")
+        unguarded = set(self.general_recall_floors) - {t.name for t in self.tasks}
+        if unguarded:
+            raise ValueError(f"general_recall_floors {sorted(unguarded)} are not tasks of recipe {self.name!r}")
+        bad = {k: v for k, v in self.general_recall_floors.items() if not 0.0 <= float(v) <= 100.0}
+        if bad:
+            raise ValueError(f"general_recall_floors are recall in percent (0-100), got {bad}")
+        if self.general_recall_penalty < 0 or (self.general_recall_floors and not self.general_recall_penalty):
+            raise ValueError(
+                f"general_recall_penalty must be > 0 with general_recall_floors (F1 points per point of recall "
+                f"below a floor), got {self.general_recall_penalty}"
+            )
         if not 0.0 <= self.average_decay < 1.0:
             raise ValueError(f"average_decay must be in [0, 1), got {self.average_decay}")
         if self.keep_best and self.eval_every <= 0:

@@ -59,4 +59,12 @@ def load_task_data(recipe: Recipe, data_dir: Path) -> tuple[list[TaskData], list
         tasks.append(TaskData(spec, train_rows, split[Split.VALID], split[Split.TEST]))
     if not tasks:
         raise DataError(f"none of the recipe's tasks has data in {data_dir}")
+    # the general-moderation guard measures recall: each floored task needs validation positives
+    valid_positives = {t.spec.name for t in tasks if any(ex.label.is_positive for ex in t.valid)}
+    unmeasured = sorted(set(recipe.general_recall_floors) - valid_positives)
+    if unmeasured:
+        raise DataError(
+            f"general_recall_floors {unmeasured}: no validation positives in {data_dir} to measure recall on "
+            "(a skipped optional task, or a source without a validation split)"
+        )
     return tasks, skipped

@@ -43,7 +43,7 @@ from dialogue_safety.training.run_dir import (
     save_state,
 )
 from dialogue_safety.training.tasks import load_task_data
-from dialogue_safety.training.validation import validation_check
+from dialogue_safety.training.validation import improves_on, validation_check
 from dialogue_safety.training.weight_average import WeightAverage
 
 
@@ -199,8 +199,7 @@ def _validate(
     """A periodic validation check of ``model`` (the weight average when the recipe keeps one); keeps the best
     weights (``keep_best``) and logs a ``valid`` event."""
     check = validation_check(model, data.encoder, data.tasks, recipe, data.heads, data.rules)
-    # a state saved before the selection score existed holds the macro F1 only (penalty 0: the same number)
-    if check["selection"] > position.best.get("selection", position.best["macro_f1"]):
+    if improves_on(check, position.best):
         if recipe.keep_best:
             out_dir.mkdir(parents=True, exist_ok=True)
             torch.save(model.state_dict(), out_dir / BEST_FILE)
@@ -214,7 +213,12 @@ def _validate(
         f"valid @ {where}: macro OFFENSIVE-F1 {check['macro_f1']:.2f} "
         + " ".join(f"{k} {v:.1f}" for k, v in check["offensive_f1"].items())
         + "".join(f"; {k} flagged {100 * v:.1f} %" for k, v in check.get("flagged_rate", {}).items())
-        + (f"; selection {check['selection']:.2f}" if recipe.false_alarm_penalty else "")
+        + "".join(f"; {k} recall {v:.1f}" for k, v in check.get("general_recall", {}).items())
+        + (
+            f"; selection {check['selection']:.2f}"
+            if recipe.false_alarm_penalty or recipe.general_recall_floors
+            else ""
+        )
     )
 
 
