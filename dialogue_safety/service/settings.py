@@ -71,6 +71,11 @@ class ServiceSettings(BaseSettings):
         description="operator policy file (TOML: per-category thresholds, block and allow lists; see "
         "docs/policy.example.toml), checked at start, reloaded by POST /admin/policy",
     )
+    policy_dir: Path | None = Field(
+        default=None,
+        description="a directory of policy files POST /admin/policy may load by path (a relative path is taken "
+        "in it); unset: it reloads the start-up policy file only",
+    )
 
     # micro-batching
     max_batch_size: int = Field(default=MAX_BATCH_SIZE, ge=1, le=4096, description="items per inference batch at most")

@@ -109,6 +109,13 @@ class ServedModel:
     card: ModelCard | None = None  # the classifier's card (what an operator policy reads: heads, normalisation)
 
 
+class _InForce:
+    """The policy in force when the answer is decided (:meth:`ServiceState.decide`'s default)."""
+
+
+IN_FORCE = _InForce()
+
+
 class ServiceState:
     """What one app owns: settings, limits, metrics, and (once loaded) classifier and batcher."""
 
@@ -180,6 +187,8 @@ class ServiceState:
         if not self.ready:
             self.loading = "warming up"
         await asyncio.to_thread(classifier.warmup)
+        if self.policy is not None:  # a large block list is built now, not in the first request's time
+            await asyncio.to_thread(self.policy.prepare, classifier.card)
         return classifier
 
     async def install(self, classifier: Classifier, settings: ServiceSettings) -> MicroBatcher | None:
@@ -298,6 +307,27 @@ class ServiceState:
             return None
         return threshold_in_force(self.card_threshold, self.settings.threshold)
 
+    async def decide_all(
+        self,
+        decisions: Sequence[tuple[Prediction, Example, float | None]],
+        request_threshold: float | None = None,
+        *,
+        served: ServedModel,
+    ) -> list[dict[str, Any]]:
+        """:meth:`decide` for each (prediction, example judged, item threshold) of one request, all under the
+        policy in force now. When its rules read texts (allow and block rules), the matching runs in a worker
+        thread: it is this request's work, never the event loop's."""
+        policy = self.policy
+
+        def decide_each() -> list[dict[str, Any]]:
+            return [
+                self.decide(p, request_threshold, t, served=served, example=e, policy=policy) for p, e, t in decisions
+            ]
+
+        if policy is not None and policy.matches_text and decisions:
+            return await asyncio.to_thread(decide_each)
+        return decide_each()
+
     def decide(
         self,
         prediction: Prediction,
@@ -306,19 +336,22 @@ class ServiceState:
         *,
         served: ServedModel | None = None,
         example: Example | None = None,
+        policy: Policy | None | _InForce = IN_FORCE,
     ) -> dict[str, Any]:
         """The answer for ``prediction`` made by ``served`` (default: the model serving now); with the
-        ``example`` it judged, under the operator policy in force (``policy``: the rule that decided)."""
+        ``example`` it judged, under the operator policy (default: the one in force; ``policy`` in the
+        answer: the rule that decided)."""
         served = served or self.served
         if served is None:
             raise NotReady(retry_after_s=self.settings.retry_after_s)
+        rules = self.policy if isinstance(policy, _InForce) else policy
         t = threshold_in_force(served.card_threshold, self.settings.threshold, request_threshold, item_threshold)
         if t != prediction.threshold:
             prediction = replace(
                 prediction, label=Label.from_bool(bool(is_offensive(prediction.score, t))), threshold=t
             )
-        if self.policy is not None and example is not None and served.card is not None:
-            prediction = self.policy.apply(example, prediction, served.card)
+        if rules is not None and example is not None and served.card is not None:
+            prediction = rules.apply(example, prediction, served.card)
         answer = {
             "label": prediction.label.value,
             "score": prediction.score,
