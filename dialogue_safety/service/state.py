@@ -29,6 +29,7 @@ from dialogue_safety.core.scoring import is_offensive, threshold_in_force
 from dialogue_safety.service.admission import CLASSIFY, EXPLAIN, AdmissionGate, http_client
 from dialogue_safety.service.batcher import MicroBatcher, PredictFn
 from dialogue_safety.service.errors import Overloaded
+from dialogue_safety.service.priority import build_at_lower_priority
 from dialogue_safety.service.settings import ServiceSettings
 from dialogue_safety.service.telemetry import ServiceMetrics
 
@@ -77,7 +78,10 @@ def load_onnx_classifier(settings: ServiceSettings) -> Classifier:
 
     # a derived variant's peak memory stays in a child process
     options = runtime_options(settings, derive_in_subprocess=True)
-    classifier: Classifier = OnnxClassifier(settings.model_dir, **options)
+    # created in a thread below the event loop's priority: onnxruntime's intra-op threads inherit it
+    classifier: Classifier = build_at_lower_priority(
+        settings.inference_nice, lambda: OnnxClassifier(settings.model_dir, **options)
+    )
     return classifier
 
 
