@@ -259,9 +259,11 @@ class _TermIndex:
         best: int | None = None
         node = 0
         for i, token in enumerate(tokens):
-            while node and (node, token) not in goto:
+            nxt = goto.get((node, token))
+            while nxt is None and node:
                 node = fail[node]
-            node = goto.get((node, token), 0)
+                nxt = goto.get((node, token))
+            node = nxt or 0
             hit = node if out[node] else link[node]
             while hit:
                 for rule, n, check_start, check_end in out[hit]:
