@@ -16,11 +16,14 @@ Speed is measured by ``python -m lab.bench abuse`` (lab/notes/abuse.md), never a
 # ruff: noqa: F811  (pytest fixtures imported from service_conftest are parameters here)
 from __future__ import annotations
 
+import gc
 import logging
 import os
+import pickle
 import random
 import re
 import threading
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -140,6 +143,18 @@ def test_a_large_term_list_keeps_whole_words_and_the_first_rule(monkeypatch: pyt
     words = " ".join(f"word{i}" for i in range(500))
     assert compiled.terms.first_rule(words) is None
     assert looked == [999] and gets <= 2 * looked[0]
+
+
+def test_a_replaced_policy_takes_its_automaton_with_it() -> None:
+    """The matching structures live on the policy: a reload (a new policy) frees the old one's, however
+    many reloads there are; a pickled policy (a Ray actor's) builds its own."""
+    policy = parse_policy('[[block]]\nname = "a"\nterms = ["snake oil"]\n')
+    built = weakref.ref(policy_module._compiled(policy, CARD.encoding_config).terms)
+    copy = pickle.loads(pickle.dumps(policy))
+    assert copy.apply(Example(utterance="snake oil!"), low(), CARD).policy == "a"
+    del policy
+    gc.collect()
+    assert built() is None
 
 
 # -- off the event loop -----------------------------------------------------------------------------------

@@ -44,7 +44,6 @@ request in flight finishes under the policy it met. :func:`load_policy` refuses 
 
 from __future__ import annotations
 
-import functools
 import os
 import re
 import stat
@@ -98,6 +97,16 @@ class Policy:
     block: tuple[BlockRule, ...] = ()
     allow: tuple[AllowRule, ...] = ()
     lines: Mapping[str, int] = field(default_factory=dict, compare=False, repr=False)  # "categories.x" -> line
+    # the matching structures per normalisation, built on first use: they live and die with this policy
+    # (a reload drops the old policy's automaton with it)
+    _matchers: dict[Any, _Compiled] = field(default_factory=dict, init=False, compare=False, repr=False)
+
+    def __getstate__(self) -> dict[str, Any]:  # pickled (Ray actors) without the structures: rebuilt there
+        return {k: v for k, v in self.__dict__.items() if k != "_matchers"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        object.__setattr__(self, "_matchers", {})
 
     @property
     def matches_text(self) -> bool:
@@ -288,8 +297,16 @@ class _Compiled:
     terms: _TermIndex  # every block rule's terms, as whole words
 
 
-@functools.lru_cache(maxsize=16)  # per (policy, normalisation): a reload or a model swap compiles again
 def _compiled(policy: Policy, config: EncodingConfig) -> _Compiled:
+    """``policy``'s allow phrases and block terms for ``config``'s normalisation, built once per policy and
+    normalisation (a model swap with another normalisation builds them again)."""
+    found = policy._matchers.get(config)
+    if found is None:
+        found = policy._matchers[config] = _build(policy, config)
+    return found
+
+
+def _build(policy: Policy, config: EncodingConfig) -> _Compiled:
     phrases = tuple(frozenset(_matchable(p, config) for p in rule.phrases) for rule in policy.allow)
     terms = _TermIndex([[_matchable(t, config) for t in rule.terms] for rule in policy.block])
     return _Compiled(phrases, terms)
