@@ -41,6 +41,9 @@ def test_abuse_benchmark_smoke(
             "hot swaps",
             "break-it ids",
             "corpus nested line",
+            "policy regex",
+            "policy reload",
+            "corpus hostile csv",
         }
     )
     table = capsys.readouterr().out
@@ -48,7 +51,8 @@ def test_abuse_benchmark_smoke(
     bad = attacks["bad inputs"]["details"]["statuses"]
     assert all(400 <= status < 500 for status in bad.values()), bad  # a 4xx for each, never a 5xx
     assert "500" not in attacks["hang-ups"]["details"]["batch_statuses"]
-    assert all(o["rss_peak_mib"] for o in report["outcomes"] if o["attack"] != "corpus nested line")
+    offline = {name for name, kind, _ in abuse.ATTACKS if kind == "none"}  # no server, no RSS
+    assert all(o["rss_peak_mib"] for o in report["outcomes"] if o["attack"] not in offline)
     overload = attacks["overload 4x"]["details"]
     assert overload["sent"] > 0 and overload["generator_lag_p99_ms"] is not None  # the client's lag is shown
     assert {"target_429_p99_le_50ms", "target_ok_p99_le_bound", "accepted_bound_ms"} <= set(overload)
@@ -92,3 +96,23 @@ def test_attacks_are_selected_by_name_or_first_word() -> None:
     assert [name for name, _, _ in abuse.selected_attacks("largest batch,http")] == ["largest batch", "http edges"]
     with pytest.raises(SystemExit, match="unknown"):
         abuse.selected_attacks("largets")
+
+
+def test_the_rules_and_corpus_cases_hold_their_targets_of_behaviour(
+    tiny_model_dir: Path,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """The policy and CSV cases alone (issue 55): what they assert of behaviour (4xx JSON, nothing echoed,
+    the good file loaded, rows in = data rows + error rows); their timings are the bench's, not checked here."""
+    out = tmp_path / "rules.json"
+    attacks = "policy regex,policy reload,corpus hostile csv"
+    argv = ["--model", str(tiny_model_dir), "--smoke", "--attacks", attacks, "--json", str(out)]
+    assert abuse.main(argv, prog="python -m lab.bench abuse") == 0
+    outcomes = {o["attack"]: o["details"] for o in json.loads(out.read_text())["outcomes"]}
+    reload = outcomes["policy reload"]
+    assert reload["target_bad_paths_4xx_json"] and reload["target_nothing_echoed"], reload["cases"]
+    assert reload["target_good_file_loads"], reload["cases"]
+    csv = outcomes["corpus hostile csv"]
+    assert csv["target_rows_in_equal_data_plus_error_rows"] and csv["target_bad_records_are_the_error_rows"], csv
+    regex = outcomes["policy regex"]
+    assert regex["big_list_terms"] == 2000 and regex["long_message_chars"] == 4000

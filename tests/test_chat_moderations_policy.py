@@ -255,7 +255,7 @@ def test_the_policy_is_reloaded_without_dropping_a_request(tmp_path: Path) -> No
     bad = tmp_path / "bad.toml"
     bad.write_text('[[block]]\nname = "x"\nregexes = ["("]\n', encoding="utf-8")
     fake = FakeClassifier()
-    with live_server(classifier=fake, api_key=KEY, policy=first) as live:
+    with live_server(classifier=fake, api_key=KEY, policy=first, policy_dir=tmp_path) as live:
         auth = {"headers": {"Authorization": f"Bearer {KEY}"}}
 
         async def scenario() -> tuple[httpx.Response, httpx.Response]:

@@ -161,3 +161,76 @@ def test_the_score_command_reports_blank_lines_and_survives_a_deep_line(
     assert code == 0
     summary: dict[str, Any] = json.loads(capsys.readouterr().out)
     assert (summary["rows"], summary["errors"], summary["blank_lines"]) == (2, 1, 2)
+
+
+# -- CSV records: rows in = data rows + error rows --------------------------------------------------------
+ROW_LIMIT = Limits(max_body_bytes=1000)  # SAFETY_MAX_BODY_BYTES=1000: a record over 1,000 characters is too long
+# (id, the record as written, whether it is an error row): every record is one row out, whatever it holds
+HOSTILE_CSV = [
+    ("1", "1,have a nice day\n", False),
+    ("2", '2,"' + "a" * 3000 + ' line"\n', True),  # an over-long quoted field: the cut falls inside the quotes
+    ("3", "3,hello\n", False),
+    ("4", '4,"broken\n', True),  # an unterminated quote, "closed" by the quote that opens record 6
+    ("5", "5,world\n", False),
+    ("6", '6,"multi\nline\ntext"\n', False),  # embedded newlines, well quoted
+    ("7", "7,x\x00y\n", False),  # a NUL byte
+    ("8", '8,"' + "b" * 800 + "\n" + "c" * 800 + '"\n', True),  # over-long, over two lines
+    ("9", '9,"he said ""hi"""\n', False),
+    ("10", '10,"x\x00""y"""\n', False),  # a NUL byte inside quotes
+    ("11", '11,"never closed\n', True),  # the file ends before its quote closes
+    ("12", "12,the last one\n", False),
+]
+
+
+def test_hostile_csv_loses_no_record_rows_in_are_data_rows_plus_error_rows(
+    tmp_path: Path, tiny_model_dir: Path, clf: OnnxClassifier
+) -> None:
+    inp = tmp_path / "in.csv"
+    inp.write_text("id,utterance\n" + "".join(text for _, text, _ in HOSTILE_CSV), encoding="utf-8")
+    lines, first_line = 2, {}
+    for rid, text, _ in HOSTILE_CSV:
+        first_line[rid] = lines
+        lines += text.count("\n")
+    the_job = ScoreJob(inp, tmp_path / "out.jsonl", model_dir=tiny_model_dir, variant="fp32", chunk_size=5)
+    summary = run_local(the_job, classifier=clf, limits=ROW_LIMIT, progress=False)
+    bad = [rid for rid, _, is_error in HOSTILE_CSV if is_error]
+    assert (summary.rows, summary.errors) == (len(HOSTILE_CSV), len(bad))
+    assert count_rows(inp, ROW_LIMIT.max_body_bytes) == len(HOSTILE_CSV)  # the progress bar counts the same
+    records = read_records(the_job.output)
+    assert [r["id"] for r in records if r["error"] is None] == [rid for rid, _, e in HOSTILE_CSV if not e]
+    errors = [r["error"]["message"] for r in records if r["error"] is not None]
+    for rid, message in zip(bad, errors, strict=True):
+        assert message.startswith(f"in.csv:{first_line[rid]}: "), (rid, message)
+    assert "never closed" in errors[3] and "reading goes on at line" in errors[3]
+    assert "followed by other text" in errors[1]
+
+
+@pytest.mark.parametrize("cut", [500, 999, 1000, 1001, 1500, 2999, 3003])
+def test_a_quoted_field_cut_anywhere_keeps_the_next_record(tmp_path: Path, cut: int) -> None:
+    """The cut of an over-long record, wherever it falls inside (or just after) its quotes, ends that
+    record only: the next record is read whole, and nothing is made up from the rest of the line."""
+    from dialogue_safety.corpus.formats import iter_rows
+    from dialogue_safety.corpus.records import Columns
+
+    inp = tmp_path / "in.csv"
+    inp.write_text(f'id,utterance\n1,"{"x" * cut}, still ""quoted"" line"\n2,next\n3,"a\nb"\n')
+    rows = list(iter_rows(inp, Columns(), ROW_LIMIT))
+    long = cut + len(', still ""quoted"" line') + 5 > ROW_LIMIT.max_body_bytes
+    assert [r.raw.get("id") for r in rows] == [None if long else "1", "2", "3"]
+    assert (rows[0].error is not None) is long
+
+
+def test_ids_too_large_for_a_float_are_written_as_strings_in_strict_json(tmp_path: Path, clf: OnnxClassifier) -> None:
+    inp = tmp_path / "in.jsonl"
+    inp.write_text(
+        '{"id": 1e400, "utterance": "hi"}\n{"id": -1e999, "utterance": "hi"}\n'
+        '{"id": NaN, "utterance": "hi"}\n{"id": 2.5, "utterance": "hi"}\n'
+    )
+    the_job = ScoreJob(inp, tmp_path / "out.jsonl", variant="fp32")
+    run_local(the_job, classifier=clf, progress=False)
+
+    def strict(name: str) -> None:
+        raise ValueError(f"not strict JSON: {name}")
+
+    lines = the_job.output.read_text().splitlines()
+    assert [json.loads(line, parse_constant=strict)["id"] for line in lines] == ["1e400", "-1e999", "NaN", 2.5]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
 #: nesting levels (objects and arrays) a JSON text may have: every input of the project needs a few
@@ -63,10 +64,17 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return obj
 
 
-def loads(text: str | bytes, max_depth: int = MAX_JSON_DEPTH) -> Any:
+def loads(
+    text: str | bytes,
+    max_depth: int = MAX_JSON_DEPTH,
+    *,
+    parse_float: Callable[[str], Any] | None = None,
+    parse_constant: Callable[[str], Any] | None = None,
+) -> Any:
     """``json.loads`` for input from outside: raises :class:`JsonInputError` for text nested deeper
     than ``max_depth`` (checked before parsing) or an object with a duplicate key, and
-    ``json.JSONDecodeError`` / ``UnicodeDecodeError`` (both ``ValueError``) for text that is not JSON."""
+    ``json.JSONDecodeError`` / ``UnicodeDecodeError`` (both ``ValueError``) for text that is not JSON.
+    ``parse_float`` and ``parse_constant``: as ``json.loads`` takes them."""
     if too_deep(text, max_depth):
         raise TooDeep(f"nested deeper than {max_depth} levels of objects and arrays")
-    return json.loads(text, object_pairs_hook=_unique_keys)
+    return json.loads(text, object_pairs_hook=_unique_keys, parse_float=parse_float, parse_constant=parse_constant)

@@ -7,7 +7,7 @@ An operator writes a TOML file (``SAFETY_POLICY`` / ``--policy`` for ``serve`` a
     hateful = 0.3
     unsafe_in_context = "off"
 
-    [[block]]                 # terms (whole words) or regexes found in the utterance force OFFENSIVE
+    [[block]]                 # terms (whole words) or regexes (RE2 syntax) found in the utterance force OFFENSIVE
     name = "banned-terms"
     terms = ["snake oil"]
     regexes = ['\\bscam+y?\\b']
@@ -29,6 +29,14 @@ is at or above its threshold. The score stays the model's. Every prediction a ru
 block) or changed (a category setting that flipped the label) carries the rule's name in
 :attr:`Prediction.policy`: the block or allow rule's ``name``, or ``categories.<head>``.
 
+Matching costs time linear in the text, whatever the rules: regexes are compiled by RE2 (the
+``google-re2`` package), a linear-time engine, and a pattern it cannot run so (lookaround, a
+backreference) is refused at load, naming file and line; the block terms of all rules are one
+automaton over the text's tokens (runs of word characters, and each other character), so a
+list of 100,000 terms costs no more per text than a list of ten. RE2's ``\\w``, ``\\b``, ``\\d`` and
+``\\s`` are ASCII (``\\pL`` is a letter of any script); terms match whole words by Python's ``\\w``, as
+the tokens are cut.
+
 A :class:`Policy` is immutable: the service swaps the whole object on ``POST /admin/policy``, so a
 request in flight finishes under the policy it met. :func:`load_policy` refuses a bad file with a
 :class:`PolicyError` naming the file, the line and the problem.
@@ -36,8 +44,9 @@ request in flight finishes under the policy it met. :func:`load_policy` refuses 
 
 from __future__ import annotations
 
-import functools
+import os
 import re
+import stat
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -51,6 +60,7 @@ if TYPE_CHECKING:  # the encoding loads tokenizers: imported when a policy first
     from dialogue_safety.core.model_card import ModelCard
 
 OFF = "off"
+MAX_POLICY_BYTES = 16 * 1024 * 1024  # a policy file is a regular file of at most this many bytes
 CATEGORIES_TABLE, BLOCK_TABLE, ALLOW_TABLE = "categories", "block", "allow"
 _TOP_KEYS = (CATEGORIES_TABLE, BLOCK_TABLE, ALLOW_TABLE)
 _BLOCK_KEYS = ("name", "terms", "regexes")
@@ -69,7 +79,7 @@ class PolicyError(ValueError):
 class BlockRule:
     name: str
     terms: tuple[str, ...] = ()
-    regexes: tuple[re.Pattern[str], ...] = ()
+    regexes: tuple[Any, ...] = ()  # RE2 patterns (re2.compile: linear time), case-insensitive
 
 
 @dataclass(frozen=True)
@@ -87,6 +97,44 @@ class Policy:
     block: tuple[BlockRule, ...] = ()
     allow: tuple[AllowRule, ...] = ()
     lines: Mapping[str, int] = field(default_factory=dict, compare=False, repr=False)  # "categories.x" -> line
+    # the matching structures per normalisation, built on first use: they live and die with this policy
+    # (a reload drops the old policy's automaton with it)
+    _matchers: dict[Any, _Compiled] = field(default_factory=dict, init=False, compare=False, repr=False)
+
+    def __getstate__(self) -> dict[str, Any]:  # pickled (Ray actors) without the structures: rebuilt there
+        return {k: v for k, v in self.__dict__.items() if k != "_matchers"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        object.__setattr__(self, "_matchers", {})
+
+    @property
+    def matches_text(self) -> bool:
+        """Whether the rules read the utterance (allow or block rules): the service then matches it off the
+        event loop."""
+        return bool(self.allow or self.block)
+
+    def prepare(self, card: ModelCard) -> None:
+        """Build the matching structures for ``card``'s normalisation now (a large block list takes a while:
+        the service does it when a policy or a model is loaded, not in the first request's time)."""
+        if self.matches_text:
+            _compiled(self, card.encoding_config)
+
+    def match(self, utterance: str, card: ModelCard) -> tuple[str, Label] | None:
+        """The allow or block rule ``utterance`` meets first (its name and the label it forces), else None.
+        Time linear in the utterance's length, whatever the number of terms and phrases."""
+        if not self.matches_text:
+            return None
+        compiled = _compiled(self, card.encoding_config)
+        text = _matchable(utterance, card.encoding_config)
+        for allow, phrases in zip(self.allow, compiled.phrases, strict=True):
+            if text in phrases:
+                return allow.name, Label.SAFE
+        first_term = compiled.terms.first_rule(text)  # the first rule whose terms the text holds, else None
+        for i, block in enumerate(self.block):
+            if i == first_term or any(r.search(text) for r in block.regexes):
+                return block.name, Label.OFFENSIVE
+        return None
 
     def describe(self) -> dict[str, Any]:
         """What ``GET /v1/model`` shows: the file and every rule (terms and phrases counted, not listed:
@@ -110,15 +158,11 @@ class Policy:
 
     def apply(self, example: Example, prediction: Prediction, card: ModelCard) -> Prediction:
         """``prediction`` of ``example`` under these rules (the threshold in force: ``prediction.threshold``)."""
-        if self.allow or self.block:
-            compiled = _compiled(self, card.encoding_config)
-            text = _matchable(example.utterance, card.encoding_config)
-            for allow, phrases in zip(self.allow, compiled.phrases, strict=True):
-                if text in phrases:
-                    return replace(prediction, label=Label.SAFE, policy=allow.name)
-            for block, pattern in zip(self.block, compiled.blocks, strict=True):
-                if (pattern is not None and pattern.search(text)) or any(r.search(text) for r in block.regexes):
-                    return replace(prediction, label=Label.OFFENSIVE, policy=block.name)
+        if self.matches_text:
+            decided = self.match(example.utterance, card)
+            if decided is not None:
+                name, label = decided
+                return replace(prediction, label=label, policy=name)
         if not self.categories:
             return prediction
         probs = prediction.categories or dict.fromkeys(card.score_heads, prediction.score)
@@ -153,21 +197,119 @@ def _matchable(text: str, config: EncodingConfig) -> str:
     return normalise_text(text, config).casefold()
 
 
+#: the tokens terms are matched on: a run of word characters (Python's ``\w``), or any other single character.
+#: A term matches whole tokens only, so a term that starts (ends) with a word character matches only where
+#: the text has none before (after) it: the whole-word rule. A fixed pattern that cannot backtrack.
+_TOKENS = re.compile(r"\w+|\W")
+
+
+def _is_word(token: str) -> bool:
+    return token[0] == "_" or token[0].isalnum()  # Python's \w for one character
+
+
+class _TermIndex:
+    """Aho-Corasick over tokens: every block rule's terms in one automaton. :meth:`first_rule` reads a
+    text's tokens once, following at most one goto per token plus failure links (amortised constant), so
+    its cost grows with the text, not with the number of terms.
+
+    A term that starts (ends) with a character that is not a word character must also have none before
+    (after) it in the text, as the whole-word rule ``(?<!\\w)term(?!\\w)`` says; a term that starts (ends)
+    with a word token has that for free (a word token is a whole run of word characters)."""
+
+    def __init__(self, rules: Sequence[Sequence[str]]) -> None:
+        self.goto: dict[tuple[int, str], int] = {}
+        self.fail: list[int] = [0]
+        # per node: (rule, tokens, check start, check end) of the terms that end there, lowest rule first
+        self.out: list[tuple[tuple[int, int, bool, bool], ...]] = [()]
+        self.link: list[int] = [0]  # the nearest node on the failure chain with terms of its own (0: none)
+        children: list[list[tuple[str, int]]] = [[]]
+        ends: dict[int, dict[tuple[int, bool, bool], int]] = {}
+        for rule, terms in enumerate(rules):
+            for term in terms:
+                tokens = _TOKENS.findall(term)
+                if not tokens:
+                    continue
+                node = 0
+                for token in tokens:
+                    nxt = self.goto.get((node, token))
+                    if nxt is None:
+                        nxt = len(self.fail)
+                        self.goto[(node, token)] = nxt
+                        self.fail.append(0)
+                        self.out.append(())
+                        self.link.append(0)
+                        children.append([])
+                        children[node].append((token, nxt))
+                    node = nxt
+                shape = (len(tokens), not _is_word(tokens[0]), not _is_word(tokens[-1]))
+                ends.setdefault(node, {}).setdefault(shape, rule)  # the first rule with this term decides
+        for node, shapes in ends.items():
+            self.out[node] = tuple(sorted((rule, *shape) for shape, rule in shapes.items()))
+        queue = [child for _, child in children[0]]
+        for node in queue:  # breadth first: a node's failure target is shallower, so already done
+            for token, child in children[node]:
+                f = self.fail[node]
+                while f and (f, token) not in self.goto:
+                    f = self.fail[f]
+                target = self.goto.get((f, token), 0)
+                self.fail[child] = target if target != child else 0
+                self.link[child] = target if self.out[target] else self.link[target]
+                queue.append(child)
+
+    def __bool__(self) -> bool:
+        return bool(self.goto)
+
+    def first_rule(self, text: str) -> int | None:
+        """The lowest rule index with a term in ``text`` (whole words), else None."""
+        if not self.goto:
+            return None
+        tokens = _TOKENS.findall(text)
+        goto, fail, out, link = self.goto, self.fail, self.out, self.link
+        best: int | None = None
+        node = 0
+        for i, token in enumerate(tokens):
+            nxt = goto.get((node, token))
+            while nxt is None and node:
+                node = fail[node]
+                nxt = goto.get((node, token))
+            node = nxt or 0
+            hit = node if out[node] else link[node]
+            while hit:
+                for rule, n, check_start, check_end in out[hit]:
+                    if best is not None and rule >= best:
+                        break
+                    start = i - n + 1
+                    if check_start and start > 0 and _is_word(tokens[start - 1]):
+                        continue
+                    if check_end and i + 1 < len(tokens) and _is_word(tokens[i + 1]):
+                        continue
+                    best = rule
+                    break
+                if best == 0:
+                    return 0
+                hit = link[hit]
+        return best
+
+
 @dataclass(frozen=True)
 class _Compiled:
     phrases: tuple[frozenset[str], ...]
-    blocks: tuple[re.Pattern[str] | None, ...]  # each block rule's terms as whole words, in one pattern
+    terms: _TermIndex  # every block rule's terms, as whole words
 
 
-@functools.lru_cache(maxsize=16)  # per (policy, normalisation): a reload or a model swap compiles again
 def _compiled(policy: Policy, config: EncodingConfig) -> _Compiled:
+    """``policy``'s allow phrases and block terms for ``config``'s normalisation, built once per policy and
+    normalisation (a model swap with another normalisation builds them again)."""
+    found = policy._matchers.get(config)
+    if found is None:
+        found = policy._matchers[config] = _build(policy, config)
+    return found
+
+
+def _build(policy: Policy, config: EncodingConfig) -> _Compiled:
     phrases = tuple(frozenset(_matchable(p, config) for p in rule.phrases) for rule in policy.allow)
-    blocks = []
-    for rule in policy.block:
-        terms = sorted({_matchable(t, config) for t in rule.terms}, key=len, reverse=True)
-        alternatives = "|".join(re.escape(t) for t in terms if t)
-        blocks.append(re.compile(rf"(?<!\w)(?:{alternatives})(?!\w)") if alternatives else None)
-    return _Compiled(phrases, tuple(blocks))
+    terms = _TermIndex([[_matchable(t, config) for t in rule.terms] for rule in policy.block])
+    return _Compiled(phrases, terms)
 
 
 # -- reading the file ------------------------------------------------------------------------------
@@ -175,14 +317,47 @@ def load_policy(path: str | Path, heads: Sequence[str] | None = None) -> Policy:
     """The policy in the TOML file at ``path``, checked (``heads``: the model's, when known); raises
     :class:`PolicyError` naming the file, the line and the problem."""
     where = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PolicyError(where, f"cannot be read ({exc})") from None
-    policy = parse_policy(text, where)
+    policy = parse_policy(read_policy_file(path), where)
     if heads is not None:
         policy.check_heads(heads)
     return policy
+
+
+def read_policy_file(path: str | Path) -> str:
+    """The text of the policy file at ``path``: a regular file of at most :data:`MAX_POLICY_BYTES`, UTF-8.
+    Anything else (a FIFO, a device, a directory, a larger file, a path the OS refuses) is a
+    :class:`PolicyError` that quotes nothing of the file; opening never waits for a writer."""
+    where = str(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte; UnicodeEncodeError: a lone surrogate
+        raise PolicyError(where, f"cannot be read ({_reason(exc)})") from None
+    too_large = f"cannot be read (larger than {MAX_POLICY_BYTES} bytes, the most a policy may be)"
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise PolicyError(where, "cannot be read (not a regular file)")
+        if info.st_size > MAX_POLICY_BYTES:
+            raise PolicyError(where, too_large)
+        with os.fdopen(os.dup(fd), "rb") as f:
+            data = f.read(MAX_POLICY_BYTES + 1)
+    except OSError as exc:
+        raise PolicyError(where, f"cannot be read ({_reason(exc)})") from None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_POLICY_BYTES:  # grew since it was looked at
+        raise PolicyError(where, too_large)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PolicyError(where, f"cannot be read (not UTF-8 text: byte {exc.start})") from None
+
+
+def _reason(exc: BaseException) -> str:
+    """Why the OS refused a path, without repeating the path (the caller names it)."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return "not a path the file system can hold" if isinstance(exc, ValueError) else type(exc).__name__
 
 
 _TOML_LINE = re.compile(r"\(at line (\d+), column \d+\)")
@@ -267,10 +442,30 @@ def _block_rule(rule: Mapping[str, Any], index: int, fail: Any) -> BlockRule:
     regexes = []
     for j, pattern in enumerate(sources):
         try:
-            regexes.append(re.compile(pattern, re.IGNORECASE))
-        except re.error as exc:
-            raise fail(f"{where}.regexes[{j}] is not a valid regex: {exc}", BLOCK_TABLE, index, "regexes") from None
+            regexes.append(compile_regex(pattern))
+        except ValueError as exc:
+            raise fail(f"{where}.regexes[{j}] {exc}", BLOCK_TABLE, index, "regexes") from None
     return BlockRule(name=name, terms=terms, regexes=tuple(regexes))
+
+
+def compile_regex(pattern: str) -> Any:
+    """``pattern`` compiled by RE2 (linear time in the text, whatever the pattern), case-insensitive;
+    ValueError saying why a pattern is refused (not valid, or a construct RE2 cannot run in linear time:
+    lookahead, lookbehind, backreferences)."""
+    try:
+        import re2
+    except ImportError as exc:  # the serve extra brings it
+        raise ValueError(f"needs the google-re2 package ({exc}): pip install 'dialogue-safety[serve]'") from None
+    options = re2.Options()
+    options.case_sensitive = False
+    options.log_errors = False  # the refusal says why; RE2 would also print it to stderr
+    try:
+        return re2.compile(pattern, options)
+    except re2.error as exc:
+        reason = exc.args[0].decode("utf-8", "replace") if exc.args and isinstance(exc.args[0], bytes) else str(exc)
+        linear = " (patterns run in linear time: lookaround and backreferences are not supported)"
+        unsupported = any(k in reason for k in ("invalid perl operator", "invalid escape sequence"))
+        raise ValueError(f"is not a valid regex: {reason}{linear if unsupported else ''}") from None
 
 
 def _allow_rule(rule: Mapping[str, Any], index: int, fail: Any) -> AllowRule:

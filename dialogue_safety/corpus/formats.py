@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import re
 import shutil
@@ -76,7 +77,7 @@ def _pyarrow() -> Any:
 
 
 def _csv_field_limit() -> None:
-    # a cell is never longer than its line, which is cut at the row limit first (_CsvLines)
+    # a cell is never longer than its record, which is held only up to the row limit (_csv_records)
     csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
 
 
@@ -113,55 +114,114 @@ def _binary_lines(f: IO[bytes], max_bytes: int) -> Iterator[tuple[int, bytes | N
             yield line_no, line
 
 
-class _CsvLines:
-    """The physical lines of a text file for ``csv.reader``, each cut to ``max_chars + 1`` characters
-    (the rest is read past, never held); ``cut``: the numbers of the lines that were cut, and
-    ``line_no``: the lines read so far."""
+# Where a CSV record ends: at a line end outside quotes. The states of the csv module's reader (the excel
+# dialect, not strict) that decide it: a quote opens a quoted field only at the start of a field, a quote in
+# a quoted field ends it unless doubled, and one anywhere else is a plain character.
+_FIELD_START, _UNQUOTED, _QUOTED, _QUOTE_IN_QUOTED = range(4)
 
-    def __init__(self, f: IO[str], max_chars: int) -> None:
-        self.f, self.max_chars = f, max_chars
-        self.line_no = 0
-        self.cut: set[int] = set()
 
-    def __iter__(self) -> _CsvLines:
-        return self
-
-    def __next__(self) -> str:
-        line = self.f.readline(self.max_chars + 1)
-        if not line:
-            raise StopIteration
-        self.line_no += 1
-        if len(line) > self.max_chars and not line.endswith(("\n", "\r")):
-            self.cut.add(self.line_no)
-            while (rest := self.f.readline(READ_PIECE)) and not rest.endswith(("\n", "\r")):
-                pass
-        return line
+def _scan(text: str, state: int) -> tuple[int, bool]:
+    """The reader's state after ``text`` (part of a record, without its line end), from ``state``, and
+    whether a quoted field closed there is followed by other text (``"a"b``: not where a field can end,
+    so the quote that closed it is likely one that opened the next record)."""
+    if '"' not in text:  # the common line: no quote to open or close
+        if state == _QUOTED or not text:
+            return state, False
+        stray = state == _QUOTE_IN_QUOTED and text[0] != ","
+        return (_FIELD_START if text.endswith(",") else _UNQUOTED), stray
+    stray = False
+    i, n = 0, len(text)
+    while i < n:
+        if state == _QUOTED:
+            j = text.find('"', i)
+            if j < 0:
+                return _QUOTED, stray
+            state, i = _QUOTE_IN_QUOTED, j + 1
+        elif state == _UNQUOTED:
+            j = text.find(",", i)
+            if j < 0:
+                return _UNQUOTED, stray
+            state, i = _FIELD_START, j + 1
+        else:  # at a field's start, or just after a quote in a quoted field: the next character decides
+            c = text[i]
+            stray = stray or (state == _QUOTE_IN_QUOTED and c not in '",')
+            state = _QUOTED if c == '"' else _FIELD_START if c == "," else _UNQUOTED
+            i += 1
+    return state, stray
 
 
 def _csv_records(
     f: IO[str], max_chars: int, counts: ReadCounts | None = None
 ) -> Iterator[tuple[int, list[str] | None, str | None]]:
     """(first line, cells, problem) of every CSV record that is not blank: cells None with the problem
-    of a record that cannot be read (not CSV, longer than ``max_chars``, not UTF-8)."""
-    lines = _CsvLines(f, max_chars)
-    reader = csv.reader(lines)
+    of a record that cannot be read (not CSV, longer than ``max_chars``, not UTF-8, a quote never closed).
+
+    Records are cut where the csv module would cut them (a line end outside quotes), found by a scan that
+    holds at most ``max_chars`` characters: a longer record is read past, to its real end, even when the
+    cut falls inside quotes. A record over several lines whose quote is never closed (the file ends first),
+    or is closed by a quote followed by other text (``"a"b``: likely the quote that opens a later record),
+    has no end to trust: it becomes an error row for its first line, and reading goes back to the next
+    line, so one stray quote costs one row, never the records after it. (Finding that out reads on to the
+    file's end, or to the stray quote, once per such record.)"""
+    line = 1  # the line the next read starts on
     while True:
-        first = lines.line_no + 1
-        try:
-            cells = next(reader)
-        except StopIteration:
-            return
-        except csv.Error as exc:
-            yield first, None, f"not a readable CSV record ({exc})"
+        first, size, state, stray = line, 0, _FIELD_START, False
+        held: list[str] | None = []  # None: longer than max_chars, read past
+        resume: tuple[int, int] | None = None  # (position, line) after the record's first line
+        ended = False
+        while True:
+            piece = f.readline(max_chars + 1 - size if held is not None else READ_PIECE)
+            if not piece:
+                break  # the end of the file
+            body = piece.rstrip("\r\n")
+            state, stray_here = _scan(body, state)
+            stray = stray or stray_here
+            if held is not None:
+                size += len(piece)
+                if size > max_chars:
+                    held = None
+                else:
+                    held.append(piece)
+            if len(body) != len(piece):  # a line end
+                line += 1
+                if state != _QUOTED:
+                    ended = True
+                    break
+                if resume is None:
+                    resume = (f.tell(), line)
+        if not ended and held == []:
+            return  # nothing left
+        unclosed = not ended and state == _QUOTED
+        if resume is not None and (unclosed or stray):
+            f.seek(resume[0])
+            line = resume[1]
+            why = "is never closed (the file ends first)" if unclosed else "is closed by a quote followed by other text"
+            yield (
+                first,
+                None,
+                (
+                    f"a quoted field opened on this line {why}, so the record has no end to trust: it is taken to end "
+                    f"with this line, and reading goes on at line {line}"
+                ),
+            )
             continue
-        if any(n in lines.cut for n in range(first, lines.line_no + 1)):
+        if unclosed:
+            yield first, None, "a quoted field opened on this line is never closed (the file ends first)"
+            continue
+        if held is None:
             yield (
                 first,
                 None,
                 f"the record is longer than {max_chars} characters, the most one row may hold "
                 "(a request body's limit, SAFETY_MAX_BODY_BYTES); it was not read",
             )
-        elif len(cells) <= 1 and not "".join(cells).strip():
+            continue
+        try:
+            cells = next(csv.reader(held))
+        except (csv.Error, StopIteration) as exc:
+            yield first, None, f"not a readable CSV record ({exc})"
+            continue
+        if len(cells) <= 1 and not "".join(cells).strip():
             if counts is not None:
                 counts.blank_lines += 1
         elif any(_SURROGATE.search(c) for c in cells):
@@ -225,10 +285,38 @@ def iter_chunks(
         yield chunk
 
 
+def _number(text: str) -> float | str:
+    """A JSON number with a fraction or exponent; one too large for a float (``1e400``) stays its text, as do
+    ``NaN`` and ``Infinity`` (``parse_constant``): an id is carried as it was written, never as a value
+    that strict JSON cannot write."""
+    value = float(text)
+    return value if math.isfinite(value) else text
+
+
+def _json_safe(value: Any) -> Any:
+    """``value`` with every float that is not finite (a Parquet input's, say) as its JSON name, a string."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def _json_line(record: Mapping[str, Any], fields: Sequence[str]) -> str:
+    """One output record as a strict JSON line (no ``NaN``/``Infinity``: non-finite floats are written as strings)."""
+    values = {k: record.get(k) for k in fields}
+    try:
+        return json.dumps(values, ensure_ascii=False, allow_nan=False)
+    except ValueError:
+        return json.dumps(_json_safe(values), ensure_ascii=False, allow_nan=False)
+
+
 def parse_jsonl_line(line: str | bytes, where: str, columns: Columns, limits: Limits) -> Row:
     """One JSONL line → its row, or an error row naming ``where`` (both engines read lines here)."""
     try:
-        raw = json_input.loads(line)
+        raw = json_input.loads(line, parse_float=_number, parse_constant=str)
     except json_input.JsonInputError as exc:
         return unreadable_row(where, f"not a JSON line to read ({exc})")
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -309,7 +397,7 @@ def write_part(records: Sequence[Mapping[str, Any]], path: Path, fields: Sequenc
     if fmt == "jsonl":
         with open(tmp, "w", encoding="utf-8") as f:
             for r in records:
-                f.write(json.dumps({k: r.get(k) for k in fields}, ensure_ascii=False) + "\n")
+                f.write(_json_line(r, fields) + "\n")
     elif fmt == "csv":
         with open(tmp, "w", newline="", encoding="utf-8") as f:
             writer = csv.DictWriter(f, fieldnames=list(fields))

@@ -61,6 +61,21 @@ REFUSED = (
 )
 
 
+def plain_path(value: str, what: str = "the model directory") -> str:
+    """``value``, a path the file system could hold, checked before it is used (ValueError saying what is
+    wrong; the value is never echoed). The admin endpoints that take a path (this one, the policy reload)
+    check it here."""
+    if not value.strip():
+        raise ValueError(f"the path is empty: send {what}'s path")
+    if UNSAFE_CHARACTERS.search(value):
+        raise ValueError("the path holds a control character or a lone surrogate: send a plain path")
+    if len(value.encode()) > MAX_PATH_BYTES:
+        raise ValueError(f"the path is longer than {MAX_PATH_BYTES} bytes")
+    if any(len(part.encode()) > MAX_NAME_BYTES for part in value.split("/")):
+        raise ValueError(f"a part of the path is longer than {MAX_NAME_BYTES} bytes")
+    return value
+
+
 class SwapRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     model_dir: str | None = Field(None, description="the model directory to serve (default: reload the current one)")
@@ -68,18 +83,7 @@ class SwapRequest(BaseModel):
     @field_validator("model_dir")
     @classmethod
     def _a_plain_path(cls, value: str | None) -> str | None:
-        """A path the file system could hold, checked before it is used (the value is never echoed)."""
-        if value is None:
-            return None
-        if not value.strip():
-            raise ValueError("the path is empty: send the model directory's path")
-        if UNSAFE_CHARACTERS.search(value):
-            raise ValueError("the path holds a control character or a lone surrogate: send a plain path")
-        if len(value.encode()) > MAX_PATH_BYTES:
-            raise ValueError(f"the path is longer than {MAX_PATH_BYTES} bytes")
-        if any(len(part.encode()) > MAX_NAME_BYTES for part in value.split("/")):
-            raise ValueError(f"a part of the path is longer than {MAX_NAME_BYTES} bytes")
-        return value
+        return None if value is None else plain_path(value)
 
 
 class SwapResult(BaseModel):

@@ -232,10 +232,10 @@ def build_router(state: ServiceState, predict: Predict, client_closed: int) -> A
                 outcome.field = _openai_field(outcome.field, "input" if single else f"input[{i}]")
                 raise outcome
             predictions.append(outcome)
-        results = []
-        for example, prediction in zip(examples, predictions, strict=True):
-            decided = state.decide(prediction, served=served_model, example=example)
-            results.append(moderation_result(decided, state))
+        decided = await state.decide_all(
+            [(p, e, None) for p, e in zip(predictions, examples, strict=True)], served=served_model
+        )
+        results = [moderation_result(answer, state) for answer in decided]
         state.metrics.count_labels(["OFFENSIVE" if r["flagged"] else "SAFE" for r in results])
         state.metrics.count_reads(p.read for p in predictions)
         return JSONResponse({"id": ID_PREFIX + uuid.uuid4().hex, "model": served_model.model_id, "results": results})

@@ -137,7 +137,7 @@ async def classify(body: ClassifyRequest, request: Request, state: State) -> Res
         return Response(status_code=CLIENT_CLOSED)
     outcomes, served = answer
     predictions = predictions_of(outcomes)
-    result = state.decide(predictions[0], body.threshold, served=served, example=example)
+    [result] = await state.decide_all([(predictions[0], example, None)], body.threshold, served=served)
     result["model"] = served.model_id
     if judged is not None:
         result["judged"] = judged
@@ -177,6 +177,7 @@ async def classify_batch(body: BatchRequest, request: Request, state: State) -> 
         return Response(status_code=CLIENT_CLOSED)
     outcomes, served = answer
     read = {}
+    decided: dict[int, tuple[Prediction, Example, float | None]] = {}
     for i, prediction in zip(list(examples), outcomes, strict=True):
         if isinstance(prediction, InvalidInput):  # more windows than SAFETY_MAX_WINDOWS: refused unread
             prediction.field = f"items[{i}].{prediction.field}"
@@ -186,11 +187,13 @@ async def classify_batch(body: BatchRequest, request: Request, state: State) -> 
             del examples[i]
             continue
         item = body.items[i]
-        own = None if isinstance(item, str) else item.threshold
-        results[i] = state.decide(prediction, body.threshold, own, served=served, example=examples[i])
+        decided[i] = (prediction, examples[i], None if isinstance(item, str) else item.threshold)
+        read[i] = prediction.read
+    answers = await state.decide_all(list(decided.values()), body.threshold, served=served)
+    for i, decision in zip(decided, answers, strict=True):
+        results[i] = decision
         if judged[i] is not None:
             results[i]["judged"] = judged[i]
-        read[i] = prediction.read
     classified = [results[i] for i in examples]
     state.metrics.count_labels([r["label"] for r in classified])
     state.metrics.count_reads(read.values())

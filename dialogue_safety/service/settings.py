@@ -59,9 +59,10 @@ class ServiceSettings(BaseSettings):
         default=10,
         ge=0,
         le=19,
-        description="how much lower the inference thread's OS priority is than the rest of the server (Linux nice "
-        "steps; 0: the same): where inference and the event loop share a core, requests are still read, refused "
-        "(429) and health checks answered at once under overload, and inference takes the CPU left",
+        description="how much lower the inference threads' OS priority is than the rest of the server (the "
+        "batcher's and onnxruntime's intra-op threads; Linux nice steps; 0: the same): where inference and the "
+        "event loop share a core, requests are still read, refused (429) and health checks answered at once under "
+        "overload, and inference takes the CPU left",
     )
     threshold: float | None = Field(
         default=None, ge=0.0, le=1.0, description="decision threshold override (default: the model card's)"
@@ -70,6 +71,11 @@ class ServiceSettings(BaseSettings):
         default=None,
         description="operator policy file (TOML: per-category thresholds, block and allow lists; see "
         "docs/policy.example.toml), checked at start, reloaded by POST /admin/policy",
+    )
+    policy_dir: Path | None = Field(
+        default=None,
+        description="a directory of policy files POST /admin/policy may load by path (a relative path is taken "
+        "in it); unset: it reloads the start-up policy file only",
     )
 
     # micro-batching

@@ -29,6 +29,7 @@ from dialogue_safety.core.scoring import is_offensive, threshold_in_force
 from dialogue_safety.service.admission import CLASSIFY, EXPLAIN, AdmissionGate, http_client
 from dialogue_safety.service.batcher import MicroBatcher, PredictFn
 from dialogue_safety.service.errors import Overloaded
+from dialogue_safety.service.priority import build_at_lower_priority
 from dialogue_safety.service.settings import ServiceSettings
 from dialogue_safety.service.telemetry import ServiceMetrics
 
@@ -77,7 +78,10 @@ def load_onnx_classifier(settings: ServiceSettings) -> Classifier:
 
     # a derived variant's peak memory stays in a child process
     options = runtime_options(settings, derive_in_subprocess=True)
-    classifier: Classifier = OnnxClassifier(settings.model_dir, **options)
+    # created in a thread below the event loop's priority: onnxruntime's intra-op threads inherit it
+    classifier: Classifier = build_at_lower_priority(
+        settings.inference_nice, lambda: OnnxClassifier(settings.model_dir, **options)
+    )
     return classifier
 
 
@@ -107,6 +111,13 @@ class ServedModel:
     card_threshold: float
     batcher: MicroBatcher
     card: ModelCard | None = None  # the classifier's card (what an operator policy reads: heads, normalisation)
+
+
+class _InForce:
+    """The policy in force when the answer is decided (:meth:`ServiceState.decide`'s default)."""
+
+
+IN_FORCE = _InForce()
 
 
 class ServiceState:
@@ -180,6 +191,8 @@ class ServiceState:
         if not self.ready:
             self.loading = "warming up"
         await asyncio.to_thread(classifier.warmup)
+        if self.policy is not None:  # a large block list is built now, not in the first request's time
+            await asyncio.to_thread(self.policy.prepare, classifier.card)
         return classifier
 
     async def install(self, classifier: Classifier, settings: ServiceSettings) -> MicroBatcher | None:
@@ -298,6 +311,27 @@ class ServiceState:
             return None
         return threshold_in_force(self.card_threshold, self.settings.threshold)
 
+    async def decide_all(
+        self,
+        decisions: Sequence[tuple[Prediction, Example, float | None]],
+        request_threshold: float | None = None,
+        *,
+        served: ServedModel,
+    ) -> list[dict[str, Any]]:
+        """:meth:`decide` for each (prediction, example judged, item threshold) of one request, all under the
+        policy in force now. When its rules read texts (allow and block rules), the matching runs in a worker
+        thread: it is this request's work, never the event loop's."""
+        policy = self.policy
+
+        def decide_each() -> list[dict[str, Any]]:
+            return [
+                self.decide(p, request_threshold, t, served=served, example=e, policy=policy) for p, e, t in decisions
+            ]
+
+        if policy is not None and policy.matches_text and decisions:
+            return await asyncio.to_thread(decide_each)
+        return decide_each()
+
     def decide(
         self,
         prediction: Prediction,
@@ -306,19 +340,22 @@ class ServiceState:
         *,
         served: ServedModel | None = None,
         example: Example | None = None,
+        policy: Policy | None | _InForce = IN_FORCE,
     ) -> dict[str, Any]:
         """The answer for ``prediction`` made by ``served`` (default: the model serving now); with the
-        ``example`` it judged, under the operator policy in force (``policy``: the rule that decided)."""
+        ``example`` it judged, under the operator policy (default: the one in force; ``policy`` in the
+        answer: the rule that decided)."""
         served = served or self.served
         if served is None:
             raise NotReady(retry_after_s=self.settings.retry_after_s)
+        rules = self.policy if isinstance(policy, _InForce) else policy
         t = threshold_in_force(served.card_threshold, self.settings.threshold, request_threshold, item_threshold)
         if t != prediction.threshold:
             prediction = replace(
                 prediction, label=Label.from_bool(bool(is_offensive(prediction.score, t))), threshold=t
             )
-        if self.policy is not None and example is not None and served.card is not None:
-            prediction = self.policy.apply(example, prediction, served.card)
+        if rules is not None and example is not None and served.card is not None:
+            prediction = rules.apply(example, prediction, served.card)
         answer = {
             "label": prediction.label.value,
             "score": prediction.score,

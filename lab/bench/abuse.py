@@ -30,7 +30,10 @@ keep-alive connections) while idle, then during each attack, and samples the ser
   the process's memory and threads before and after;
 * ``break-it ids``: ids and round numbers of 2**63 and 10**23 on the break-it routes;
 * ``corpus nested line``: no server: ``dialogue-safety score`` on a corpus with a line nested
-  3,000 deep and a whitespace-only line, interrupted once, then resumed.
+  3,000 deep and a whitespace-only line, interrupted once, then resumed;
+* ``policy regex``, ``policy reload``, ``corpus hostile csv``: the operator's rules and the CSV reader
+  (:mod:`lab.bench.abuse_rules`: a nested-quantifier pattern and a 100,000-term block list, hostile
+  ``POST /admin/policy`` paths, hostile CSV records).
 
 The hot swaps and break-it ids run against a second server, started with an API key (the admin
 routes need one) and the break-it game on a temporary SQLite file. The attackers of the largest
@@ -77,6 +80,7 @@ from dialogue_safety.core.model_dir import default_model_dir
 from dialogue_safety.corpus.job import PARTS_SUFFIX, STATS_SUFFIX
 from dialogue_safety.service.routes import HEALTH_PATH
 from dialogue_safety.service.settings import ServiceSettings
+from lab.bench import abuse_rules
 from lab.bench.http_client import HOST, RawHttpClient
 from lab.bench.load_generator import (
     SMALL,
@@ -465,6 +469,7 @@ async def attack_open_loop(
         "server_cpu_cores": {
             role: round((cpu_after[role] - cpu_before.get(role, 0.0)) / wall, 2) for role in cpu_after
         },
+        "server_thread_nice": abuse_rules.thread_nices(server_pid),  # SAFETY_INFERENCE_NICE reaches every thread?
         "target_429_p99_le_50ms": refused_stats["p99_ms"] is not None and refused_stats["p99_ms"] <= 50,
         "target_ok_p99_le_bound": ok_stats["p99_ms"] is not None and ok_stats["p99_ms"] <= bound_ms,
         "target_ok_max_le_bound": ok_stats["max_ms"] is not None and ok_stats["max_ms"] <= bound_ms,
@@ -1000,6 +1005,13 @@ ATTACKS: list[tuple[str, ServerKind, Callable[[argparse.Namespace, Target], Atta
     ("hot swaps", "keyed", lambda a, t: (attack_hot_swaps, (t.url, a.swaps, str(a.model), t.key, t.pid))),
     ("break-it ids", "keyed", lambda a, t: (attack_breakit_ids, (t.url, t.key))),
     ("corpus nested line", "none", lambda a, t: (attack_corpus_nested_line, (str(a.model), a.corpus_rows))),
+    (
+        "policy regex",
+        "none",
+        lambda a, t: (abuse_rules.attack_policy_regex, (str(a.model), 2000 if a.smoke else abuse_rules.BIG_LIST)),
+    ),
+    ("policy reload", "keyed", lambda a, t: (abuse_rules.attack_policy_reload, (t.url, t.key, a.policy_dir))),
+    ("corpus hostile csv", "none", lambda a, t: (abuse_rules.attack_corpus_hostile_csv, (str(a.model),))),
 ]
 # the issue's bar while one client sends the largest allowed request: the others within 3x their quiet p99
 PROBER_TARGETS = {"largest explained", "largest batch"}
@@ -1233,6 +1245,9 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m lab.bench abu
     with pinned(client_cpus), tempfile.TemporaryDirectory(prefix="abuse-") as tmp:
         key = secrets.token_urlsafe(24)
         keyed = {**settings, "api_key": key, "breakit_db": str(Path(tmp) / "breakit.sqlite3")}
+        if any(name == "policy reload" for name, _, _ in attacks):  # a start-up policy and a policy directory
+            keyed.update(abuse_rules.policy_files(Path(tmp)))
+            args.policy_dir = keyed["policy_dir"]
         for kind, kind_settings, kind_key in (("plain", settings, None), ("keyed", keyed, key)):
             chosen = [(name, build) for name, needs, build in attacks if needs == kind]
             if not chosen:
