@@ -24,8 +24,8 @@ people who shoot at cops!" is not sexist); only sexist posts of another category
 (``hate_posts`` leaves ``violence`` unset on not-sexist posts for the same reason).
 
 CONDA is not read: its labels (explicit / implicit toxicity, game action, other) have no threat
-category, and they call "go hang urself" *other* and "go die" *explicit*: nothing there says which
-utterance is a threat.
+category, and they call "go hang urself" and "kys" *other* and "kill yourself" *explicit*: nothing there
+says which utterance is a threat.
 """
 
 from __future__ import annotations
