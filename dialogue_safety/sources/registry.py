@@ -245,7 +245,7 @@ SOURCES: dict[str, Source] = {
             LabelFamily.OFFENSIVE,
             "written: threats and wishes of harm at a person or an unnamed group, and look-alikes sharing their verb",
             "this project's (Apache-2.0)",
-            "written in dialogue_safety/sources/threat_sentences.py; nothing to download",
+            "written in dialogue_safety/sources/written/threats.tsv; nothing to download",
             threat_sentences.find,
             threat_sentences.load,
         ),
