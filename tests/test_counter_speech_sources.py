@@ -315,7 +315,7 @@ def test_history_measures_see_tainting_and_not_laundering() -> None:
         "hickey2025": [],
         "yu2022": [],
     }
-    probes = build_probes(lambda name, split: [r for r in rows[name] if r.split is split])
+    probes = build_probes(lambda name, split: [r for r in rows.get(name, []) if r.split is split])
     res = evaluate_history(probes, {"model": _Scorer()})["scorers"]["model"]
     assert res["benign_history"]["worst_drop"] == 0.0  # 'idiot' is caught whatever came before
     assert res["benign_history"]["pooled"]["alone"] == pytest.approx(100 * 2 / 3)  # 'vermin' alone is missed
@@ -348,7 +348,7 @@ def test_the_hostile_rise_is_also_given_over_utterances_that_answer_nothing() ->
         "hickey2025": [],
         "yu2022": [],
     }
-    probes = build_probes(lambda name, split: [r for r in rows[name] if r.split is split])
+    probes = build_probes(lambda name, split: [r for r in rows.get(name, []) if r.split is split])
     hostile = evaluate_history(probes, {"model": _Assent()})["scorers"]["model"]["hostile_history"]
     assert hostile["rise"] == pytest.approx(100 * 2 / 4)  # both yeses, of the four harmless utterances
     assert hostile["statements"] == {

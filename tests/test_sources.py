@@ -201,7 +201,7 @@ def test_diasafety_reads_gzip(tmp_path: Path) -> None:
 def test_convabuse_majority_rule_history_and_metadata() -> None:
     found = convabuse.find(FULL)
     examples = {ex.metadata["example_id"]: ex for ex in convabuse.load(found, ALL)}
-    assert len(examples) == 5
+    assert len(examples) == 6  # example 13 (train): a reply after abuse, for convabuse_replies
     first = examples["10"]
     assert first.label is Label.OFFENSIVE and first.utterance == "women belong in the kitchen"
     assert first.history == (

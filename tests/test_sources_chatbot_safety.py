@@ -235,15 +235,18 @@ def test_edos_official_splits_sexism_is_hateful_threat_and_objectification_flags
         "rewire_id,text,label_sexist,label_category,label_vector,split\n"
         'e-1,I will hurt her,sexist,"1. threats, plans to harm and incitement",1.1 threats of harm,train\n'
         "e-2,she is a toy,sexist,2. derogation,2.3 dehumanising attacks & overt sexual objectification,dev\n"
-        "e-3,nice weather,not sexist,none,none,test\n",
+        "e-3,nice weather,not sexist,none,none,test\n"
+        "e-4,start shooting at the cops,not sexist,none,none,train\n",
         gz=True,
     )
-    threat, toy, weather = hate_posts.load_edos(hate_posts.find_edos(tmp_path), ALL)
+    threat, toy, weather, not_sexist_threat = hate_posts.load_edos(hate_posts.find_edos(tmp_path), ALL)
     assert (threat.split, threat.label, threat.family) == (Split.TRAIN, Label.OFFENSIVE, LabelFamily.HATEFUL)
     assert threat.metadata["violence"] and threat.metadata["category"] == "1" and "sexual" not in threat.metadata
     assert toy.split is Split.VALID and toy.metadata["sexual"] and toy.metadata["vector"] == "2.3"
     assert (weather.split, weather.label, weather.metadata["category"]) == (Split.TEST, Label.SAFE, "")
-    assert toy.metadata["violence"] is False and weather.metadata["violence"] is False  # said on every row
+    assert toy.metadata["violence"] is False  # a sexist post of another category: judged not a threat
+    # EDOS judges threats among sexist posts only: a not-sexist post says nothing of violence
+    assert "violence" not in weather.metadata and "violence" not in not_sexist_threat.metadata
 
 
 def test_ghc_hate_violence_and_vulgarity(tmp_path: Path) -> None:

@@ -54,6 +54,9 @@ NAMES = [
     "context_toxicity",
     "edos",
     "ghc",
+    "convabuse_replies",
+    "bad_replies",
+    "threat_posts",
     "hatecheck",
 ]
 
@@ -69,6 +72,7 @@ def test_source_names_and_entries() -> None:
         "hatecheck",
         "edos",
         "ghc",
+        "threat_posts",  # GHC and EDOS posts, their families kept
     }
 
 
@@ -162,6 +166,9 @@ def test_real_statuses(data_dir: Path) -> None:
         "hickey2025": "complete",
         "hickey2024": "complete",
         "history_transplant": "complete",
+        "convabuse_replies": "complete",
+        "bad_replies": "complete",
+        "threat_posts": "complete",
         "hatecheck": "complete",
     }
 

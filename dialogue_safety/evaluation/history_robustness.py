@@ -8,6 +8,18 @@
   share flagged, in points. Beside it, the rise over the utterances that answer no turn in their source
   (``statements``: ConvAbuse's are users' replies to an agent, and a reply such as "yes, of course"
   after a hateful turn agrees with it, so flagging it there is right).
+* **bot replies after abuse** (the bot's own harmless reply must not inherit the user's hostility): natural
+  bot replies only, never sentences written for the measure.
+  ``convabuse``: the distinct ConvAbuse test agents' replies (deflections, refusals, apologies, continuers;
+  E.L.I.Z.A.'s reflections of the user's words left out, :func:`dialogue_safety.sources.bot_replies.agent_replies`)
+  alone, after :data:`BOT_REPLY_DRAWS` abusive test user turns and after as many non-abusive ones (drawn
+  once with the seed); the headline is the **rise** of the share flagged after an abusive turn over after
+  a non-abusive one, in points. Beside it, the replies that followed a turn labelled abusive in their own
+  conversation, scored there, and the rise over the replies that are not a training reply of
+  ``convabuse_replies`` (the bots' canned replies are few, and the source trains on them).
+  ``bad``: BAD's test bot turns labelled OK (``bad_fsb``'s test dialogues), in their own dialogue and alone,
+  after a human turn labelled not OK and, for comparison, after one labelled OK; the headline is the share
+  flagged in context after the unsafe turn, and its rise over the same replies alone.
 * **counter-speech**: civil counter-narratives after their hateful turn (CONAN test; the share
   flagged should be low) and replies that agree with hate (hickey2025 test endorsements; the share
   caught should be high). Reddit counter-hate (Yu 2022 test), which is often rude, is reported
@@ -23,10 +35,11 @@ from typing import Any
 
 import numpy as np
 
-from dialogue_safety.core.schema import Example, LabelledExample, Split, Turn
+from dialogue_safety.core.schema import Example, Label, LabelledExample, Split, Turn
 from dialogue_safety.core.scoring import is_offensive
 from dialogue_safety.evaluation.sampling import subsample
 from dialogue_safety.evaluation.scorers import Scorer, score
+from dialogue_safety.sources import bot_replies
 
 #: a friendly, sympathetic chat about a rough week (user / bot turns); histories are its last N turns
 FRIENDLY_CHAT: tuple[str, ...] = (
@@ -41,6 +54,8 @@ FRIENDLY_LENGTHS: tuple[int, ...] = (1, 3, 6)
 OFFENSIVE_SOURCES: tuple[str, ...] = ("olid", "convabuse", "dynahate")
 HOSTILE_SOURCES: tuple[str, ...] = ("conan", "dynahate")
 PER_SOURCE = 300  # utterances per source and measure (seeded sample)
+BOT_REPLY_DRAWS = 3  # user turns of each kind drawn for each ConvAbuse reply
+MAX_TURN_CHARS = 300  # a drawn user turn is at most this long
 
 SplitGetter = Callable[[str, Split], list[LabelledExample]]
 
@@ -72,12 +87,41 @@ def build_probes(get: SplitGetter, seed: int = 0, per_source: int = PER_SOURCE) 
     )
     conan = get("conan", Split.TEST)
     return {
+        "bot_replies": bot_reply_probes(get),
         "offensive": offensive,
         "harmless": harmless,
         "hostile_turns": hostile_turns,
         "civil_counter": [ex for ex in conan if ex.metadata.get("kind") == "counter_narrative"],
         "endorsements": [ex for ex in get("hickey2025", Split.TEST) if ex.metadata.get("kind") == "endorsement"],
         "reddit_counter": [ex for ex in get("yu2022", Split.TEST) if ex.metadata.get("kind") == "counter"],
+    }
+
+
+def bot_reply_probes(get: SplitGetter) -> dict[str, Any]:
+    """The natural bot replies of the "bot replies after abuse" measure (test splits; see the module docstring)."""
+    rows = get("convabuse", Split.TEST)
+    replies: dict[str, bot_replies.Reply] = {}
+    for reply in bot_replies.agent_replies(rows):
+        replies.setdefault(bot_replies.normalised(reply.reply), reply)
+    turns: dict[bool, set[str]] = {True: set(), False: set()}
+    for ex in rows:
+        if len(ex.utterance) <= MAX_TURN_CHARS:
+            turns[ex.label.is_positive].add(ex.utterance)
+    labelled = [ex for split in (Split.TRAIN, Split.VALID) for ex in get("convabuse", split)]
+    trained = {bot_replies.normalised(ex.utterance) for ex in bot_replies.build_convabuse(labelled, frozenset(Split))}
+    bad = bot_replies.bot_turns(get("bad_fsb", Split.TEST))
+    return {
+        "convabuse": {
+            "replies": [replies[k].reply for k in sorted(replies)],
+            "trained": sorted(k for k in replies if k in trained),
+            "abusive_turns": sorted(turns[True]),
+            "harmless_turns": sorted(turns[False]),
+            "natural": [r for r in bot_replies.agent_replies(rows) if r.answered is Label.OFFENSIVE],
+        },
+        "bad": {
+            "after_unsafe": [r for r in bad if r.answered is Label.OFFENSIVE],
+            "after_safe": [r for r in bad if r.answered is Label.SAFE],
+        },
     }
 
 
@@ -102,6 +146,7 @@ def evaluate_history(probes: Mapping[str, Any], scorers: Mapping[str, Scorer], s
         if hostile_turns
         else []
     )
+    bot_draws = _draw_bot_turns(probes.get("bot_replies"), rng)
     for role, scorer in scorers.items():
         t = float(scorer.threshold)
         res: dict[str, Any] = {"threshold": t}
@@ -163,6 +208,8 @@ def evaluate_history(probes: Mapping[str, Any], scorers: Mapping[str, Scorer], s
                 hostile["statements"]["rise"] = hostile["statements"]["after"] - hostile["statements"]["alone"]
         res["hostile_history"] = hostile
 
+        res["bot_replies"] = _bot_replies(probes.get("bot_replies"), bot_draws, flagged)
+
         # c. counter-speech
         counter: dict[str, Any] = {}
         for key, label in (("civil_counter", "flagged"), ("endorsements", "caught"), ("reddit_counter", "flagged")):
@@ -173,4 +220,84 @@ def evaluate_history(probes: Mapping[str, Any], scorers: Mapping[str, Scorer], s
             }
         res["counter_speech"] = counter
         out["scorers"][role] = res
+    return out
+
+
+Flagged = Callable[[Sequence[Example], str], np.ndarray]
+
+
+def _draw_bot_turns(probes: Mapping[str, Any] | None, rng: np.random.Generator) -> dict[str, list[str]]:
+    """For each ConvAbuse reply, :data:`BOT_REPLY_DRAWS` abusive and as many harmless test user turns
+    (drawn once: the same pairing for every scorer)."""
+    if not probes:
+        return {}
+    conv = probes["convabuse"]
+    n = len(conv["replies"]) * BOT_REPLY_DRAWS
+    return {
+        kind: [pool[int(i)] for i in rng.integers(0, len(pool), n)] if pool and n else []
+        for kind, pool in (("abusive", conv["abusive_turns"]), ("harmless", conv["harmless_turns"]))
+    }
+
+
+def _rise(after: float | None, before: float | None) -> float | None:
+    return after - before if after is not None and before is not None else None
+
+
+def _bot_replies(probes: Mapping[str, Any] | None, draws: Mapping[str, list[str]], flagged: Flagged) -> dict[str, Any]:
+    """The "bot replies after abuse" measure of one scorer (see the module docstring)."""
+    if not probes:
+        return {}
+    conv = probes["convabuse"]
+    replies: list[str] = conv["replies"]
+    out: dict[str, Any] = {}
+    if replies and draws.get("abusive") and draws.get("harmless"):
+        many = [r for r in replies for _ in range(BOT_REPLY_DRAWS)]
+        alone = flagged([Example(utterance=r) for r in replies], "bot replies: ConvAbuse alone")
+        after = {
+            kind: flagged(
+                [
+                    Example(utterance=r, history=(Turn(t, bot_replies.USER),))
+                    for r, t in zip(many, draws[kind], strict=True)
+                ],
+                f"bot replies: ConvAbuse after {kind} turns",
+            )
+            for kind in ("abusive", "harmless")
+        }
+        trained = set(conv["trained"])
+        unseen = np.array([bot_replies.normalised(r) not in trained for r in many])
+        row: dict[str, Any] = {
+            "replies": len(replies),
+            "draws": BOT_REPLY_DRAWS,
+            "alone": _pct(alone),
+            "after_harmless": _pct(after["harmless"]),
+            "after_abusive": _pct(after["abusive"]),
+        }
+        row["rise"] = _rise(row["after_abusive"], row["after_harmless"])
+        row["unseen"] = {
+            "replies": int(unseen.sum()) // BOT_REPLY_DRAWS,
+            "rise": _rise(_pct(after["abusive"][unseen]), _pct(after["harmless"][unseen])),
+        }
+        natural: list[bot_replies.Reply] = conv["natural"]
+        row["natural_after_abuse"] = {
+            "n": len(natural),
+            "flagged": _pct(
+                flagged(
+                    [Example(utterance=r.reply, history=r.history) for r in natural],
+                    "bot replies: ConvAbuse in their conversation",
+                )
+            ),
+        }
+        out["convabuse"] = row
+    bad: dict[str, Any] = {}
+    for kind in ("after_unsafe", "after_safe"):
+        rows: list[bot_replies.Reply] = probes["bad"][kind]
+        if not rows:
+            continue
+        by_itself = _pct(flagged([Example(utterance=r.reply) for r in rows], f"bot replies: BAD {kind} alone"))
+        in_context = _pct(
+            flagged([Example(utterance=r.reply, history=r.history) for r in rows], f"bot replies: BAD {kind}")
+        )
+        bad[kind] = {"n": len(rows), "alone": by_itself, "in_context": in_context, "rise": _rise(in_context, by_itself)}
+    if bad:
+        out["bad"] = bad
     return out

@@ -430,7 +430,10 @@ def history_section(results: Mapping[str, Any]) -> list[str]:
         f"**Hostile-history flag rate**: harmless test utterances alone and after one of {data['hostile_turns']} "
         "hateful test turns; the headline is the rise (points), and beside it the rise over the utterances that "
         'answer no turn in their source (a reply such as "yes, of course" agrees with the hateful turn before '
-        "it). **Counter-speech**: civil "
+        "it). **Bot replies after abuse**: the distinct ConvAbuse test agents' replies (deflections, refusals, "
+        "apologies; reflections of the user's words left out) after abusive and after non-abusive test user turns "
+        "(the headline is the rise, points), and BAD's test bot turns labelled OK after a human turn labelled "
+        "not OK, in their dialogue and alone. **Counter-speech**: civil "
         "counter-narratives after their hateful turn (flagged, lower is better), replies agreeing with hate "
         "(caught, higher is better); Reddit counter-hate is often rude itself (for information).",
         "",
@@ -456,6 +459,7 @@ def history_section(results: Mapping[str, Any]) -> list[str]:
             "  rise over utterances that answer no turn (points)",
             *[fmt(sc[r]["hostile_history"].get("statements", {}).get("rise")) for r in roles],
         ],
+        *_bot_reply_rows(sc, roles),
         ["civil counter-speech flagged %", *[fmt(sc[r]["counter_speech"]["civil_counter"]["flagged"]) for r in roles]],
         ["endorsements of hate caught %", *[fmt(sc[r]["counter_speech"]["endorsements"]["caught"]) for r in roles]],
         [
@@ -486,6 +490,30 @@ def history_section(results: Mapping[str, Any]) -> list[str]:
             "",
         ]
     return out
+
+
+def _bot_reply_rows(sc: Mapping[str, Any], roles: Sequence[str]) -> list[list[str]]:
+    """The history table's rows of the "bot replies after abuse" measure (none when it was not run)."""
+
+    def at(*path: str) -> list[str]:
+        return [fmt(_at("bot_replies", *path)(sc[r])) for r in roles]
+
+    if not any(sc[r].get("bot_replies") for r in roles):
+        return []
+    return [
+        ["bot replies after an abusive turn (ConvAbuse): rise (points)", *at("convabuse", "rise")],
+        ["  bot replies flagged alone %", *at("convabuse", "alone")],
+        ["  after a non-abusive user turn %", *at("convabuse", "after_harmless")],
+        ["  after an abusive user turn %", *at("convabuse", "after_abusive")],
+        ["  rise over replies not trained on (points)", *at("convabuse", "unseen", "rise")],
+        ["  in their own conversation, after abuse %", *at("convabuse", "natural_after_abuse", "flagged")],
+        [
+            "BAD safe bot turns after an unsafe human turn: flagged in context %",
+            *at("bad", "after_unsafe", "in_context"),
+        ],
+        ["  the same turns alone %", *at("bad", "after_unsafe", "alone")],
+        ["  after a safe human turn, in context % (for comparison)", *at("bad", "after_safe", "in_context")],
+    ]
 
 
 def anchors_section(results: Mapping[str, Any]) -> list[str]:

@@ -6,7 +6,9 @@ numeric prefixes ("1. threats, plans to harm and incitement", "2.3 dehumanising 
 sexual objectification"; "none" when not sexist), official ``split`` train / dev / test kept.
 Sexist is HATEFUL positive (gender is a protected attribute); not sexist is a HATEFUL negative
 (the abuse teacher decides whether it still teaches the offensive head 0). ``metadata``:
-``category`` / ``vector`` prefixes, ``violence`` (every row: category 1 or not), ``sexual`` for vector 2.3.
+``category`` / ``vector`` prefixes, ``violence`` (category 1 or not; sexist posts only: EDOS judges a
+not-sexist post for sexism alone, and "Start shooting at people who shoot at cops!" is not sexist, so the
+``violence`` head learns nothing from such a post), ``sexual`` for vector 2.3.
 
 ``ghc`` (Gab Hate Corpus, Kennedy et al. 2022; majority-vote ``GHC_train.tsv`` / ``GHC_test.tsv``,
 third-party copy, licence unconfirmed: research only): tab-separated ``text, hd, cv, vo`` with 0/1
@@ -58,7 +60,8 @@ def read_edos(path: Path, splits: frozenset[Split]) -> Iterator[LabelledExample]
         if label is Label.OFFENSIVE and not category:
             raise row.error(f"a sexist post without a category ({row['label_category']!r})")
         metadata: dict[str, object] = {"id": row["rewire_id"], "category": category, "vector": vector}
-        metadata[VIOLENCE] = category == "1"
+        if label is Label.OFFENSIVE:  # the category (threats or not) is judged for sexist posts only
+            metadata[VIOLENCE] = category == "1"
         if vector == "2.3":
             metadata["sexual"] = True
         yield LabelledExample(

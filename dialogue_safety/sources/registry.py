@@ -19,7 +19,9 @@ toxicchat, safetext, medical_safety, conda, context_toxicity, edos, ghc, olid, d
 dynahate, context_pairs (derived), identity_mentions (written), requests (written), threats (written),
 disguised (derived), collages (derived), conan, yu2022, hickey2025, hickey2024 (replies to hateful turns,
 dialogue_safety/sources/counter_speech.py), history_transplant (derived), breakit (exported rounds of the break-it
-game), hatecheck. Statuses: ``complete``
+game), hatecheck, convabuse_replies and bad_replies (derived: a bot's harmless reply after an abusive turn,
+dialogue_safety/sources/bot_replies.py), threat_posts (GHC and EDOS threats and their look-alikes).
+Statuses: ``complete``
 (the official files), ``partial`` (real data with splits or rows missing; loaded normally;
 DynaHate's subset is this), ``sample-only`` (format samples or fixtures; :func:`load_source`
 refuses them unless ``allow_samples=True``, and they must never be trained or evaluated on),
@@ -39,6 +41,7 @@ from dialogue_safety.sources import (
     bad,
     bad_fsb,
     bbf,
+    bot_replies,
     breakit,
     collages,
     conda,
@@ -56,6 +59,7 @@ from dialogue_safety.sources import (
     identity_mentions,
     olid,
     request_pairs,
+    threat_posts,
     threat_sentences,
     toxicchat,
     unsafe_advice,
@@ -241,7 +245,7 @@ SOURCES: dict[str, Source] = {
             LabelFamily.OFFENSIVE,
             "written: threats and wishes of harm at a person or an unnamed group, and look-alikes sharing their verb",
             "this project's (Apache-2.0)",
-            "written in dialogue_safety/sources/threat_sentences.py; nothing to download",
+            "written in dialogue_safety/sources/written/threats.tsv; nothing to download",
             threat_sentences.find,
             threat_sentences.load,
         ),
@@ -371,6 +375,33 @@ SOURCES: dict[str, Source] = {
             "https://osf.io/edua3/ (ghc_train.tsv, ghc_test.tsv)",
             hate_posts.find_ghc,
             hate_posts.load_ghc,
+        ),
+        Source(
+            bot_replies.CONVABUSE,
+            LabelFamily.UNSAFE_IN_CONTEXT,
+            "derived: ConvAbuse agents' replies after a user turn labelled abusive (echoes left out), SAFE in context",
+            "CC BY 4.0 (as ConvAbuse)",
+            "derived at load time from convabuse (train and valid); nothing to download",
+            bot_replies.find_convabuse,
+            bot_replies.load_convabuse,
+        ),
+        Source(
+            bot_replies.BAD,
+            bad.FAMILY,
+            "derived: BAD's bot turns labelled OK after a human turn labelled not OK, SAFE in context",
+            "as bad_fsb (no data licence stated; cite Xu et al. 2021; the FSB repository is MIT)",
+            "derived at load time from bad_fsb (its train and valid dialogues); nothing to download",
+            bot_replies.find_bad,
+            bot_replies.load_bad,
+        ),
+        Source(
+            threat_posts.SOURCE,
+            LabelFamily.HATEFUL,
+            "natural: GHC calls for violence and EDOS threats (violence true) and look-alikes sharing a word of harm",
+            "as its inputs (GHC not confirmed: research only; EDOS CC0 1.0)",
+            "derived at load time from ghc and edos (train and valid); nothing to download",
+            threat_posts.find,
+            threat_posts.load,
         ),
         Source(
             "hatecheck",
