@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 import uvicorn
 
@@ -73,20 +74,40 @@ class FakeClassifier:
             out.append(EncodedExample(tuple(a + b), (0,) * len(a) + (1,) * len(b), (1,) * (len(a) + len(b))))
         return out
 
-    def predict_encoded(self, encoded: Sequence[EncodedExample], threshold: float | None = None) -> list[Prediction]:
+    def row_logits(self, rows: Sequence[EncodedExample]) -> np.ndarray:
+        """One call of the model: each row's score (the batcher's calls are recorded in ``batches``)."""
         self.entered.set()
         if not self.gate.wait(10):
             raise TimeoutError("test gate never opened")
-        batch = list(encoded)
+        batch = list(rows)
         if self.fail_if is not None and self.fail_if(batch):
             raise RuntimeError("injected batch failure")
         self.batches.append(batch)
-        t = self.card.threshold if threshold is None else threshold
-        preds = []
+        scores = []
         for e in batch:
             b = [i for i, tt in zip(e.input_ids, e.token_type_ids, strict=True) if tt == 1]
             a = [i for i, tt in zip(e.input_ids, e.token_type_ids, strict=True) if tt == 0]
-            score = min(0.99, (0.9 if BAD_ID in b else 0.1) + 0.05 * a.count(BAD_ID))
+            scores.append([min(0.99, (0.9 if BAD_ID in b else 0.1) + 0.05 * a.count(BAD_ID))])
+        return np.array(scores)
+
+    def predict_scored(
+        self, encoded: Sequence[EncodedExample], scored: Callable[[Sequence[EncodedExample]], np.ndarray]
+    ) -> list[Prediction]:
+        return self._predictions(encoded, scored, None)
+
+    def predict_encoded(self, encoded: Sequence[EncodedExample], threshold: float | None = None) -> list[Prediction]:
+        return self._predictions(encoded, self.row_logits, threshold) if encoded else []
+
+    def _predictions(
+        self,
+        encoded: Sequence[EncodedExample],
+        scored: Callable[[Sequence[EncodedExample]], np.ndarray],
+        threshold: float | None,
+    ) -> list[Prediction]:
+        t = self.card.threshold if threshold is None else threshold
+        preds = []
+        for row_scores in scored(list(encoded)):  # one row per item (no windows here)
+            score = float(row_scores[0])
             cats = {h: score if i == 0 else score / 2 for i, h in enumerate(self.card.heads)}
             preds.append(Prediction(score=score, label=Label.from_bool(score >= t), threshold=t, categories=cats))
         return preds

@@ -31,6 +31,7 @@ def test_abuse_benchmark_smoke(
             "idle connections",
             "slow bodies",
             "largest requests",
+            "largest utterance",
             "largest explained",
             "largest batch",
             "overload",
@@ -59,7 +60,7 @@ def test_abuse_benchmark_smoke(
     assert report["machine"]["server_cpus"] != report["machine"]["client_cpus"]
 
     # round two (issue 39): each answer is a status the service chose, never a 5xx
-    for name in ("largest explained", "largest batch"):
+    for name in ("largest utterance", "largest explained", "largest batch"):
         details = attacks[name]["details"]
         assert details["statuses"] and not any(s.startswith("5") or s == "closed" for s in details["statuses"])
         assert {"target_prober_p99_within_3x_quiet", "target_prober_none_refused"} <= set(details)
@@ -90,6 +91,7 @@ def test_abuse_benchmark_smoke(
 def test_attacks_are_selected_by_name_or_first_word() -> None:
     assert [name for name, _, _ in abuse.selected_attacks("largest")] == [
         "largest requests",
+        "largest utterance",
         "largest explained",
         "largest batch",
     ]

@@ -12,6 +12,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+import numpy as np
 import pytest
 
 from dialogue_safety.core.encoding import EncodedExample
@@ -34,7 +35,7 @@ SETTINGS = {
 }
 
 
-def batcher(encode: Any, predict: Any, **kwargs: Any) -> MicroBatcher:
+def batcher(encode: Any, model: Any, **kwargs: Any) -> MicroBatcher:
     """A MicroBatcher with the service's defaults (ServiceSettings), but for the settings in ``kwargs``."""
     fields = {k: kwargs.pop(k) for k in list(kwargs) if k in SETTINGS}
     wait_s = fields.pop("max_wait_s", None)
@@ -43,7 +44,7 @@ def batcher(encode: Any, predict: Any, **kwargs: Any) -> MicroBatcher:
         settings = settings.model_copy(update={"max_wait_ms": wait_s * 1000})
     if kwargs.pop("inline", False):
         kwargs["encoder"] = InlineEncoder(encode)
-    return MicroBatcher(encode, predict, settings, **kwargs)
+    return MicroBatcher(encode, model, settings, **kwargs)
 
 
 class InlineEncoder:
@@ -78,6 +79,9 @@ class FakeModel:
         self.gate.set()
         self.entered = threading.Event()
         self.fail_ident: int | None = None
+        self.hold_ident: int | None = None  # a call with this row waits for resume (held is set meanwhile)
+        self.held = threading.Event()
+        self.resume = threading.Event()
 
     def encode(self, examples: Sequence[Example]) -> list[EncodedExample]:
         out = []
@@ -87,14 +91,24 @@ class FakeModel:
             out.append(EncodedExample(ids, (0,) * len(ids), (1,) * len(ids)))
         return out
 
-    def predict(self, encoded: list[EncodedExample]) -> list[Prediction]:
+    def row_logits(self, rows: Sequence[EncodedExample]) -> np.ndarray:
+        """One inference call: each row's ident (recorded per call in ``batches``)."""
         self.entered.set()
         assert self.gate.wait(GUARD_S)
-        idents = [e.input_ids[1] if len(e) >= 3 else e.input_ids[0] for e in encoded]
+        idents = [e.input_ids[1] if len(e) >= 3 else e.input_ids[0] for e in rows]
+        if self.hold_ident in idents:
+            self.held.set()
+            assert self.resume.wait(GUARD_S)
         if self.fail_ident is not None and self.fail_ident in idents:
             raise RuntimeError("boom")
         self.batches.append(idents)
-        return [Prediction(score=i / 1000, label=Label.SAFE, threshold=0.5) for i in idents]
+        return np.array([[i] for i in idents], dtype=np.float32)
+
+    def predict_scored(self, encoded: Sequence[EncodedExample], scored: Any) -> list[Prediction]:
+        """An item's score: the largest ident of its rows / 1000."""
+        return [
+            Prediction(score=float(scored(e.model_rows).max()) / 1000, label=Label.SAFE, threshold=0.5) for e in encoded
+        ]
 
 
 class RecordingObserver:
@@ -147,7 +161,7 @@ def run(coro_fn: Scenario, model: FakeModel | None = None, **kwargs: Any) -> tup
     observer = RecordingObserver()
 
     async def main() -> Any:
-        b = batcher(model.encode, model.predict, observer=observer, **kwargs)
+        b = batcher(model.encode, model, observer=observer, **kwargs)
         await b.start()
         try:
             return await asyncio.wait_for(coro_fn(b, model, observer), GUARD_S)
@@ -306,7 +320,7 @@ def test_stop_fails_pending_requests_and_refuses_new_ones() -> None:
     model.gate.clear()
 
     async def main() -> None:
-        b = batcher(model.encode, model.predict, inline=True)
+        b = batcher(model.encode, model, inline=True)
         with pytest.raises(NotReady):
             await b.submit([item(0)])  # not started
         await b.start()
@@ -337,14 +351,14 @@ def test_large_submissions_are_encoded_off_the_loop_with_the_same_results() -> N
 def test_invalid_configuration_is_refused() -> None:
     model = FakeModel()
     with pytest.raises(ValueError):
-        batcher(model.encode, model.predict, max_batch_size=0)
+        batcher(model.encode, model, max_batch_size=0)
 
 
 def test_stop_while_a_batch_waits_for_company_fails_its_items() -> None:
     model = FakeModel()
 
     async def main() -> None:
-        b = batcher(model.encode, model.predict, max_batch_size=8, max_wait_s=GUARD_S * 10, inline=True)
+        b = batcher(model.encode, model, max_batch_size=8, max_wait_s=GUARD_S * 10, inline=True)
         await b.start()
         await b.submit([item(1), item(2)])  # concurrent traffic: the next batch waits for company
         waiting = asyncio.create_task(b.submit([item(3)]))
@@ -365,7 +379,7 @@ def test_drain_finishes_queued_and_running_work_then_refuses_new_work() -> None:
     model.gate.clear()
 
     async def main() -> None:
-        b = batcher(model.encode, model.predict, max_batch_size=2)
+        b = batcher(model.encode, model, max_batch_size=2)
         await b.start()
         running = asyncio.create_task(b.submit([item(1)]))
         await wait_entered(model)
@@ -396,7 +410,7 @@ def test_drain_lets_a_submission_still_being_encoded_finish_on_this_batcher() ->
         return encode(examples)
 
     async def main() -> None:
-        b = batcher(slow_encode, model.predict)  # the default: several items are encoded in the helper thread
+        b = batcher(slow_encode, model)  # the default: several items are encoded in the helper thread
         await b.start()
         in_flight = asyncio.create_task(b.submit([item(1), item(2)]))
         await asyncio.to_thread(encoding.wait, GUARD_S)
@@ -423,7 +437,7 @@ def test_stop_fails_submissions_still_waiting_to_be_encoded() -> None:
         return encode(examples)
 
     async def main() -> list[object]:
-        b = batcher(slow_encode, model.predict)
+        b = batcher(slow_encode, model)
         await b.start()
         in_thread = asyncio.create_task(b.submit([item(1), item(3)]))
         await asyncio.to_thread(encoding.wait, GUARD_S)
@@ -442,7 +456,7 @@ def test_drain_gives_up_after_its_timeout_and_fails_what_is_left() -> None:
     model.gate.clear()
 
     async def main() -> None:
-        b = batcher(model.encode, model.predict)
+        b = batcher(model.encode, model)
         await b.start()
         running = asyncio.create_task(b.submit([item(1)]))
         await wait_entered(model)
@@ -467,7 +481,7 @@ def test_a_submission_of_several_items_is_encoded_off_the_event_loop() -> None:
         return encode(examples)
 
     async def main() -> list[float]:
-        b = batcher(recording_encode, model.predict)
+        b = batcher(recording_encode, model)
         await b.start()
         try:
             return [p.score for p in await b.submit([item(1), item(2)])]
@@ -492,7 +506,7 @@ def test_a_lone_short_request_to_an_idle_batcher_is_encoded_on_the_loop() -> Non
     long_one = Example(utterance="9:4" + " " * LONE_INLINE_CHARS)  # over the limit
 
     async def main() -> None:
-        b = batcher(recording_encode, model.predict)
+        b = batcher(recording_encode, model)
         await b.start()
         try:
             await b.submit([item(1)])  # idle and short: on the loop
@@ -524,18 +538,20 @@ def test_a_lone_short_request_to_an_idle_batcher_is_encoded_on_the_loop() -> Non
 def test_predict_raising_what_a_future_cannot_hold_fails_that_batch_only(raised: type[BaseException]) -> None:
     """StopIteration cannot be set on a future and CancelledError would end the batcher's loop: either
     raised by predict fails its batch (InferenceFailed) and the next request is answered."""
-    model = FakeModel()
-    calls = 0
 
-    def predict(encoded: Any) -> Any:
-        nonlocal calls
-        calls += 1
-        if calls == 1:
-            raise raised
-        return model.predict(encoded)
+    class Raising(FakeModel):
+        calls = 0
+
+        def row_logits(self, rows: Sequence[EncodedExample]) -> np.ndarray:
+            self.calls += 1
+            if self.calls == 1:
+                raise raised
+            return super().row_logits(rows)
+
+    model = Raising()
 
     async def main() -> list[str]:
-        b = batcher(model.encode, predict)
+        b = batcher(model.encode, model)
         await b.start()
         outcomes = []
         try:
@@ -562,7 +578,7 @@ def test_a_batcher_dropped_without_stop_ends_its_inference_thread() -> None:
     async def main() -> None:
         model = FakeModel()
         for _ in range(5):
-            b = batcher(model.encode, model.predict)
+            b = batcher(model.encode, model)
             await b.start()
             await b.submit([item(1)])
             assert b._task is not None
@@ -607,7 +623,7 @@ def test_concurrent_submissions_are_encoded_together_and_a_failing_one_is_isolat
         return encode(examples)
 
     async def main() -> list[object]:
-        b = batcher(counting_encode, model.predict)
+        b = batcher(counting_encode, model)
         await b.start()
         try:
             subs = [b.submit([item(i)]) for i in range(1, 9)]
@@ -622,43 +638,176 @@ def test_concurrent_submissions_are_encoded_together_and_a_failing_one_is_isolat
     assert max(calls) > 1  # at least one round encoded several submissions in one call
 
 
-def test_padded_tokens_count_the_second_pass_of_a_decomposed_model() -> None:
-    from dialogue_safety.core.encoding import EncodedExample
-    from dialogue_safety.service.batcher import _padded
-
-    def row(n: int, alone: int | None = None) -> EncodedExample:
-        extra = EncodedExample((1,) * alone, (0,) * alone) if alone else None
-        return EncodedExample((1,) * n, (0,) * n, (1,) * n, extra)
-
-    encoded = [row(10, 4), row(6), row(8, 7)]
-    # one call: 3 x 10 dialogue tokens, then 2 x 7 for the utterances alone
-    assert _padded(encoded, [[0, 1, 2]]) == 30 + 14
-    assert _padded(encoded, [[0], [1, 2]]) == (10 + 4) + (2 * 8 + 7)
-
-
 class WindowedModel(FakeModel):
-    """``"ident:n:w"``: an item of ``w`` windows of ``n`` tokens (a long utterance)."""
+    """``"ident:n:w"``: an item of ``w`` windows of ``n`` tokens (a long utterance); ``"ident:n:w:a"``: with an
+    utterance-alone row of ``a`` tokens too (a decomposed encoding with history). Window ``k`` > 0 carries the
+    ident ``10 * ident + k``, the alone row ``-ident``, so that the rows of each call can be told apart."""
 
     def encode(self, examples: Sequence[Example]) -> list[EncodedExample]:
         out = []
         for ex in examples:
-            ident, n, windows = (int(x) for x in ex.utterance.split(":"))
+            ident, n, windows, *alone = (int(x) for x in ex.utterance.split(":"))
             (row,) = super().encode([Example(utterance=f"{ident}:{n}")])
-            out.append(dataclasses.replace(row, more=(row,) * (windows - 1)))
+            more = tuple(
+                FakeModel.encode(self, [Example(utterance=f"{10 * ident + k}:{n}")])[0] for k in range(1, windows)
+            )
+            extra = FakeModel.encode(self, [Example(utterance=f"{-ident}:{alone[0]}")])[0] if alone else None
+            out.append(dataclasses.replace(row, more=more, alone=extra))
         return out
 
 
-def test_the_token_budget_counts_every_window_of_a_long_utterance() -> None:
+def test_the_token_budget_counts_every_row_and_a_long_items_windows_are_spread_over_batches() -> None:
     async def body(b: MicroBatcher, m: FakeModel, o: RecordingObserver) -> list[Prediction]:
         return await b.submit([Example(utterance="1:10:3"), Example(utterance="2:10:1"), Example(utterance="3:10:1")])
 
-    # 3 windows of 10 + 1 row of 10 = 40 padded tokens fit a budget of 40; the third item goes on
-    _, model, obs = run(body, WindowedModel(), max_batch_tokens=40)
-    assert model.batches == [[1, 2], [3]]
-    assert obs.batches == [(2, 40), (1, 10)]
-    # counted as items (what the budget was before windows), all three would have fitted in one call
-    _, model, obs = run(body, WindowedModel(), max_batch_tokens=30)
-    assert model.batches == [[1], [2, 3]] and obs.batches == [(1, 30), (2, 20)]
+    # 3 windows of 10 + 1 row of 10 = 40 tokens fit a budget of 40; the third item goes on
+    preds, model, obs = run(body, WindowedModel(), max_batch_tokens=40)
+    assert model.batches == [[1, 11, 12, 2], [3]]
+    assert obs.batches == [(4, 40), (1, 10)]
+    assert [p.score for p in preds] == [0.012, 0.002, 0.003]  # the item's rows combined (here: their maximum)
+    # a budget of 30: the first item's third window goes into the next batch, beside the next item's row
+    preds, model, obs = run(body, WindowedModel(), max_batch_tokens=30)
+    assert model.batches == [[1, 11, 12], [2, 3]] and obs.batches == [(3, 30), (2, 20)]
+    preds, model, obs = run(body, WindowedModel(), max_batch_tokens=20)
+    assert model.batches == [[1, 11], [12, 2], [3]]  # the long item answered after its last row, in batch 2
+    assert [p.score for p in preds] == [0.012, 0.002, 0.003]
+
+
+def test_the_utterance_alone_rows_are_rows_of_the_batch_padded_per_call() -> None:
+    async def body(b: MicroBatcher, m: FakeModel, o: RecordingObserver) -> list[Prediction]:
+        return await b.submit([Example(utterance="1:10:1:4"), Example(utterance="2:6:1"), Example(utterance="3:8:1:7")])
+
+    preds, model, obs = run(body, WindowedModel())
+    # one batch, one call, sorted longest first: 5 rows padded to 10
+    assert model.batches == [[1, 3, -3, 2, -1]] and obs.batches == [(5, 50)]
+    assert [p.score for p in preds] == [0.001, 0.002, 0.003]
+    preds, model, obs = run(body, WindowedModel(), max_batch_tokens=16)
+    # 16 tokens a batch, the rows in turn: [1, -1] (14 tokens, but 2 x 10 padded: two calls), [2, 3], [-3]
+    assert model.batches == [[1], [-1], [3, 2], [-3]]
+    assert obs.batches == [(1, 10), (1, 4), (2, 16), (1, 7)]
+    assert [p.score for p in preds] == [0.001, 0.002, 0.003]
+
+
+def test_another_clients_row_goes_between_the_windows_of_a_long_request() -> None:
+    """The unit of scheduling is a row: a client's short request waits for one batch of a long request's
+    windows, not for all of them, and is answered first."""
+    model = WindowedModel()
+    model.gate.clear()
+
+    async def body(b: MicroBatcher, m: FakeModel, o: RecordingObserver) -> list[str]:
+        running = asyncio.create_task(b.submit([Example(utterance="1:10:1")], client="a"))
+        await wait_entered(m)
+        long = asyncio.create_task(b.submit([Example(utterance="2:10:6")], client="a"))
+        await until(lambda: b.depth == 1)
+        short = asyncio.create_task(b.submit([Example(utterance="3:10:1")], client="b"))
+        await until(lambda: b.depth == 2)
+        m.gate.set()
+        first, _ = await asyncio.wait({long, short}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.gather(running, long, short)
+        assert [p.score for p in long.result()] == [0.025] and [p.score for p in short.result()] == [0.003]
+        return ["short" if t is short else "long" for t in first]
+
+    first, model, _ = run(body, model, max_batch_tokens=20)
+    assert first == ["short"]
+    # 20 tokens a batch: the long request's first window and the other client's row, then the other windows
+    assert model.batches == [[1], [2, 3], [21, 22], [23, 24], [25]]
+
+
+def test_busy_clients_take_turns_row_by_row_and_a_newcomer_waits_for_one_row_of_each() -> None:
+    model = WindowedModel()
+    model.gate.clear()
+    model.hold_ident = 21  # the inference thread holds the batch of a's second window
+
+    async def body(b: MicroBatcher, m: FakeModel, o: RecordingObserver) -> None:
+        running = asyncio.create_task(b.submit([Example(utterance="1:10:1")], client="x"))
+        await wait_entered(m)
+        a = asyncio.create_task(b.submit([Example(utterance="2:10:4")], client="a"))
+        b_ = asyncio.create_task(b.submit([Example(utterance="3:10:4")], client="b"))
+        await until(lambda: b.depth == 2)
+        m.gate.set()
+        await asyncio.to_thread(m.held.wait, GUARD_S)  # [1], [2], [3] ran; a and b are both busy
+        c = asyncio.create_task(b.submit([Example(utterance="4:10:1")], client="c"))
+        await until(lambda: b.depth == 3)
+        m.resume.set()
+        await asyncio.gather(running, a, b_, c)
+
+    _, model, _ = run(body, model, max_batch_tokens=10, max_pending_tokens=1000)
+    assert all(len(batch) == 1 for batch in model.batches)  # 10 tokens a batch: one row each
+    rows = [batch[0] for batch in model.batches]
+    # a and b in turn; the newcomer after the row running when it came (21) and b's turn at the same tag,
+    # before a's next row
+    assert rows == [1, 2, 3, 21, 31, 4, 22, 32, 23, 33]
+
+
+def test_a_long_request_whose_caller_goes_away_is_dropped_between_its_rows_and_gives_its_charge_back() -> None:
+    model = WindowedModel()
+    model.gate.clear()
+
+    async def body(b: MicroBatcher, m: FakeModel, o: RecordingObserver) -> tuple[int, int]:
+        lane = b.gate.lane("classify")
+        futures = await b.enqueue([Example(utterance="2:10:5")], client="a")
+        await wait_entered(m)  # its first window runs (10 tokens a batch)
+        b.release(futures)  # the HTTP client hung up
+        await asyncio.sleep(0)
+        charged = lane.charged
+        m.gate.set()
+        answer = await b.submit([Example(utterance="3:10:1")], client="b")
+        assert [p.score for p in answer] == [0.003]
+        return charged, lane.charged
+
+    (charged, after), model, obs = run(body, model, max_batch_tokens=10)
+    assert charged == 0 and after == 0
+    assert model.batches == [[2], [3]]  # its other four windows never ran
+    assert obs.dropped == 1
+
+
+def test_a_failing_row_fails_its_request_and_the_rest_of_its_rows_never_run() -> None:
+    model = WindowedModel()
+    model.fail_ident = 22
+    model.gate.clear()
+
+    async def body(b: MicroBatcher, m: FakeModel, o: RecordingObserver) -> list[object]:
+        running = asyncio.create_task(b.submit([Example(utterance="1:10:1")], client="x"))
+        await wait_entered(m)
+        doomed = asyncio.create_task(b.submit([Example(utterance="2:10:5")], client="a"))
+        other = asyncio.create_task(b.submit([Example(utterance="3:10:3")], client="b"))
+        await until(lambda: b.depth == 2)
+        m.gate.set()
+        return list(await asyncio.gather(running, doomed, other, return_exceptions=True))
+
+    # 10 tokens a batch: a row each, a's and b's in turn; the batch of a's third window fails, b's rows go on
+    (running, doomed, other), model, obs = run(body, model, max_batch_tokens=10)
+    assert model.batches == [[1], [2], [3], [21], [31], [32]]
+    assert isinstance(doomed, InferenceFailed)
+    assert [p.score for p in other] == [0.032]  # type: ignore[attr-defined]
+    assert not any(ident in (23, 24) for batch in model.batches for ident in batch)
+    assert obs.failures == 1 and obs.dropped == 0  # failed, not gone
+
+
+def test_stop_fails_a_request_whose_rows_were_partly_scored() -> None:
+    model = WindowedModel()
+    model.gate.clear()
+
+    model.hold_ident = 22  # its third window's batch is held
+
+    async def main() -> None:
+        b = batcher(model.encode, model, max_batch_tokens=10, inline=True)
+        await b.start()
+        long = asyncio.create_task(b.submit([Example(utterance="2:10:4")]))
+        queued = asyncio.create_task(b.submit([Example(utterance="3:10:3")], client="b"))
+        await wait_entered(model)
+        model.gate.set()
+        await asyncio.to_thread(model.held.wait, GUARD_S)
+        await b.stop()
+        model.resume.set()
+        for task in (long, queued):
+            with pytest.raises(NotReady) as info:
+                await asyncio.wait_for(task, GUARD_S)
+            assert info.value.code == "shutting_down"
+
+    asyncio.run(main())
+    assert model.batches[:4] == [[2], [3], [21], [31]]  # then [22] was held, and answered nobody
+    assert not {23, 32} & {ident for batch in model.batches for ident in batch}  # nothing ran after it
 
 
 # -- admission: charged by cost, two lanes, fair share ---------------------------------------------------
@@ -862,9 +1011,9 @@ def test_inference_runs_below_the_event_loops_priority_by_the_setting() -> None:
     seen: list[tuple[int, int]] = []
 
     class Recording(FakeModel):
-        def predict(self, encoded: list[EncodedExample]) -> list[Prediction]:
+        def row_logits(self, rows: Sequence[EncodedExample]) -> np.ndarray:
             seen.append((threading.get_native_id(), os.getpriority(os.PRIO_PROCESS, threading.get_native_id())))
-            return super().predict(encoded)
+            return super().row_logits(rows)
 
     loop_nice = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
 

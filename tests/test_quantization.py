@@ -567,18 +567,22 @@ def test_the_service_counts_the_dialogues_the_int8_check_scored_again() -> None:
     class Checked:  # a classifier whose check scores every second dialogue again
         check_band, checked_items = 0.03, 0
 
-        def predict_encoded(self, encoded: list[EncodedExample]) -> list[str]:
+        def row_logits(self, rows: list[EncodedExample]) -> list[str]:
+            return ["l"] * len(rows)
+
+        def predict_scored(self, encoded: list[EncodedExample], scored: object) -> list[str]:
             self.checked_items += len(encoded) // 2
             return ["p"] * len(encoded)
 
     metrics = ServiceMetrics()
     clf = Checked()
-    predict = _counting_int8_checks(clf, metrics)  # type: ignore[arg-type]
+    model = _counting_int8_checks(clf, metrics)  # type: ignore[arg-type]
     row = EncodedExample((101, 102), (0, 0), (1, 1))
-    assert predict([row] * 4) == ["p"] * 4 and predict([row] * 6) == ["p"] * 6
+    assert model.row_logits([row] * 2) == ["l"] * 2
+    assert model.predict_scored([row] * 4, None) == ["p"] * 4 and model.predict_scored([row] * 6, None) == ["p"] * 6  # type: ignore[arg-type]
     assert metrics.registry.get_sample_value("safety_int8_checked_items_total") == 5.0
     clf.check_band = 0.0
-    assert _counting_int8_checks(clf, metrics) == clf.predict_encoded  # type: ignore[arg-type]  # no check: as is
+    assert _counting_int8_checks(clf, metrics) is clf  # type: ignore[arg-type]  # no check: as is
 
 
 def _ort_graph(model: onnx.ModelProto, tmp_path: Path) -> list[str]:

@@ -185,10 +185,15 @@ class EncodedExample:
         return max(len(self), *(len(w) for w in self.more)) if self.more else len(self)
 
     @property
+    def model_rows(self) -> tuple[EncodedExample, ...]:
+        """Every row the model reads for this example: its windows, then those of its utterance-alone row
+        (what the micro-batcher schedules, one row at a time; the scorer combines them)."""
+        return self.rows if self.alone is None else (*self.rows, *self.alone.rows)
+
+    @property
     def tokens(self) -> int:
         """Tokens the model reads for this example: every window of both rows of a decomposed encoding."""
-        own = sum(len(w) for w in self.rows)
-        return own + (self.alone.tokens if self.alone is not None else 0)
+        return sum(len(w) for w in self.model_rows)
 
 
 class DialogueEncoder:

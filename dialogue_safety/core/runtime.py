@@ -36,6 +36,7 @@ from dialogue_safety.core.limits import MAX_WINDOWS
 from dialogue_safety.core.model_card import TOKENIZER_FILE, ModelCard
 from dialogue_safety.core.schema import Example, Prediction
 from dialogue_safety.core.scoring import (
+    RowLogits,
     context_columns,
     decomposed_logits,
     head_probabilities,
@@ -391,11 +392,12 @@ class OnnxClassifier:
         out = (session or self.session).run([OUTPUT_NAME], feeds)[0]
         return np.asarray(out, dtype=np.float32).reshape(len(encoded), self._n_heads)
 
-    def logits_encoded(self, encoded: Sequence[EncodedExample]) -> np.ndarray:
+    def logits_encoded(self, encoded: Sequence[EncodedExample], run: RowLogits | None = None) -> np.ndarray:
         """[n, heads] float32 logits in the caller's order (a decomposed model's utterance heads from
         a second, short pass over the utterances alone). With the int8 check, the dialogues whose
-        score lies within :attr:`check_band` of a threshold in :attr:`check_thresholds` get fp32's logits."""
-        logits = decomposed_logits(encoded, self._row_logits, self._context_cols)
+        score lies within :attr:`check_band` of a threshold in :attr:`check_thresholds` get fp32's logits.
+        ``run``: the rows' logits when they were run already (:meth:`predict_scored`)."""
+        logits = decomposed_logits(encoded, run or self._row_logits, self._context_cols)
         if self._checker is None or not len(encoded):
             return logits
         scores = main_scores(head_probabilities(logits, self.card), self.card)
@@ -416,6 +418,23 @@ class OnnxClassifier:
         for idx in self.batches(encoded):
             out[idx] = self.run_batch([encoded[i] for i in idx], session)
         return out
+
+    # -- rows: what the micro-batcher schedules (dialogue_safety.service.batcher) --
+    def row_logits(self, rows: Sequence[EncodedExample]) -> np.ndarray:
+        """[len(rows), heads] logits of model rows, each run as it is (a window or an utterance-alone row of
+        any example: :attr:`EncodedExample.model_rows`), in the caller's order."""
+        return self._row_logits(rows)
+
+    def predict_scored(
+        self, encoded: Sequence[EncodedExample], scored: RowLogits, threshold: float | None = None
+    ) -> list[Prediction]:
+        """:meth:`predict_encoded` of examples whose rows were run already: ``scored`` maps rows to their
+        logits (what :meth:`row_logits` gave them, whichever calls they were run in); combined as
+        :meth:`predict_encoded` combines them, the int8 check included."""
+        if not encoded:
+            return []
+        logits = self.logits_encoded(encoded, scored)
+        return predictions_from_logits(logits, self.card, threshold, [e.read for e in encoded])
 
     def logits(self, examples: Sequence[Example]) -> np.ndarray:
         return self.logits_encoded(self.encode(examples)) if examples else self.logits_encoded([])

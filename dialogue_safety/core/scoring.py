@@ -18,13 +18,10 @@ from dialogue_safety.core.model_card import ModelCard
 from dialogue_safety.core.schema import Label, Prediction, Reading
 
 NO_CONTEXT_LOGIT = -40.0  # a context head's logit for an example without history: probability ~0
+RowLogits = Callable[[Sequence[EncodedExample]], np.ndarray]  # model rows -> their [rows, heads] logits
 
 
-def decomposed_logits(
-    encoded: Sequence[EncodedExample],
-    run: Callable[[Sequence[EncodedExample]], np.ndarray],
-    context_cols: Sequence[int],
-) -> np.ndarray:
+def decomposed_logits(encoded: Sequence[EncodedExample], run: RowLogits, context_cols: Sequence[int]) -> np.ndarray:
     """[n, heads] logits of examples, each head read from its own row (``context_mode="decomposed"``)
     and, over a long utterance, the maximum over that row's windows.
 

@@ -1,43 +1,153 @@
 """The micro-batcher's queue: pending items (an encoded example, the future its caller awaits and the
-admission charge it holds) in two lanes, and how a batch is formed from them (by size, or at a deadline
-once traffic is concurrent). Classification items go first; explanation items fill what room is left,
-so that a long explanation never stands in front of a classification. Within a lane the clients take
-turns, one item each, in the order they arrived: a client's large request fills the batches only while
-nobody else waits, and another client's items join the next batch instead of waiting behind it all. Used by
-:class:`dialogue_safety.service.batcher.MicroBatcher`; admission (:mod:`dialogue_safety.service.admission`)
-bounds what it holds.
+admission charge it holds) in two lanes, and how a batch of **rows** is formed from them.
+
+An item is scored in rows (:attr:`dialogue_safety.core.encoding.EncodedExample.model_rows`: each window
+of a long utterance, each window of its utterance-alone row), and a batch is rows, not items: a long
+item's rows are spread over successive batches, with other clients' rows between them, and it is
+answered once its last row is scored. A batch closes at ``max_size`` rows or when the next row would take
+its tokens past ``max_tokens`` (one inference call's worth: no batch holds the core for longer than
+that, whatever the size of the requests behind it).
+
+Classification rows go first; explanation rows fill what room is left, so that a long explanation
+never stands in front of a classification. Within a lane the clients take turns by work (start-time
+fair queueing over model tokens): the next row is the one of the client whose turn tag is lowest; taking
+a row moves its client's tag on by the row's tokens, and a client that starts waiting starts at the tag
+of the row taken last. A client that sends one request at a time therefore goes before the next row of
+a client that keeps the queue busy, and two busy clients get the same tokens. Within a client, its items
+in the order they arrived. Used by :class:`dialogue_safety.service.batcher.MicroBatcher`; admission
+(:mod:`dialogue_safety.service.admission`) bounds what it holds.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections import OrderedDict, deque
+import heapq
+import itertools
+from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from dialogue_safety.core.encoding import EncodedExample
 from dialogue_safety.core.schema import Prediction
 from dialogue_safety.service.admission import CLASSIFY, EXPLAIN, Charge, LaneName
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class Pending:
+    """One item of a request: its rows are handed to batches in order (``taken`` so far), their logits
+    (``logits``, [rows, heads]) written by the inference thread as they are scored."""
+
     encoded: EncodedExample
     future: asyncio.Future[Prediction]
     enqueued: float  # loop.time() when the submission arrived (before encoding)
     charge: Charge | None = None  # its request's admission charge; this item's tokens go back when it settles
     lane: LaneName = CLASSIFY
+    rows: tuple[EncodedExample, ...] = field(init=False)
+    taken: int = field(default=0, init=False)
+    logits: Any = field(default=None, init=False)  # np.ndarray once a row is scored (inference thread only)
+    dropped: bool = field(default=False, init=False)  # its caller went away and its rows were dropped
+
+    def __post_init__(self) -> None:
+        self.rows = self.encoded.model_rows
+
+    @property
+    def client(self) -> str:
+        return self.charge.client if self.charge is not None else ""
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One row of a batch: row ``index`` of ``item``."""
+
+    item: Pending
+    index: int
+
+    @property
+    def encoded(self) -> EncodedExample:
+        return self.item.rows[self.index]
+
+    @property
+    def last(self) -> bool:
+        """The item's last row: the item is answered once it is scored."""
+        return self.index == len(self.item.rows) - 1
+
+
+class _Lane:
+    """The items of one lane, a queue per client, and whose turn it is (the lowest tag; ties: who came first)."""
+
+    def __init__(self) -> None:
+        self.clients: dict[str, deque[Pending]] = {}
+        self.tags: dict[str, int] = {}
+        self.now = 0  # the tag of the row taken last
+        self._turns: list[tuple[int, int, str]] = []  # (tag, arrival, client); stale entries skipped
+        self._arrival = itertools.count()
+
+    def put(self, item: Pending) -> None:
+        client = item.client
+        q = self.clients.get(client)
+        if q is None:
+            self.clients[client] = q = deque()
+            self._push(client, self.now)  # a client that starts waiting starts at the current turn
+        q.append(item)
+
+    def _push(self, client: str, tag: int) -> None:
+        self.tags[client] = tag
+        heapq.heappush(self._turns, (tag, next(self._arrival), client))
+
+    def next_client(self) -> str | None:
+        """The client whose row goes next (None: no client waits)."""
+        while self._turns:
+            tag, _, client = self._turns[0]
+            if self.tags.get(client) == tag and client in self.clients:
+                return client
+            heapq.heappop(self._turns)  # stale: the client's tag moved on, or it has nothing left
+        return None
+
+    def take(self, client: str) -> tuple[Row, bool]:
+        """The next row of ``client``'s first item, and whether that item is now fully taken."""
+        q = self.clients[client]
+        item = q[0]
+        row = Row(item, item.taken)
+        item.taken += 1
+        finished = item.taken == len(item.rows)
+        if finished:
+            q.popleft()
+        heapq.heappop(self._turns)
+        self.now = self.tags[client]
+        if q:
+            self._push(client, self.now + len(row.encoded))
+        else:
+            self.forget(client)
+        return row, finished
+
+    def drop_first(self, client: str) -> Pending:
+        """Remove ``client``'s first item (its caller is gone) without a turn passing."""
+        q = self.clients[client]
+        item = q.popleft()
+        if not q:
+            self.forget(client)
+        return item
+
+    def forget(self, client: str) -> None:
+        del self.clients[client]
+        del self.tags[client]
+
+    def items(self) -> Iterator[Pending]:
+        return (item for q in self.clients.values() for item in q)
+
+    def clear(self) -> None:
+        self.clients.clear()
+        self.tags.clear()
+        self._turns.clear()
 
 
 class BatchQueue:
-    """The pending items of both lanes, each lane a queue per client (arrival order within a client).
-    ``on_dropped(n)``: items whose caller went away were dropped when reached."""
+    """The pending items of both lanes. ``on_dropped(n)``: ``n`` items whose caller went away were dropped
+    when reached. ``len()``: the items with rows not yet handed to a batch."""
 
     def __init__(self, on_dropped: Callable[[int], None]) -> None:
-        self._lanes: dict[LaneName, OrderedDict[str, deque[Pending]]] = {
-            CLASSIFY: OrderedDict(),
-            EXPLAIN: OrderedDict(),
-        }
+        self._lanes: dict[LaneName, _Lane] = {CLASSIFY: _Lane(), EXPLAIN: _Lane()}
         self._size = 0
         self._arrived = asyncio.Event()
         self._on_dropped = on_dropped
@@ -46,15 +156,14 @@ class BatchQueue:
         return self._size
 
     def _items(self) -> Iterator[Pending]:
-        return (item for lane in self._lanes.values() for q in lane.values() for item in q)
+        return (item for lane in self._lanes.values() for item in lane.items())
 
     def live(self) -> int:
         """Items waiting whose caller still waits (cancelled ones are dropped when reached)."""
         return sum(1 for item in self._items() if not item.future.done())
 
     def put(self, item: Pending) -> None:
-        client = item.charge.client if item.charge is not None else ""
-        self._lanes[item.lane].setdefault(client, deque()).append(item)
+        self._lanes[item.lane].put(item)
         self._size += 1
         self._arrived.set()
 
@@ -66,31 +175,40 @@ class BatchQueue:
         self._size = 0
         return items
 
-    def _fill(self, batch: list[Pending], max_size: int, max_tokens: int | None = None) -> bool:
-        """Move items into ``batch`` (classification first; the clients of a lane in turn, one item each)
-        until it holds ``max_size`` items or, with ``max_tokens``, the next item's work (its tokens, every
-        window and pass) would take it past that (a first item always goes in); drop the abandoned.
-        True when the batch is full."""
-        work = sum(item.encoded.tokens for item in batch)  # the batch's work so far (it may be refilled)
+    def drop(self, items: Iterator[Pending] | list[Pending]) -> None:
+        """Count the items whose caller went away (once each; a failed item is not counted)."""
+        gone = 0
+        for item in items:
+            if item.future.cancelled() and not item.dropped:
+                item.dropped = True
+                gone += 1
+        if gone:
+            self._on_dropped(gone)
+
+    def _fill(self, batch: list[Row], max_size: int, max_tokens: int | None = None) -> bool:
+        """Move rows into ``batch`` (classification first; the clients of a lane by turn) until it holds
+        ``max_size`` rows or, with ``max_tokens``, the next row's tokens would take it past that (a first row
+        always goes in); drop the items whose caller is gone. True when the batch is full."""
+        work = sum(len(row.encoded) for row in batch)  # the batch's tokens so far (it may be refilled)
         for lane in self._lanes.values():
-            while lane and len(batch) < max_size:
-                client, q = next(iter(lane.items()))
-                if max_tokens is not None and batch and work + q[0].encoded.tokens > max_tokens:
-                    return True  # another client's item waits for the next batch, not behind this one's work
-                item = q.popleft()
-                self._size -= 1
-                if q:
-                    lane.move_to_end(client)  # the next client's turn
-                else:
-                    del lane[client]
-                if item.future.done():  # its caller is gone
-                    self._on_dropped(1)
-                else:
-                    batch.append(item)
-                    work += item.encoded.tokens
+            while len(batch) < max_size and (client := lane.next_client()) is not None:
+                item = lane.clients[client][0]
+                if item.future.done():  # its caller is gone (or an earlier row failed): the rest is not run
+                    lane.drop_first(client)
+                    self._size -= 1
+                    self.drop([item])
+                    continue
+                tokens = len(item.rows[item.taken])
+                if max_tokens is not None and batch and work + tokens > max_tokens:
+                    return True  # the next row waits for the next batch: no batch holds more than one call's work
+                row, finished = lane.take(client)
+                if finished:
+                    self._size -= 1
+                batch.append(row)
+                work += tokens
         return len(batch) >= max_size
 
-    async def _fill_when_arrived(self, batch: list[Pending], max_size: int, max_tokens: int | None) -> bool:
+    async def _fill_when_arrived(self, batch: list[Row], max_size: int, max_tokens: int | None) -> bool:
         while not len(self):
             self._arrived.clear()
             await self._arrived.wait()
@@ -100,22 +218,21 @@ class BatchQueue:
         self,
         max_size: int,
         wait_s: float,
-        on_cancel: Callable[[list[Pending]], None],
+        on_cancel: Callable[[list[Row]], None],
         max_tokens: int | None = None,
-    ) -> list[Pending]:
-        """The first live items, then, with ``wait_s`` > 0, what arrives until the batch holds ``max_size``
-        items (or ``max_tokens`` of work: one inference call's budget, so that a batch never holds the core
-        for a whole large request while another client's item waits) or ``wait_s`` after its first item
-        arrived. Cancelled while waiting for company: ``on_cancel(items taken)`` (their callers must not
-        wait for ever), then raises."""
-        batch: list[Pending] = []
+    ) -> list[Row]:
+        """The next live rows, then, with ``wait_s`` > 0, what arrives until the batch holds ``max_size``
+        rows (or ``max_tokens`` tokens: one inference call's budget) or ``wait_s`` after its first row's
+        item arrived. Cancelled while waiting for company: ``on_cancel(rows taken)`` (their callers must
+        not wait for ever), then raises."""
+        batch: list[Row] = []
         full = False
         while not batch:
             full = await self._fill_when_arrived(batch, max_size, max_tokens)
         if full or wait_s <= 0:
             return batch
         try:
-            async with asyncio.timeout_at(batch[0].enqueued + wait_s):
+            async with asyncio.timeout_at(batch[0].item.enqueued + wait_s):
                 while not full:
                     full = await self._fill_when_arrived(batch, max_size, max_tokens)
         except TimeoutError:

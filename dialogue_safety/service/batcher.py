@@ -1,29 +1,35 @@
-"""Micro-batching: concurrent requests merged into inference batches, off the event loop.
+"""Micro-batching: the rows of concurrent requests merged into inference batches, off the event loop.
 
 A queue of pending items (an encoded example and the future its caller awaits), bounded by
 admission (:mod:`dialogue_safety.service.admission`): a submission is encoded, charged its work
 (tokens x windows x passes) and queued, or refused (429 or 413) before anything is queued. One
 background task (started and stopped in the app's lifespan) forms batches and runs them, one at a
-time, in a single inference thread. A batch closes when it reaches ``max_batch_size`` items, when the
-next item's work would take it past ``max_batch_tokens`` (one inference call's worth: a batch never
-holds the core for a whole large request while another client's item waits), or at its deadline
-(``max_wait_s`` after its oldest item); classification items go before explanation items
-(:mod:`dialogue_safety.service.batch_queue`). It runs in length-sorted inference calls of at
-most ``max_batch_tokens`` padded tokens each (rows x longest, each window of a long utterance a row),
-cut by the one batching rule (:func:`dialogue_safety.core.batch_budget.token_budget_batches`). The
-settings (:class:`dialogue_safety.service.settings.ServiceSettings`) hold every default.
+time, in a single inference thread. The unit of scheduling is a **row**, not a request: an item is
+scored in rows (:attr:`dialogue_safety.core.encoding.EncodedExample.model_rows`: each window of a long
+utterance, each utterance-alone row), a batch is rows taken from the waiting items in turn
+(:mod:`dialogue_safety.service.batch_queue`: classification before explanation, the clients of a lane by
+turns of work), and it closes at ``max_batch_size`` rows, when the next row would take it past
+``max_batch_tokens`` tokens (one inference call's worth), or at its deadline (``max_wait_s`` after its
+first item arrived). So a long request's windows are spread over successive batches with other
+clients' rows between them, and nobody waits behind more than one bounded batch. A batch runs in
+length-sorted inference calls of at most ``max_batch_tokens`` padded tokens each (rows x longest), cut
+by the one batching rule (:func:`dialogue_safety.core.batch_budget.token_budget_batches`); each row's
+logits are kept with its item, and an item is answered once its last row is scored: its rows are
+combined by the runtime as a whole request's would be (:meth:`RowModel.predict_scored`), so its
+verdict does not depend on how its rows were batched. The settings
+(:class:`dialogue_safety.service.settings.ServiceSettings`) hold every default.
 
 Encoding runs in a helper thread, coalesced (:mod:`dialogue_safety.service.encoder`), except a lone
 short request to an idle batcher (``LONE_INLINE_CHARS``), encoded on the loop: one thread round trip
 fewer, while no other request waits for the loop.
 
 The single-request path stays lean: the batcher only waits for company when the last batch showed
-concurrent traffic (it held several items, or items arrived while it ran). Every future is
+concurrent traffic (it held rows of several items, or items arrived while it ran). Every future is
 resolved or failed, and every item gives its admission charge back when its future settles: items
-whose caller went away are dropped before inference; a failing batch fails only its own items
-(:class:`InferenceFailed`); stopping fails what is left with :class:`NotReady` (``shutting_down``).
-:meth:`MicroBatcher.drain` (the hot swap retiring the old model) refuses new work but lets
-everything already admitted finish first.
+whose caller went away are dropped before inference (their rows not yet run); a failing batch fails
+only the items it held rows of (:class:`InferenceFailed`); stopping fails what is left with
+:class:`NotReady` (``shutting_down``). :meth:`MicroBatcher.drain` (the hot swap retiring the old model)
+refuses new work but lets everything already admitted finish first.
 """
 
 from __future__ import annotations
@@ -35,18 +41,21 @@ import queue
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import suppress
 from typing import Any, Protocol
+
+import numpy as np
 
 from dialogue_safety.core.batch_budget import token_budget_batches
 from dialogue_safety.core.encoding import EncodedExample
 from dialogue_safety.core.errors import NotReady
 from dialogue_safety.core.limits import too_many_windows
 from dialogue_safety.core.schema import Example, Prediction
+from dialogue_safety.core.scoring import RowLogits
 from dialogue_safety.service.admission import CLASSIFY, AdmissionGate, Charge, LaneName
 from dialogue_safety.service.batch_observer import BatchObserver, NullObserver
-from dialogue_safety.service.batch_queue import BatchQueue, Pending
+from dialogue_safety.service.batch_queue import BatchQueue, Pending, Row
 from dialogue_safety.service.encoder import EncodeCoalescer, EncodeFn
 from dialogue_safety.service.errors import InferenceFailed
 from dialogue_safety.service.settings import ServiceSettings
@@ -56,7 +65,19 @@ log = logging.getLogger("dialogue_safety.service.batcher")
 # event loop: its tokenisation costs less than the round trip through the encoding thread, and no other
 # request is waiting for the loop meanwhile (the history is truncated before it is tokenised).
 LONE_INLINE_CHARS = 2_000
-PredictFn = Callable[[list[EncodedExample]], list[Prediction]]
+
+
+class RowModel(Protocol):
+    """What the batcher runs (:class:`dialogue_safety.core.runtime.OnnxClassifier` has both): rows of any
+    items in one call, and the predictions of items whose rows are all scored."""
+
+    def row_logits(self, rows: Sequence[EncodedExample]) -> np.ndarray:
+        """[len(rows), heads] logits, each row run as it is, in order."""
+        ...
+
+    def predict_scored(self, encoded: Sequence[EncodedExample], scored: RowLogits) -> list[Prediction]:
+        """One prediction per item, from its rows' logits (``scored``), combined as a whole request's are."""
+        ...
 
 
 class Encoder(Protocol):
@@ -69,22 +90,22 @@ class Encoder(Protocol):
 
 
 class MicroBatcher:
-    """Merge submissions into batches for ``predict`` (one inference call: one prediction per item, in
-    order). ``settings``: batch size and tokens, wait for company, Retry-After, admission budgets;
+    """Merge the rows of submissions into batches for ``model`` (rows run in calls; an item predicted
+    once its last row is scored). ``settings``: batch size and tokens, wait for company, Retry-After, admission budgets;
     ``gate``: the admission shared with other batchers of the service (default: one of its own, from
     ``settings``); ``encoder``: how submissions are encoded (default: an :class:`EncodeCoalescer` of ``encode``)."""
 
     def __init__(
         self,
         encode: EncodeFn,
-        predict: PredictFn,
+        model: RowModel,
         settings: ServiceSettings,
         *,
         gate: AdmissionGate | None = None,
         observer: BatchObserver | None = None,
         encoder: Encoder | None = None,
     ) -> None:
-        self._predict = predict
+        self._model = model
         self.max_batch_size = settings.max_batch_size
         self.max_batch_tokens = settings.max_batch_tokens
         self.max_wait_s = settings.max_wait_s
@@ -284,42 +305,44 @@ class MicroBatcher:
                 raise
             except Exception:  # a bug here must not stop the service: fail this batch only
                 log.exception("micro-batcher: unexpected error; failing one batch and continuing")
-                _fail_all(batch, InferenceFailed())
+                _fail_all(_items_of(batch), InferenceFailed())
 
-    async def _next_batch(self) -> list[Pending]:
+    async def _next_batch(self) -> list[Row]:
         assert self._queue is not None
         wait_s = self.max_wait_s if self._expect_company else 0.0  # company only when traffic is concurrent
         return await self._queue.next_batch(self.max_batch_size, wait_s, self._fail_stopped, self.max_batch_tokens)
 
-    async def _run(self, batch: list[Pending]) -> None:
-        live = [item for item in batch if not item.future.done()]  # callers gone while waiting for company
+    async def _run(self, batch: list[Row]) -> None:
+        assert self._queue is not None
+        live = [row for row in batch if not row.item.future.done()]  # callers gone while waiting for company
         if len(live) < len(batch):
-            self._observer.observe_dropped(len(batch) - len(live))
-        batch[:] = live
+            self._queue.drop(_items_of(batch))
         self._observer.observe_queue_depth(self.live_depth())
         if not live:
             return
         now = asyncio.get_running_loop().time()
-        encoded = [item.encoded for item in live]
-        calls = _calls(encoded, self.max_batch_tokens, self.max_batch_size)
-        for item in live:
-            self._observer.observe_queue_wait(now - item.enqueued)
+        for row in live:
+            if row.index == 0:
+                self._observer.observe_queue_wait(now - row.item.enqueued)
+        items = _items_of(live)
+        done = [row.item for row in live if row.last]  # answered once this batch is scored
+        calls = _calls([row.encoded for row in live], self.max_batch_tokens, self.max_batch_size)
         self._running_batch, self._arrived_while_running = True, 0
         try:
-            predictions, timings = await self._inference.run(self._predict, encoded, calls)
+            predictions, timings = await self._inference.run(self._model, live, calls, done)
         except Exception:
-            # Log the failure without the inputs; fail only this batch's callers.
-            padded = _padded(encoded, calls)
-            log.exception("inference failed for a batch of %d items (%d padded tokens)", len(live), padded)
+            # Log the failure without the inputs; fail only the items this batch held rows of.
+            padded = _padded([row.encoded for row in live], calls)
+            log.exception("inference failed for a batch of %d rows (%d padded tokens)", len(live), padded)
             self._observer.observe_batch_failure()
-            _fail_all(live, InferenceFailed())
+            _fail_all(items, InferenceFailed())
             return
         finally:
             self._running_batch = False
-            self._expect_company = len(live) > 1 or self._arrived_while_running > 0
+            self._expect_company = len(items) > 1 or self._arrived_while_running > 0
         for size, tokens, seconds in timings:
             self._observer.observe_batch(size, tokens, seconds)
-        for item, prediction in zip(live, predictions, strict=True):
+        for item, prediction in zip(done, predictions, strict=True):
             if not item.future.done():
                 item.future.set_result(prediction)
 
@@ -328,11 +351,16 @@ class MicroBatcher:
             log.error("micro-batcher loop stopped", exc_info=task.exception())
             self._accepting = False
 
-    def _fail_stopped(self, items: Sequence[Pending]) -> None:
-        _fail_all(items, self._shutting_down())
+    def _fail_stopped(self, rows: Sequence[Row]) -> None:
+        _fail_all(_items_of(rows), self._shutting_down())
 
     def _shutting_down(self) -> NotReady:
         return _shutting_down(self.retry_after_s)
+
+
+def _items_of(rows: Sequence[Row]) -> list[Pending]:
+    """The items ``rows`` belong to, once each, in order."""
+    return list({id(row.item): row.item for row in rows}.values())
 
 
 def _give_back(charge: Charge, tokens: int) -> Callable[[asyncio.Future[Prediction]], None]:
@@ -344,11 +372,9 @@ def _give_back(charge: Charge, tokens: int) -> Callable[[asyncio.Future[Predicti
     return give_back
 
 
-# one batch's predictions, and (items, padded tokens, seconds) of each call
+# one batch's predictions (of its items whose last row it held), and (rows, padded tokens, seconds) of each call
 _Result = tuple[list[Prediction], list[tuple[int, int, float]]]
-_Job = tuple[
-    asyncio.AbstractEventLoop, "asyncio.Future[_Result]", PredictFn, list[EncodedExample], Sequence[Iterable[int]]
-]
+_Job = tuple[asyncio.AbstractEventLoop, "asyncio.Future[_Result]", RowModel, list[Row], list[list[int]], list[Pending]]
 
 
 class _InferenceThread:
@@ -373,12 +399,12 @@ class _InferenceThread:
             self._end()  # puts the end of the jobs once
         self._jobs = self._end = None
 
-    async def run(self, predict: PredictFn, encoded: list[EncodedExample], calls: Sequence[Iterable[int]]) -> _Result:
+    async def run(self, model: RowModel, rows: list[Row], calls: list[list[int]], done: list[Pending]) -> _Result:
         if self._jobs is None:
             raise RuntimeError("the inference thread is not running")
         loop = asyncio.get_running_loop()
         future: asyncio.Future[_Result] = loop.create_future()
-        self._jobs.put((loop, future, predict, encoded, calls))
+        self._jobs.put((loop, future, model, rows, calls, done))
         return await future
 
 
@@ -389,11 +415,11 @@ def _serve_jobs(jobs: queue.SimpleQueue[_Job | None], nice: int = 0) -> None:
     overload while inference takes the CPU left."""
     lower_thread_priority(nice)
     while (job := jobs.get()) is not None:
-        loop, future, predict, encoded, calls = job
+        loop, future, model, rows, calls, done = job
         result: _Result | None = None
         error: BaseException | None = None
         try:
-            result = _predict_calls(predict, encoded, calls)
+            result = _score(model, rows, calls, done)
         except (StopIteration, asyncio.CancelledError) as exc:  # neither may be set on a future as a failure
             error = RuntimeError(f"inference raised {type(exc).__name__}")
         except BaseException as exc:  # the awaiting batch fails, not this thread
@@ -412,44 +438,54 @@ def _settle_job(future: asyncio.Future[_Result], result: _Result | None, error: 
         future.set_result(result)
 
 
-def _calls(encoded: Sequence[EncodedExample], max_batch_tokens: int, max_batch_size: int) -> list[list[int]]:
-    """The inference calls of one batch (item indices), cut by the one batching rule (every window of a
-    long utterance counts as a row)."""
-    if len(encoded) == 1:
-        return [[0]]  # one item is one call whatever its length (a single request: no sorting to do)
-    widths = [e.width for e in encoded]
-    rows = [len(e.rows) for e in encoded]
-    return [list(idx) for idx in token_budget_batches(widths, max_batch_tokens, max_batch_size, rows)]
+def _calls(rows: Sequence[EncodedExample], max_batch_tokens: int, max_batch_size: int) -> list[list[int]]:
+    """The inference calls of one batch (row indices), cut by the one batching rule."""
+    if len(rows) == 1:
+        return [[0]]  # one row is one call (a lone short request: no sorting to do)
+    return [idx.tolist() for idx in token_budget_batches([len(r) for r in rows], max_batch_tokens, max_batch_size)]
 
 
-def _predict_calls(predict: PredictFn, encoded: list[EncodedExample], calls: Sequence[Iterable[int]]) -> _Result:
-    """Run the inference calls of one batch (in the inference thread): predictions in the batch's
-    order, and (items, padded tokens, seconds) of each call."""
-    predictions: list[Prediction | None] = [None] * len(encoded)
+def _score(model: RowModel, rows: list[Row], calls: Sequence[Sequence[int]], done: list[Pending]) -> _Result:
+    """Run one batch (in the inference thread): each call's rows, their logits kept with their items; then
+    the predictions of the items ``done`` (their last row was in this batch), from all their rows' logits;
+    and (rows, padded tokens, seconds) of each call."""
     timings: list[tuple[int, int, float]] = []
     for call in calls:
         start = time.perf_counter()
-        idx = list(call)
-        run = [encoded[i] for i in idx]
-        got = predict(run)
-        if len(got) != len(run):
-            raise RuntimeError(f"predict returned {len(got)} predictions for {len(run)} items")
-        for i, prediction in zip(idx, got, strict=True):
-            predictions[i] = prediction
+        run = [rows[i].encoded for i in call]
+        logits = np.asarray(model.row_logits(run))
+        if logits.ndim != 2 or len(logits) != len(run):
+            raise RuntimeError(f"row_logits returned {logits.shape} for {len(run)} rows")
+        for i, row_logits in zip(call, logits, strict=True):
+            item = rows[i].item
+            if item.logits is None:
+                item.logits = np.empty((len(item.rows), logits.shape[1]), dtype=np.float32)
+            item.logits[rows[i].index] = row_logits
         timings.append((len(run), _padded(run, [range(len(run))]), time.perf_counter() - start))
-    return [p for p in predictions if p is not None], timings
+    if not done:
+        return [], timings
+    predictions = model.predict_scored([item.encoded for item in done], _scored(done))
+    if len(predictions) != len(done):
+        raise RuntimeError(f"predict_scored returned {len(predictions)} predictions for {len(done)} items")
+    return predictions, timings
 
 
-def _padded(encoded: Sequence[EncodedExample], calls: Sequence[Sequence[int]]) -> int:
-    """Padded tokens of a batch run in ``calls`` (rows x longest, per call: every window of a long
-    utterance is a row), with the second, short pass over the utterances alone of a decomposed
-    model (``EncodedExample.alone``)."""
-    total = 0
-    for idx in calls:
-        total += sum(len(encoded[i].rows) for i in idx) * max(encoded[i].width for i in idx)
-        alone = [a for i in idx if (a := encoded[i].alone) is not None]
-        total += sum(len(a.rows) for a in alone) * max((a.width for a in alone), default=0)
-    return total
+def _scored(items: Sequence[Pending]) -> RowLogits:
+    """The logits of the rows of ``items`` (each scored in whichever batch it ran in), looked up by row."""
+    table = {id(row): item.logits[k] for item in items for k, row in enumerate(item.rows)}
+    width = items[0].logits.shape[1]
+
+    def scored(rows: Sequence[EncodedExample]) -> np.ndarray:
+        if not rows:
+            return np.zeros((0, width), dtype=np.float32)
+        return np.stack([table[id(row)] for row in rows])
+
+    return scored
+
+
+def _padded(rows: Sequence[EncodedExample], calls: Sequence[Sequence[int]]) -> int:
+    """Padded tokens of rows run in ``calls`` (rows x longest, per call)."""
+    return sum(len(idx) * max(len(rows[i]) for i in idx) for idx in calls if len(idx))
 
 
 def _shutting_down(retry_after_s: int) -> NotReady:

@@ -79,12 +79,15 @@ class ServiceSettings(BaseSettings):
     )
 
     # micro-batching
-    max_batch_size: int = Field(default=MAX_BATCH_SIZE, ge=1, le=4096, description="items per inference batch at most")
+    max_batch_size: int = Field(
+        default=MAX_BATCH_SIZE, ge=1, le=4096, description="rows (windows, utterance-alone rows) per batch at most"
+    )
     max_batch_tokens: int = Field(
         default=MAX_BATCH_TOKENS,
         ge=1,
-        description="padded tokens per inference call at most (items x longest): each batch runs in length-sorted "
-        "calls this big (less padding waste on CPU; raise it on GPU)",
+        description="tokens of rows per batch at most, and padded tokens per inference call (rows x longest): a batch "
+        "runs in length-sorted calls this big (less padding waste on CPU; raise it on GPU). A long request's rows "
+        "are spread over batches: nobody waits behind more than one",
     )
     max_wait_ms: float = Field(
         default=2.0, ge=0.0, le=1000.0, description="how long a batch may wait for company once traffic is concurrent"

@@ -25,9 +25,9 @@ from dialogue_safety.core.model_card import ModelCard
 from dialogue_safety.core.policy import Policy, load_policy
 from dialogue_safety.core.runtime_options import runtime_options
 from dialogue_safety.core.schema import Example, Label, Prediction
-from dialogue_safety.core.scoring import is_offensive, threshold_in_force
+from dialogue_safety.core.scoring import RowLogits, is_offensive, threshold_in_force
 from dialogue_safety.service.admission import CLASSIFY, EXPLAIN, AdmissionGate, http_client
-from dialogue_safety.service.batcher import MicroBatcher, PredictFn
+from dialogue_safety.service.batcher import MicroBatcher, RowModel
 from dialogue_safety.service.errors import Overloaded
 from dialogue_safety.service.priority import build_at_lower_priority
 from dialogue_safety.service.settings import ServiceSettings
@@ -67,6 +67,8 @@ class Classifier(Protocol):
     def predict_encoded(
         self, encoded: Sequence[EncodedExample], threshold: float | None = None
     ) -> list[Prediction]: ...
+    def row_logits(self, rows: Sequence[EncodedExample]) -> Any: ...
+    def predict_scored(self, encoded: Sequence[EncodedExample], scored: RowLogits) -> list[Prediction]: ...
     def warmup(self) -> object: ...
 
 
@@ -85,19 +87,27 @@ def load_onnx_classifier(settings: ServiceSettings) -> Classifier:
     return classifier
 
 
-def _counting_int8_checks(classifier: Classifier, metrics: ServiceMetrics) -> PredictFn:
-    """``classifier.predict_encoded``, counting the dialogues its int8 check scored again with fp32
-    (``safety_int8_checked_items_total``); the classifier itself unless it has a check."""
+def _counting_int8_checks(classifier: Classifier, metrics: ServiceMetrics) -> RowModel:
+    """What the batcher runs: the classifier's rows and predictions, counting the dialogues its int8 check
+    scored again with fp32 (``safety_int8_checked_items_total``); the classifier itself unless it has a check."""
     if not classifier.check_band:
-        return classifier.predict_encoded
+        return classifier
+    return _Int8CheckCounter(classifier, metrics)
 
-    def predict(encoded: list[EncodedExample]) -> list[Prediction]:
-        before = classifier.checked_items
-        predictions = classifier.predict_encoded(encoded)
-        metrics.int8_checked.inc(classifier.checked_items - before)
+
+class _Int8CheckCounter:
+    def __init__(self, classifier: Classifier, metrics: ServiceMetrics) -> None:
+        self.classifier = classifier
+        self.metrics = metrics
+
+    def row_logits(self, rows: Sequence[EncodedExample]) -> Any:
+        return self.classifier.row_logits(rows)
+
+    def predict_scored(self, encoded: Sequence[EncodedExample], scored: RowLogits) -> list[Prediction]:
+        before = self.classifier.checked_items
+        predictions = self.classifier.predict_scored(encoded, scored)
+        self.metrics.int8_checked.inc(self.classifier.checked_items - before)
         return predictions
-
-    return predict
 
 
 @dataclass(frozen=True)

@@ -76,7 +76,10 @@ class ServiceMetrics:
             registry=r,
         )
         self.batch_size = Histogram(
-            f"{PREFIX}_batch_size", "items per inference batch", buckets=SIZE_BUCKETS, registry=r
+            f"{PREFIX}_batch_size",
+            "rows per inference call (windows, utterance-alone rows)",
+            buckets=SIZE_BUCKETS,
+            registry=r,
         )
         self.batch_tokens = Histogram(
             f"{PREFIX}_batch_tokens",
@@ -86,7 +89,7 @@ class ServiceMetrics:
         )
         self.inference_time = Histogram(
             f"{PREFIX}_inference_seconds",
-            "time of one inference batch (predict_encoded)",
+            "time of one inference call (row_logits)",
             buckets=LATENCY_BUCKETS,
             registry=r,
         )

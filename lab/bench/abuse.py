@@ -9,6 +9,8 @@ keep-alive connections) while idle, then during each attack, and samples the ser
   (``--slow-bodies``);
 * ``largest requests``: concurrent requests of the largest allowed size (32 history turns and an
   utterance of 4,000 emoji each) (``--largest``);
+* ``largest utterance``: one client sending the largest legal single request (a 4,000-character utterance of
+  prose after 32 history turns of 4,000 characters: every window within ``SAFETY_MAX_WINDOWS``), again and again;
 * ``largest explained``: one client asking for the explanation of a 4,000-character utterance,
   again and again (the admission plans an explanation that fits, or answers 413);
 * ``largest batch``: one client sending the largest batch of 4,000-character items the limits
@@ -37,7 +39,7 @@ keep-alive connections) while idle, then during each attack, and samples the ser
 
 The hot swaps and break-it ids run against a second server, started with an API key (the admin
 routes need one) and the break-it game on a temporary SQLite file. The attackers of the largest
-explained request and batch connect from another loopback address (127.0.0.2): the admission
+utterance, explained request and batch connect from another loopback address (127.0.0.2): the admission
 charges work per client address, and they are other clients than the well-behaved one; their
 ``target_prober_*`` keys are the issue's bar (its p99 within 3x the quiet p99, none refused).
 
@@ -548,6 +550,8 @@ ATTACKER_HOST = "127.0.0.2"
 # 4,000 characters of prose (the per-text limit): ~1,000 tokens, read in ~10 windows
 TEXT_4K = ("honestly you people are the worst thing that ever happened to this forum and " * 60)[:4000]
 EXPLAINED_4K = json.dumps({"utterance": TEXT_4K, "explain": True}).encode()
+# the largest legal single request: the longest utterance and history the limits take, every window within the cap
+UTTERANCE_4K = json.dumps({"history": [TEXT_4K] * 32, "utterance": TEXT_4K}).encode()
 DEEP = 3000  # brackets: the nesting that crashed the JSON parsers of round one
 COST = re.compile(r"costs (\d+) model tokens")
 
@@ -609,6 +613,19 @@ async def _statuses_for(
 
 def _counts(statuses: Counter[str]) -> str:
     return ", ".join(f"{c} x {s}" for s, c in statuses.most_common())
+
+
+async def attack_largest_utterance(url: str, duration_s: float) -> tuple[str, dict[str, Any]]:
+    """One client (another address) sending the largest legal single request again and again: a 4,000-character
+    utterance (~10 windows, each a row twice: with the history and alone) after 32 history turns of 4,000."""
+    statuses, latencies = await _statuses_for(url, "/v1/classify", UTTERANCE_4K, duration_s)
+    details = {
+        "statuses": dict(statuses),
+        "body_bytes": len(UTTERANCE_4K),
+        "attacker_address": attacker_source() or HOST,
+        **_stats_ms(latencies),
+    }
+    return f"{sum(statuses.values())} 4,000-char utterances after 32 turns: {_counts(statuses)}", details
 
 
 async def attack_largest_explained(url: str, duration_s: float) -> tuple[str, dict[str, Any]]:
@@ -991,6 +1008,7 @@ ATTACKS: list[tuple[str, ServerKind, Callable[[argparse.Namespace, Target], Atta
     ("idle connections", "plain", lambda a, t: (attack_idle, (t.url, a.idle, a.hold_s))),
     ("slow bodies", "plain", lambda a, t: (attack_slow_bodies, (t.url, a.slow_bodies, 2 * 1024 * 1024, a.hold_s))),
     ("largest requests", "plain", lambda a, t: (attack_largest, (t.url, a.largest, a.duration_s))),
+    ("largest utterance", "plain", lambda a, t: (attack_largest_utterance, (t.url, a.duration_s))),
     ("largest explained", "plain", lambda a, t: (attack_largest_explained, (t.url, a.duration_s))),
     ("largest batch", "plain", lambda a, t: (attack_largest_batch, (t.url, a.duration_s, a.max_batch_items))),
     ("overload", "plain", lambda a, t: (attack_overload, (t.url, a.overload, a.duration_s))),
@@ -1014,13 +1032,13 @@ ATTACKS: list[tuple[str, ServerKind, Callable[[argparse.Namespace, Target], Atta
     ("corpus hostile csv", "none", lambda a, t: (abuse_rules.attack_corpus_hostile_csv, (str(a.model),))),
 ]
 # the issue's bar while one client sends the largest allowed request: the others within 3x their quiet p99
-PROBER_TARGETS = {"largest explained", "largest batch"}
+PROBER_TARGETS = {"largest utterance", "largest explained", "largest batch"}
 QUIET_P99_FACTOR = 3.0
 DROPS_NOTHING = {"hot swaps"}  # the well-behaved client's every request answered 200 meanwhile
 
 
 def selected_attacks(spec: str) -> list[tuple[str, ServerKind, Callable[[argparse.Namespace, Target], Attack]]]:
-    """``--attacks``: comma-separated names or first words ('largest' selects the three largest-request attacks)."""
+    """``--attacks``: comma-separated names or first words ('largest' selects the four largest-request attacks)."""
     chosen = {s.strip() for s in spec.split(",") if s.strip()}
     out = [a for a in ATTACKS if not chosen or a[0] in chosen or a[0].split()[0] in chosen]
     unknown = chosen - {a[0] for a in ATTACKS} - {a[0].split()[0] for a in ATTACKS}
@@ -1195,7 +1213,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         default="",
         help="comma-separated subset, by name or first word: "
         + ", ".join(sorted({name.split()[0] for name, _, _ in ATTACKS}))
-        + " ('largest' is the three largest-request attacks; 'largest batch' one of them)",
+        + " ('largest' is the four largest-request attacks; 'largest batch' one of them)",
     )
     p.add_argument(
         "--server-setting",

@@ -1,0 +1,142 @@
+"""The micro-batcher schedules rows, with the real ONNX runtime (the tiny exported models, no fakes): a long
+request's windows are spread over batches with another client's rows between them, and every request's
+verdict is the one the runtime gives it scored alone or with all its rows together (batch = single)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+from service_conftest import tiny_model_dir  # noqa: F401  (fixture)
+from tokenizers import Tokenizer
+
+from dialogue_safety.core.encoding import EncodedExample, EncodingConfig
+from dialogue_safety.core.runtime import OnnxClassifier
+from dialogue_safety.core.schema import Example, Prediction
+from dialogue_safety.service.batcher import MicroBatcher
+from dialogue_safety.service.settings import ServiceSettings
+
+GUARD_S = 60.0  # only against hangs; never asserted on
+INSULT = "you are a very stupid idiot and i hate you because you are"
+LONG = " ".join([INSULT] * 30)  # ~390 tokens: several windows
+HISTORY = ["what do you think of my essay?", " ".join(["it was a long essay about the history of the town"] * 8)]
+LONG_REQUESTS = [Example.from_texts(LONG, HISTORY), Example(utterance=LONG)]
+SHORT_REQUESTS = [
+    Example.from_texts("thanks, that was helpful", ["can you help me?", "sure"]),
+    Example(utterance="ok"),
+    Example.from_texts("i agree", ["women are worse drivers"]),
+    Example.from_texts("shut up", ["hello"]),
+]
+
+
+@pytest.fixture(scope="module")
+def decomposed_model_dir(tiny_tokenizer: Tokenizer, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random two-head model with the decomposed encoding (a context head read from the dialogue
+    row, the other from the utterance alone: every example with history has an utterance-alone row)."""
+    import torch
+
+    from dialogue_safety.core.model_card import ModelCard
+    from dialogue_safety.export.onnx_export import export_checkpoint
+    from dialogue_safety.training.checkpoint import save_checkpoint
+    from dialogue_safety.training.modeling import build_model
+
+    torch.manual_seed(3)
+    heads = ["offensive", "unsafe_in_context"]
+    model = build_model("random:tiny", heads, vocab_size=tiny_tokenizer.get_vocab_size())
+    card = ModelCard(
+        name="tiny-decomposed",
+        version="0.0.1",
+        heads=heads,
+        score_heads=heads,
+        context_heads=["unsafe_in_context"],
+        threshold=0.5,
+        encoding=EncodingConfig(context_mode="decomposed").to_dict(),
+    )
+    checkpoint = save_checkpoint(tmp_path_factory.mktemp("decomposed_ckpt"), model, tiny_tokenizer, card)
+    out = tmp_path_factory.mktemp("decomposed") / "model"
+    export_checkpoint(checkpoint, out, variant_names=["fp32"])
+    return out
+
+
+class Recording:
+    """The classifier as the batcher sees it, recording which request each row of each call belongs to."""
+
+    def __init__(self, clf: OnnxClassifier) -> None:
+        self.clf = clf
+        self.owner: dict[int, str] = {}  # id(row) -> request name
+        self.calls: list[list[str]] = []
+
+    def own(self, name: str, encoded: EncodedExample) -> None:
+        for row in encoded.model_rows:
+            self.owner[id(row)] = name
+
+    def row_logits(self, rows: Sequence[EncodedExample]) -> np.ndarray:
+        self.calls.append([self.owner.get(id(row), "?") for row in rows])
+        return self.clf.row_logits(rows)
+
+    def predict_scored(self, encoded: Sequence[EncodedExample], scored: object) -> list[Prediction]:
+        return self.clf.predict_scored(encoded, scored)  # type: ignore[arg-type]
+
+
+def _serve(clf: OnnxClassifier, max_batch_tokens: int) -> tuple[list[Prediction], list[Prediction], Recording]:
+    """Client a sends the long requests, client b the short ones right behind (one request at a time each)."""
+    recording = Recording(clf)
+
+    def encode(examples: Sequence[Example]) -> list[EncodedExample]:
+        encoded = clf.encode(examples)
+        for example, e in zip(examples, encoded, strict=True):
+            name = "long" if example in LONG_REQUESTS else "short"
+            recording.own(name, e)
+        return encoded
+
+    async def main() -> tuple[list[Prediction], list[Prediction]]:
+        settings = ServiceSettings(max_batch_tokens=max_batch_tokens, max_pending_tokens=100_000)
+        b = MicroBatcher(encode, recording, settings)
+        await b.start()
+        try:
+            long = asyncio.create_task(b.submit(LONG_REQUESTS, client="a"))
+            while not b.depth:
+                await asyncio.sleep(0.001)
+            short = [await b.submit([ex], client="b") for ex in SHORT_REQUESTS]
+            return await asyncio.wait_for(long, GUARD_S), [p for [p] in short]
+        finally:
+            await b.stop()
+
+    long, short = asyncio.run(main())
+    return long, short, recording
+
+
+def _same_verdict(got: Prediction, want: Prediction) -> None:
+    assert got.label == want.label and got.read == want.read
+    assert got.score == pytest.approx(want.score, abs=1e-5)
+    assert got.categories == pytest.approx(want.categories, abs=1e-5)
+
+
+@pytest.mark.parametrize("which", ["segments", "decomposed"])
+def test_rows_spread_over_batches_give_the_verdict_of_the_request_scored_whole(
+    which: str,
+    tiny_model_dir: Path,  # noqa: F811
+    request: pytest.FixtureRequest,
+) -> None:
+    model_dir = tiny_model_dir if which == "segments" else request.getfixturevalue("decomposed_model_dir")
+    clf = OnnxClassifier(model_dir, variant="fp32")
+    encoded = clf.encode(LONG_REQUESTS)
+    assert all(len(e.rows) > 1 for e in encoded)  # long: several windows each
+    assert (encoded[0].alone is not None) == (which == "decomposed")  # with history: an utterance-alone row too
+    together = clf.predict(LONG_REQUESTS + SHORT_REQUESTS)  # every row of every request in the runtime's calls
+    width = max(len(row) for e in encoded for row in e.model_rows)
+
+    long, short, recording = _serve(clf, max_batch_tokens=width)  # one long row a batch
+    for got, example, want in zip(long + short, LONG_REQUESTS + SHORT_REQUESTS, together, strict=True):
+        _same_verdict(got, want)
+        (alone,) = clf.predict([example])  # the request scored alone
+        _same_verdict(got, alone)
+    # the long requests' rows ran in many calls, and the other client's rows ran between them
+    calls_with_long = [i for i, call in enumerate(recording.calls) if "long" in call]
+    calls_with_short = [i for i, call in enumerate(recording.calls) if "short" in call]
+    n_long_rows = sum(len(e.model_rows) for e in encoded)
+    assert len(calls_with_long) == n_long_rows  # one long row a call
+    assert calls_with_short and all(calls_with_long[0] < i < calls_with_long[-1] for i in calls_with_short)
