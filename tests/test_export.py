@@ -69,6 +69,8 @@ def test_export_writes_a_self_describing_model_directory(shipped: onnx_export.Ex
     assert set(export["recipes"]) == set(variants.VARIANT_NAMES)
     assert export["variants"]["optimized"]["max_abs_diff"] <= onnx_export.OPTIMIZED_TOLERANCE
     assert card.cpu_variant == "optimized" and "not validated" in export["cpu_variant_reason"]
+    # nothing judged without test sets: the fallback is the one candidate, and no figures are recorded
+    assert card.cpu_candidates == ["optimized"] and card.cpu_speed == {}
     assert card.name in (out / "MODEL_CARD.md").read_text()
     assert not list(out.parent.glob(".shipped.export-*")), "the staging folder is gone"
 

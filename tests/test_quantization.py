@@ -795,7 +795,7 @@ def _integer_matmul_error(weight_max: int, seed: int = 0) -> float:
 
 
 def test_7_bit_integer_products_are_exact_on_this_cpu_and_8_bit_ones_where_the_runtime_serves_them() -> None:
-    from dialogue_safety.core.runtime import cpu_has_vnni
+    from dialogue_safety.core.cpu import cpu_has_vnni
 
     assert _integer_matmul_error(64) < 1e-3  # what a portable (7-bit) recipe relies on, on every CPU
     if cpu_has_vnni() is not False:  # VNNI (or not x86): 8-bit weights are served, so they must be exact here

@@ -51,6 +51,18 @@ class ModelCard(BaseModel):
     )
     cpu_variant: str = "fp32"
     gpu_variant: str = "fp16"
+    cpu_candidates: list[str] = Field(
+        default_factory=list,
+        description="the CPU variants that pass the decision gate (export.comparison.gate; fp32, the reference, "
+        "always), any of which may be served; empty on cards written before it (cpu_variant alone)",
+    )
+    cpu_speed: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="per CPU family (dialogue_safety.core.cpu.CPU_FAMILIES): 'variants' {variant: "
+        "{'dialogues_per_s': batched, 'single_p50_ms': one dialogue}}, measured side by side in one run on such "
+        "a CPU, and 'measured' (machine, date, command); the runtime serves the candidate with the most "
+        "dialogues/s on the family it runs on (dialogue_safety.core.runtime.cpu_default)",
+    )
     export: dict[str, Any] = Field(default_factory=dict)
     intended_use: str = ""
     limitations: list[str] = Field(default_factory=list)

@@ -1,6 +1,6 @@
 """``OnnxClassifier``: the torch-free synchronous core of the service.
 
-    clf = OnnxClassifier("models/default")            # CPU: card.cpu_variant; CUDA: card.gpu_variant
+    clf = OnnxClassifier("models/default")            # CPU: cpu_default(card); CUDA: card.gpu_variant
     clf.predict([Example.from_texts("you're a clown", ["what do you think of me?"])])
 
 It reads everything from the model directory (card, tokenizer, ONNX graph), encodes with the
@@ -31,6 +31,7 @@ import numpy as np
 
 from dialogue_safety.core import language
 from dialogue_safety.core.batch_budget import MAX_BATCH_SIZE, MAX_BATCH_TOKENS, fits, token_budget_batches
+from dialogue_safety.core.cpu import cpu_family, cpu_has_vnni
 from dialogue_safety.core.encoding import DialogueEncoder, EncodedExample, pad_batch
 from dialogue_safety.core.limits import MAX_WINDOWS
 from dialogue_safety.core.model_card import TOKENIZER_FILE, ModelCard
@@ -49,7 +50,6 @@ log = logging.getLogger("dialogue_safety.core.runtime")
 
 CPU = "CPUExecutionProvider"
 CUDA = "CUDAExecutionProvider"
-VNNI_FLAGS = frozenset({"avx512_vnni", "avx_vnni"})
 
 
 class _Background:
@@ -73,24 +73,20 @@ class _Background:
             raise self._error
 
 
-def cpu_has_vnni(cpuinfo: str | None = None) -> bool | None:
-    """Whether an x86 CPU reports VNNI (None when /proc/cpuinfo cannot be read or is not x86)."""
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return None
-    flags = next((line.split(":", 1)[1].split() for line in cpuinfo.splitlines() if line.startswith("flags")), None)
-    if flags is None:
-        return None  # not x86 (ARM lists "Features"): its int8 kernels do not saturate
-    return bool(VNNI_FLAGS & set(flags))
-
-
 def portable_int8(recipe: Mapping[str, Any]) -> bool:
     """Whether an int8 recipe computes the same on every CPU: 7-bit weights (``reduce_range``). With 8-bit
     weights, x86 CPUs without VNNI add u8*s8 products in saturating 16-bit pairs (AVX2 ``vpmaddubsw``: one integer
     MatMul of random 8-bit operands can be off by tens where 7-bit ones are exact)."""
     return bool(recipe.get("reduce_range", False))  # the quantisers' default too: 8-bit weights
+
+
+def _int8_recipe(card: ModelCard) -> Mapping[str, Any]:
+    recipe = (card.export.get("recipes") or {}).get("int8")
+    if recipe is None:  # the card names none: the default recipe is derived (core.variants)
+        from dialogue_safety.core.variants import recipe_for
+
+        recipe = recipe_for("int8", card)
+    return dict(recipe)
 
 
 def int8_supported(card: ModelCard, cpuinfo: str | None = None) -> tuple[bool, str]:
@@ -99,12 +95,7 @@ def int8_supported(card: ModelCard, cpuinfo: str | None = None) -> tuple[bool, s
     A recipe with 8-bit weights (``reduce_range`` false) is exact only with VNNI; on an x86 CPU
     without it the u8*s8 products can saturate, so the validated F1 would not hold.
     """
-    recipe = (card.export.get("recipes") or {}).get("int8")
-    if recipe is None:  # the card names none: the default recipe is derived (core.variants)
-        from dialogue_safety.core.variants import recipe_for
-
-        recipe = recipe_for("int8", card)
-    if portable_int8(recipe):
+    if portable_int8(_int8_recipe(card)):
         return True, "7-bit weights run the same on every CPU"
     if cpu_has_vnni(cpuinfo) is False:
         return False, "its 8-bit weights need VNNI (AVX512-VNNI or AVX-VNNI), which this CPU lacks"
@@ -118,6 +109,52 @@ def exact_cpu_fallback(card: ModelCard) -> str:
     if "fp32" in seconds and "optimized" in seconds and float(seconds["fp32"]) < float(seconds["optimized"]):
         return "fp32"
     return "optimized"
+
+
+def fastest_recorded(card: ModelCard, family: str, candidates: Sequence[str] | None = None) -> str | None:
+    """Of ``candidates`` (default: the card's ``cpu_candidates``, the variants that pass the gate), the one with the
+    most dialogues/s in the figures the card records for CPU family ``family``; the first on a tie, None when none
+    of them has a figure for that family."""
+    figures = (card.cpu_speed.get(family) or {}).get("variants") or {}
+    measured = [v for v in (card.cpu_candidates if candidates is None else candidates) if v != "fp16"]
+    measured = [v for v in measured if (figures.get(v) or {}).get("dialogues_per_s")]
+    if not measured:
+        return None
+    return max(measured, key=lambda v: (float(figures[v]["dialogues_per_s"]), -measured.index(v)))
+
+
+def cpu_default(card: ModelCard, cpuinfo: str | None = None) -> tuple[str, str]:
+    """The CPU variant served when none is asked for, and why: of the variants that pass the decision gate
+    (``card.cpu_candidates``) and compute here what was validated (:func:`int8_supported`), the one with the
+    most dialogues/s in the figures the card records for this CPU's family (``card.cpu_speed``,
+    :func:`dialogue_safety.core.cpu.cpu_family`). Without figures for this family (or on a card without
+    candidates): the card's ``cpu_variant`` (the export machine's choice), or the exact fallback of an int8
+    this CPU cannot run as validated (:func:`exact_cpu_fallback`). Recorded figures, not a measurement at start:
+    the lab measures them (``python -m lab.bench runtime --record-card``)."""
+    family = cpu_family(cpuinfo)
+    int8_ok, int8_why = int8_supported(card, cpuinfo)
+    candidates = [v for v in card.cpu_candidates if v != "int8" or int8_ok]
+    best = fastest_recorded(card, family, candidates) if family else None
+    if best is not None:
+        figures = card.cpu_speed[str(family)]["variants"]
+        speeds = ", ".join(f"{v} {float(figures[v]['dialogues_per_s']):g}" for v in candidates if v in figures)
+        return best, f"the fastest variant that passes the gate on {family} (dialogues/s recorded: {speeds})"
+    where = f"no figures recorded for {family}" if family else "a CPU family with no recorded figures"
+    if card.cpu_variant == "int8" and not int8_ok:
+        fallback = exact_cpu_fallback(card)
+        return fallback, f"{where}; the card's int8 is not used: {int8_why}"
+    return card.cpu_variant, f"{where}: the card's CPU default"
+
+
+def cpu_defaults(card: ModelCard) -> list[str]:
+    """Every variant :func:`cpu_default` may serve, on whichever CPU: the card's ``cpu_variant`` (and its exact
+    fallback when it is an int8 that not every CPU runs as validated) and the fastest recorded for each family
+    (what an image built for any CPU keeps: ``python -m dialogue_safety.core.variants DIR cpu --prune``)."""
+    names = [card.cpu_variant]
+    if card.cpu_variant == "int8" and not portable_int8(_int8_recipe(card)):
+        names.append(exact_cpu_fallback(card))
+    names += [v for family in sorted(card.cpu_speed) if (v := fastest_recorded(card, family)) is not None]
+    return list(dict.fromkeys(names))
 
 
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
@@ -300,12 +337,10 @@ class OnnxClassifier:
                 log.warning("onnxruntime did not place %s on CUDA; running on CPU", path.name)
         if CPU not in requested:
             raise ModelLoadError(f"could not start a session on {requested}")
-        cpu_variant = variant or self.card.cpu_variant
-        if variant is None and cpu_variant == "int8":
-            ok, why = int8_supported(self.card)
-            if not ok:
-                cpu_variant = exact_cpu_fallback(self.card)
-                log.warning("the card's CPU default int8 is not used: %s; running the %s variant", why, cpu_variant)
+        cpu_variant = variant
+        if cpu_variant is None:
+            cpu_variant, why = cpu_default(self.card)
+            log.info("serving the %s variant on CPU: %s", cpu_variant, why)
         if cpu_variant == "fp16":
             raise ModelLoadError(
                 "the fp16 variant is for CUDA; no CUDA device is usable here (pick fp32, optimized or int8)"

@@ -6,6 +6,7 @@ from typing import Any
 
 from dialogue_safety.core.model_card import ModelCard
 from dialogue_safety.core.model_dir import ARTIFACT_FILE, CARD_FILE, CARD_MARKDOWN_FILE
+from dialogue_safety.core.runtime import fastest_recorded
 from dialogue_safety.export.quantization import PORTABLE_MARGIN
 from dialogue_safety.training.curve import curve_table
 
@@ -16,6 +17,24 @@ def _fmt(value: Any) -> str:
     if value is None:
         return "—"
     return str(value)
+
+
+def _cpu_families(card: ModelCard) -> list[str]:
+    """The variants that pass the gate and, per CPU family, the figures the runtime picks the CPU default from."""
+    if not card.cpu_candidates:
+        return []
+    lines = [f"- variants that pass the gate (the runtime may serve any): {', '.join(card.cpu_candidates)}"]
+    for family, entry in sorted(card.cpu_speed.items()):
+        figures = entry.get("variants") or {}
+        measured = [v for v in card.cpu_candidates if v in figures]
+        served = fastest_recorded(card, family) or "—"
+        speeds = "; ".join(
+            f"{v} {figures[v]['dialogues_per_s']} dialogues/s"
+            + (f", single {figures[v]['single_p50_ms']} ms" if figures[v].get("single_p50_ms") else "")
+            for v in measured
+        )
+        lines.append(f"- on {family}: **{served}** ({speeds}; {entry.get('measured', '')})")
+    return lines
 
 
 def _size(n_bytes: Any) -> str:
@@ -223,6 +242,7 @@ def render_model_card(card: ModelCard) -> str:
         f"- onnxruntime {export.get('onnxruntime')}, optimum {export.get('optimum')}, torch {export.get('torch')}",
         f"- CPU default variant: **{card.cpu_variant}** ({export.get('cpu_variant_reason', '')}); "
         f"GPU default: **{card.gpu_variant}**",
+        *_cpu_families(card),
         "",
         "| variant | file | size | max abs logit diff vs torch |",
         "|---|---|---|---|",

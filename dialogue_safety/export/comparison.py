@@ -214,3 +214,23 @@ def choose_cpu_variant(report: Mapping[str, Any] | None, candidates: Sequence[st
                 f"mean ΔF1 {g['mean_delta_f1']:+.2f}, no split's interval below {CI_FLOOR}"
             )
     return "fp32", f"fp32: {'; '.join(failing)}"
+
+
+def passing_variants(report: Mapping[str, Any] | None, candidates: Sequence[str]) -> list[str]:
+    """The candidates that pass the gate in ``report`` (fp32, the reference, always), in their order: the card's
+    ``cpu_candidates``, among which the runtime picks per CPU family. Without a report: the fallback
+    :func:`choose_cpu_variant` names (nothing else was judged)."""
+    if report is None:
+        return [choose_cpu_variant(None, candidates)[0]]
+    gates = report.get("gate", {})
+    return [v for v in candidates if v == REFERENCE or (v in gates and gates[v]["passed"])]
+
+
+def speed_figures(report: Mapping[str, Any] | None, variants: Sequence[str]) -> dict[str, dict[str, float]]:
+    """``{variant: {"dialogues_per_s": ...}}`` from the seconds each of ``variants`` took to score the test splits
+    of ``report`` (batched, int8 with its check): the export machine's figures for the card's ``cpu_speed``."""
+    if report is None:
+        return {}
+    seconds = report.get("seconds") or {}
+    n = sum(int(split["n"]) for split in (report.get("splits") or {}).values())
+    return {v: {"dialogues_per_s": round(n / float(seconds[v]), 1)} for v in variants if seconds.get(v) and n}

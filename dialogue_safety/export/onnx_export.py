@@ -47,6 +47,7 @@ import onnx
 import torch
 
 from dialogue_safety.core import variants
+from dialogue_safety.core.cpu import cpu_family
 from dialogue_safety.core.encoding import DialogueEncoder, EncodedExample, pad_batch
 from dialogue_safety.core.model_card import ModelCard
 from dialogue_safety.core.model_dir import (
@@ -425,7 +426,7 @@ def _export_into(
     int8_candidates: Sequence[str] | None = None,
 ) -> ExportResult:
     from dialogue_safety.export.card_markdown import render_model_card
-    from dialogue_safety.export.comparison import choose_cpu_variant, compare_variants
+    from dialogue_safety.export.comparison import choose_cpu_variant, compare_variants, passing_variants, speed_figures
     from dialogue_safety.export.quantization import (
         calibration_split,
         candidate_recipes,
@@ -519,6 +520,18 @@ def _export_into(
         card.export["comparison"] = comparison
     eligible = [v for v in cpu_candidates if v != "int8" or int8_validated]
     card.cpu_variant, reason = choose_cpu_variant(comparison, eligible)
+    # the variants the runtime may serve, and this machine's figures for them: another CPU family's are
+    # measured by the lab (python -m lab.bench runtime --record-card) and picked by the runtime at load
+    card.cpu_candidates = passing_variants(comparison, eligible)
+    family = cpu_family()
+    figures = speed_figures(comparison, card.cpu_candidates)
+    if family is not None and figures:
+        card.cpu_speed = {
+            family: {
+                "variants": figures,
+                "measured": f"the export, scoring the test splits ({card.export['exported_at']})",
+            }
+        }
     if not int8_validated:
         reason += "; no int8 recipe passed the gate on the validation splits (export.int8_selection)"
     card.export["cpu_variant_reason"] = reason

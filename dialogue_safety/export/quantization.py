@@ -27,10 +27,11 @@ from typing import Any
 import numpy as np
 
 from dialogue_safety.core import variants
+from dialogue_safety.core.cpu import cpu_has_vnni
 from dialogue_safety.core.encoding import DialogueEncoder
 from dialogue_safety.core.model_card import ModelCard
 from dialogue_safety.core.model_dir import CALIBRATION_FILE
-from dialogue_safety.core.runtime import cpu_has_vnni, portable_int8
+from dialogue_safety.core.runtime import portable_int8
 from dialogue_safety.core.schema import LabelledExample
 from dialogue_safety.core.scoring import near_thresholds
 from dialogue_safety.core.variants.calibration import save_calibration

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from dialogue_safety.core.model_card import ModelCard
+from dialogue_safety.core.runtime import cpu_defaults
 from dialogue_safety.core.variants import VariantError, derive_all, prune
 
 
@@ -22,7 +23,8 @@ def main(argv: list[str] | None = None) -> int:
         "variants",
         nargs="*",
         default=["fp32", "optimized", "int8"],
-        help="variant names, or cpu / gpu for the model card's default on that device (default: the CPU variants); "
+        help="variant names, or cpu / gpu for the model card's default on that device (cpu: every variant the "
+        "runtime may pick, on any CPU family; default: the CPU variants); "
         "int8 with the card's fp32 check brings fp32 along",
     )
     p.add_argument(
@@ -34,8 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         card = ModelCard.load(args.model_dir)
-        defaults = {"cpu": card.cpu_variant, "gpu": card.gpu_variant}
-        wanted = [defaults.get(name, name) for name in args.variants]
+        defaults = {"cpu": cpu_defaults(card), "gpu": [card.gpu_variant]}
+        wanted = [v for name in args.variants for v in defaults.get(name, [name])]
         names = list(dict.fromkeys(v for name in wanted for v in card.serving_variants(name)))
         derived = derive_all(args.model_dir, names, card)
         for name, path in derived.items():
