@@ -282,3 +282,18 @@ def test_score_every_turn_writes_each_transcripts_turns(tiny_model_dir: Path, tm
     assert (
         cli_main(["score", str(source), str(tmp_path / "x.jsonl"), "--roles", "assistant"]) == 2
     )  # needs --every-turn
+
+
+def test_the_conversation_benchmark_runs_and_reports_each_way(
+    tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from lab.bench.conversation import main as bench
+
+    out = tmp_path / "bench.json"
+    argv = ["--model", str(tiny_model_dir), "--variant", "fp32", "--turns", "4", "--rounds", "1", "--json", str(out)]
+    assert bench(argv) == 0
+    report = json.loads(out.read_text(encoding="utf-8"))
+    assert set(report["ways"]) == {"conversation", "sequential", "concurrent"}
+    assert report["ways"]["sequential"]["requests"] == 4 and report["ways"]["conversation"]["requests"] == 1
+    assert report["ways"]["sequential"]["max_abs_score_diff_vs_one_call"] < 1e-3  # the same turns, the same answers
+    assert "| conversation | 1 |" in capsys.readouterr().out

@@ -15,18 +15,22 @@ The result lives in the card (:attr:`dialogue_safety.core.model_card.ModelCard.c
 by ``dialogue-safety export`` (from the training sources' validation splits) and, for a model
 directory already exported, by::
 
-    python -m dialogue_safety.export.categories models/default --data-dir ../shared/data
+    python -m dialogue_safety.export.categories models/default --data-dir ../shared/data --max-per-split 300
 
 which scores with the fp32 variant (the same numbers on every CPU) and rewrites ``model_card.json``
-and ``MODEL_CARD.md``.
+and ``MODEL_CARD.md``. ``--max-per-split N`` scores a seeded sample of N examples of each larger split
+(recorded in each entry as ``max_per_split``): the bundled model's card was written so, on a shared
+2-core machine; ``export`` scores every example.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import random
 import sys
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -45,12 +49,16 @@ _DECIMALS = {"offensive_f1": 2, "precision": 2, "recall": 2, "pr_auc": 4}
 
 
 def labelled_rows(head: str, examples: Sequence[LabelledExample]) -> tuple[list[int], np.ndarray]:
-    """The rows of ``examples`` that label ``head`` and their gold (1: the head's positive)."""
+    """The rows of a split that label ``head`` and their gold (1: the head's positive): an attribute head's
+    rows carrying the attribute; for a label family's head, every row of a split of that family (its most
+    common family, as training judges a head on its family's tasks), against the split's labels."""
     if head in ATTRIBUTE_HEADS:
         rows = [i for i, e in enumerate(examples) if head in e.metadata]
         return rows, np.array([int(bool(examples[i].metadata[head])) for i in rows], dtype=int)
-    rows = [i for i, e in enumerate(examples) if e.family.value == head]
-    return rows, np.array([int(examples[i].label.is_positive) for i in rows], dtype=int)
+    family = Counter(e.family.value for e in examples).most_common(1)[0][0] if examples else None
+    if family != head:
+        return [], np.zeros(0, dtype=int)
+    return list(range(len(examples))), np.array([int(e.label.is_positive) for e in examples], dtype=int)
 
 
 def tune_categories(
@@ -92,25 +100,44 @@ def tune_categories(
     return out
 
 
-def validation_sets(sources: Sequence[str], data_dir: Path | None) -> dict[str, list[LabelledExample]]:
-    """The validation splits of ``sources`` that are present (missing ones are skipped)."""
+def validation_sets(
+    sources: Sequence[str], data_dir: Path | None, max_per_split: int | None = None, seed: int = 0
+) -> dict[str, list[LabelledExample]]:
+    """The validation splits of ``sources`` that are present (missing ones are skipped); with ``max_per_split``,
+    a larger split is a seeded random sample of that many examples (the same on every run)."""
     from dialogue_safety.sources.registry import load_present_sources
 
     present = load_present_sources(sources, data_dir, splits=["valid"])
-    return {name: examples for name, examples in present.examples.items() if examples}
+    out = {}
+    for name, examples in present.examples.items():
+        if max_per_split is not None and len(examples) > max_per_split:
+            examples = random.Random(f"{seed}:{name}").sample(examples, max_per_split)
+        if examples:
+            out[name] = list(examples)
+    return out
 
 
-def categories_for(model_dir: Path, validation: Mapping[str, Sequence[LabelledExample]]) -> dict[str, dict[str, Any]]:
-    """:func:`tune_categories` for the model in ``model_dir``, scored by its fp32 variant through the runtime."""
+def categories_for(
+    model_dir: Path, validation: Mapping[str, Sequence[LabelledExample]], cache: Path | None = None
+) -> dict[str, dict[str, Any]]:
+    """:func:`tune_categories` for the model in ``model_dir``, scored by its fp32 variant through the runtime
+    (``cache``: an ``.npz`` of the probabilities per split, read if it holds every split, else written)."""
     from dialogue_safety.core.runtime import OnnxClassifier
     from dialogue_safety.core.scoring import head_probabilities
 
     clf = OnnxClassifier(model_dir, variant="fp32")
+    if cache is not None and cache.is_file():
+        with np.load(cache) as saved:
+            stored = {name.replace("|", "/"): saved[name] for name in saved.files}
+        if set(stored) == set(validation) and all(len(stored[n]) == len(v) for n, v in validation.items()):
+            return tune_categories(clf.card.heads, stored, validation)
     probabilities = {}
     for name, examples in validation.items():
         started = time.perf_counter()
         probabilities[name] = head_probabilities(clf.logits([e.as_example() for e in examples]), clf.card)
         log.info("scored %s (%d examples) in %.0f s", name, len(examples), time.perf_counter() - started)
+        if cache is not None:  # after each split: an interrupted run keeps what it scored
+            np.savez(cache, **{n.replace("/", "|"): p for n, p in probabilities.items()})
     return tune_categories(clf.card.heads, probabilities, validation)
 
 
@@ -122,6 +149,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument("model_dir", type=Path)
     p.add_argument("--data-dir", type=Path, default=None)
+    p.add_argument(
+        "--max-per-split",
+        type=int,
+        default=None,
+        help="score at most this many examples of each validation split (a seeded sample; default: all)",
+    )
+    p.add_argument("--cache", type=Path, default=None, help="keep the scored probabilities here (.npz) to tune again")
     p.add_argument("--dry-run", action="store_true", help="print the result, write nothing")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -131,12 +165,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     card = ModelCard.load(args.model_dir)
     sources = [str(s) for s in card.training.get("sources") or []]
     started = time.perf_counter()
-    validation = validation_sets(sources, args.data_dir)
+    validation = validation_sets(sources, args.data_dir, args.max_per_split)
     log.info("read %d validation splits in %.0f s", len(validation), time.perf_counter() - started)
     if not validation:
         print(f"{p.prog}: no validation split of {sources} found", file=sys.stderr)
         return 2
-    card.categories = categories_for(args.model_dir, validation)
+    card.categories = categories_for(args.model_dir, validation, args.cache)
+    if args.max_per_split is not None:
+        for entry in card.categories.values():
+            entry["max_per_split"] = args.max_per_split
     for head, entry in card.categories.items():
         print(
             f"{head:<18} threshold {entry['threshold']:.3f}  valid macro F1 {entry['valid_macro_f1']:5.1f}  "
