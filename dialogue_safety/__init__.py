@@ -37,12 +37,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dialogue_safety.core.messages import TurnPrediction, conversation_turns, parse_messages
+from dialogue_safety.core.messages import parse_messages
 from dialogue_safety.core.policy import Policy, PolicyError, load_policy
 from dialogue_safety.core.schema import Example, Label, Prediction, Turn
 
 if TYPE_CHECKING:
     from dialogue_safety.client import Client
+    from dialogue_safety.core.messages import TurnPrediction
     from dialogue_safety.core.runtime import OnnxClassifier
 
 __all__ = [
@@ -138,6 +139,8 @@ def classify_conversation(
     each given the turns before it, in one call (``roles``: judge only these roles, or speakers; default: user
     and assistant messages, every turn). Raises :class:`~dialogue_safety.core.errors.InvalidInput` as
     :func:`classify_messages` does."""
+    from dialogue_safety.core.messages import TurnPrediction, conversation_turns
+
     judged = conversation_turns(conversation, roles=roles, include_system=include_system)
     predictions = classify_batch([j.example for j in judged], model, threshold=threshold, policy=policy)
     return [TurnPrediction(j.index, j.role, p) for j, p in zip(judged, predictions, strict=True)]
