@@ -137,7 +137,9 @@ def categories_for(
         probabilities[name] = head_probabilities(clf.logits([e.as_example() for e in examples]), clf.card)
         log.info("scored %s (%d examples) in %.0f s", name, len(examples), time.perf_counter() - started)
         if cache is not None:  # after each split: an interrupted run keeps what it scored
-            np.savez(cache, **{n.replace("/", "|"): p for n, p in probabilities.items()})
+            arrays: dict[str, Any] = {n.replace("/", "|"): p for n, p in probabilities.items()}
+            save: Any = np.savez  # numpy's stub reads **arrays as its allow_pickle flag
+            save(cache, **arrays)
     return tune_categories(clf.card.heads, probabilities, validation)
 
 
