@@ -10,6 +10,7 @@
 
     chat = [{"role": "user", "content": "I lost my job today"}, {"role": "assistant", "content": "so what"}]
     dialogue_safety.classify_messages(chat)  # the last message judged, the earlier ones its history
+    dialogue_safety.classify_conversation(chat)  # every turn judged, each given the turns before it
 
     policy = dialogue_safety.load_policy("policy.toml")  # operator rules (docs/policy.example.toml)
     dialogue_safety.classify("try our snake oil", policy=policy).policy  # the rule that decided, or None
@@ -42,6 +43,7 @@ from dialogue_safety.core.schema import Example, Label, Prediction, Turn
 
 if TYPE_CHECKING:
     from dialogue_safety.client import Client
+    from dialogue_safety.core.messages import TurnPrediction
     from dialogue_safety.core.runtime import OnnxClassifier
 
 __all__ = [
@@ -54,6 +56,7 @@ __all__ = [
     "Turn",
     "classify",
     "classify_batch",
+    "classify_conversation",
     "classify_messages",
     "load",
     "load_policy",
@@ -121,6 +124,26 @@ def classify_messages(
     judged = parse_messages(messages, include_system=include_system)
     [prediction] = classify_batch([judged.example], model, threshold=threshold, policy=policy)
     return prediction
+
+
+def classify_conversation(
+    conversation: Sequence[Mapping[str, Any] | str | Turn],
+    model: OnnxClassifier | None = None,
+    *,
+    roles: Sequence[str] | None = None,
+    include_system: bool = False,
+    threshold: float | None = None,
+    policy: Policy | str | Path | None = None,
+) -> list[TurnPrediction]:
+    """A verdict for every turn of ``conversation`` (OpenAI chat messages, or turns: texts or :class:`Turn`),
+    each given the turns before it, in one call (``roles``: judge only these roles, or speakers; default: user
+    and assistant messages, every turn). Raises :class:`~dialogue_safety.core.errors.InvalidInput` as
+    :func:`classify_messages` does."""
+    from dialogue_safety.core.messages import TurnPrediction, conversation_turns
+
+    judged = conversation_turns(conversation, roles=roles, include_system=include_system)
+    predictions = classify_batch([j.example for j in judged], model, threshold=threshold, policy=policy)
+    return [TurnPrediction(j.index, j.role, p) for j, p in zip(judged, predictions, strict=True)]
 
 
 def classify_batch(

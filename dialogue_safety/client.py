@@ -4,6 +4,7 @@
     client.classify("so what", history=["I lost my job today"])          # -> Prediction
     client.classify(messages=[{"role": "user", "content": "hi"}, ...])   # chat messages: the last one judged
     client.classify_batch(["you are a clown", Example.from_texts("ok", ["hi"])])
+    client.classify_conversation(messages, roles=["assistant"])         # every turn judged, in one request
 
 It returns the same :class:`~dialogue_safety.core.schema.Prediction` objects as the local API (with
 ``policy`` when an operator rule decided), and retries a request the service refuses for now
@@ -23,6 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from dialogue_safety.core.errors import ServiceError
+from dialogue_safety.core.messages import TurnPrediction
 from dialogue_safety.core.schema import Example, Label, Prediction, Reading, Turn
 
 RETRIED_STATUSES = frozenset({429, 503})  # "not now": the service says when to come back (Retry-After)
@@ -113,6 +115,30 @@ class Client:
         if threshold is not None:
             body["threshold"] = threshold
         return [prediction_from_answer(r) for r in self.post("/v1/classify/batch", body)["results"]]
+
+    def classify_conversation(
+        self,
+        conversation: Sequence[Mapping[str, Any] | str | Turn],
+        *,
+        roles: Sequence[str] | None = None,
+        include_system: bool = False,
+        threshold: float | None = None,
+    ) -> list[TurnPrediction]:
+        """A verdict for every turn of ``conversation`` (chat messages, or turns: texts or :class:`Turn`), each
+        given the turns before it, in one request (``/v1/classify/conversation``), as
+        :func:`dialogue_safety.classify_conversation` answers locally."""
+        body: dict[str, Any] = {}
+        messages = [dict(m) for m in conversation if isinstance(m, Mapping) and "role" in m]
+        if conversation and len(messages) == len(conversation):
+            body.update(messages=messages, include_system=include_system)
+        else:
+            body["turns"] = [_turn(t) for t in conversation]
+        if roles is not None:
+            body["roles"] = list(roles)
+        if threshold is not None:
+            body["threshold"] = threshold
+        answer = self.post("/v1/classify/conversation", body)
+        return [TurnPrediction(r["index"], r["role"], prediction_from_answer(r)) for r in answer["results"]]
 
     def post(self, path: str, body: Mapping[str, Any]) -> Any:
         """POST ``body`` as JSON to ``path`` and return the JSON answer (retrying 429 and 503)."""

@@ -52,7 +52,7 @@ def test_the_last_message_is_judged_after_the_others_without_system_messages() -
             [{"role": "user", "content": "hi"}, {"role": "robot", "content": "x"}],
             "invalid_message",
             "messages[1].role",
-            "one of system, user, assistant, tool",
+            "one of system, developer, user, assistant, tool",
         ),
         ([{"role": "user"}], "invalid_message", "messages[0].content", "missing"),
         (["hi"], "invalid_message", "messages[0]", "object"),

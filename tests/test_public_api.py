@@ -35,6 +35,7 @@ def test_the_public_names() -> None:
         "Turn",
         "classify",
         "classify_batch",
+        "classify_conversation",
         "classify_messages",
         "load",
         "load_policy",

@@ -4,9 +4,12 @@
     dialogue-safety score chats.parquet runs/scored.parquet --id-field msg_id --history-field context
     dialogue-safety score comments.csv runs/scored.jsonl --engine ray --address auto
     dialogue-safety score transcripts.jsonl runs/scored.jsonl --policy docs/policy.example.toml
+    dialogue-safety score transcripts.jsonl runs/turns.jsonl --every-turn --roles assistant
 
 A row with a ``messages`` field (OpenAI chat messages) is judged on its last message, the others
-its history, as ``/v1/classify`` reads ``messages``. With an operator policy (``--policy``, else
+its history, as ``/v1/classify`` reads ``messages``. With ``--every-turn`` its record also has
+``turns``: a verdict for every message (of ``--roles``), each given the messages before it, as
+``/v1/classify/conversation`` answers. With an operator policy (``--policy``, else
 ``SAFETY_POLICY``) the output has a ``policy`` column: the rule that decided or changed the label.
 
 Formats come from the extensions (.jsonl/.ndjson, .csv, .parquet). Prints a JSON summary
@@ -26,7 +29,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from dialogue_safety.core.errors import InvalidInput
 from dialogue_safety.core.explain import DEFAULT_METHOD, METHODS
+from dialogue_safety.core.messages import judged_roles
 from dialogue_safety.core.runtime import ModelLoadError
 from dialogue_safety.core.runtime_options import runtime_options
 from dialogue_safety.corpus.formats import CorpusFileError
@@ -62,6 +67,16 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         help="chat transcripts: a row with this field (OpenAI chat messages) is judged on its last message ('' = none)",
     )
     cols.add_argument("--include-system", action="store_true", help="transcripts: keep system messages in the history")
+    cols.add_argument(
+        "--every-turn",
+        action="store_true",
+        help="transcripts: also judge every message (of --roles) given the ones before it, in a 'turns' column",
+    )
+    cols.add_argument(
+        "--roles",
+        default="",
+        help="with --every-turn: the roles judged, comma-separated (default: user,assistant)",
+    )
     p.add_argument(
         "--policy",
         type=Path,
@@ -97,6 +112,8 @@ def columns_from_args(args: argparse.Namespace) -> Columns:
         carry=tuple(c.strip() for c in args.carry.split(",") if c.strip()),
         messages=args.messages_field or None,
         include_system=args.include_system,
+        every_turn=args.every_turn,
+        roles=tuple(r.strip() for r in args.roles.split(",") if r.strip()) or None,
     )
 
 
@@ -105,6 +122,14 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety score")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if args.explain_history and not args.explain:
         print(f"{prog}: --explain-history needs --explain", file=sys.stderr)
+        return 2
+    if args.roles and not args.every_turn:
+        print(f"{prog}: --roles needs --every-turn", file=sys.stderr)
+        return 2
+    try:
+        judged_roles(columns_from_args(args).roles, "--roles")
+    except InvalidInput as exc:
+        print(f"{prog}: {exc.message}", file=sys.stderr)
         return 2
     try:
         settings = ServiceSettings()  # the serve command's settings: the same defaults for files

@@ -7,9 +7,14 @@ A chatbot backend keeps its conversation as chat messages::
      {"role": "assistant", "content": [{"type": "text", "text": "they should all be thrown out"}]}]
 
 The **last** message is the utterance judged; the earlier ones are its history, oldest first.
-System messages are instructions to the bot, not turns of the dialogue: they are left out of the
-history unless ``include_system`` is set (a system message that is itself the last one is still
-judged). Roles become :attr:`Turn.speaker` values in the convention the datasets use
+System messages (and ``developer`` ones, OpenAI's newer name for them, read the same way) are
+instructions to the bot, not turns of the dialogue: they are left out of the history unless
+``include_system`` is set (a system message that is itself the last one is still judged). Tool
+traffic is not dialogue either: an assistant message that only calls tools (``content`` null or
+absent, ``tool_calls`` or ``function_call`` set) and ``tool`` messages (a tool's result) are
+skipped as context; a transcript ends where the model cannot judge it if its last message is a tool
+call without text (refused, ``invalid_message``: judge the message before it). Roles become
+:attr:`Turn.speaker` values in the convention the datasets use
 (:data:`ROLE_SPEAKERS`: ``user`` stays ``user``, ``assistant`` becomes ``bot``), which the model
 reads only when its card turns ``speaker_markers`` on (:mod:`dialogue_safety.core.encoding`).
 
@@ -17,7 +22,7 @@ reads only when its card turns ``speaker_markers`` on (:mod:`dialogue_safety.cor
 joined with newlines, and any other part (an image, audio, a file) is refused with an
 :class:`InvalidInput` naming it: we judge text only, and judging the text around an image as if
 the image were not there would answer a question nobody asked. Every message (and every text
-part) must show some text: a message without any (``null`` content, a tool call alone) is not a
+part) must show some text: a message without any (``null`` content that is no tool call) is not a
 turn the model can read; leave it out. The HTTP API
 (``messages`` in ``/v1/classify``), the ``score`` command (a ``messages`` field per row) and the
 Python API (:func:`dialogue_safety.classify_messages`) all read messages here.
@@ -32,11 +37,23 @@ from typing import Any
 
 from dialogue_safety.core.errors import InvalidInput
 from dialogue_safety.core.limits import VISIBLE_PATTERN
-from dialogue_safety.core.schema import Example, Turn
+from dialogue_safety.core.schema import Example, Prediction, Turn
 
 #: chat roles → the speaker names of the datasets' history turns
-ROLE_SPEAKERS: dict[str, str] = {"system": "system", "user": "user", "assistant": "bot", "tool": "tool"}
+ROLE_SPEAKERS: dict[str, str] = {
+    "system": "system",
+    "developer": "system",  # OpenAI's newer name for the system role, read as one
+    "user": "user",
+    "assistant": "bot",
+    "tool": "tool",
+}
 ROLES: tuple[str, ...] = tuple(ROLE_SPEAKERS)
+#: roles whose messages are instructions, not turns (left out of the history unless include_system)
+SYSTEM_ROLES = frozenset(r for r, speaker in ROLE_SPEAKERS.items() if speaker == "system")
+#: a tool's result: data the bot read, not a turn of the dialogue (never history)
+TOOL_ROLE = "tool"
+#: the keys of an assistant message that calls tools (OpenAI's current and older names)
+TOOL_CALL_KEYS = ("tool_calls", "function_call")
 TEXT_PART = "text"
 _VISIBLE = re.compile(VISIBLE_PATTERN)
 
@@ -51,19 +68,21 @@ class JudgedMessages:
     role: str
     history_index: tuple[int, ...] = ()  # the index in the messages of each history turn
 
-    def message_field(self, field: str | None, prefix: str = "") -> str | None:
+    def message_field(
+        self, field: str | None, prefix: str = "", where: str = "messages", text: str = ".content"
+    ) -> str | None:
         """A field the item rules name (``utterance``, ``history[2]``) as the message it comes from
-        (``messages[4].content``)."""
+        (``messages[4].content``; ``where`` and ``text``: how the request names the list and a message's text)."""
         if field is None or not field.startswith(prefix):
             return field
         name = field[len(prefix) :]
         if name.startswith("utterance"):
-            return f"{prefix}messages[{self.index}].content"
+            return f"{prefix}{where}[{self.index}]{text}"
         if name == "history":
-            return f"{prefix}messages"
+            return f"{prefix}{where}"
         found = re.match(r"history\[(\d+)\]", name)
         if found and int(found.group(1)) < len(self.history_index):
-            return f"{prefix}messages[{self.history_index[int(found.group(1))]}].content"
+            return f"{prefix}{where}[{self.history_index[int(found.group(1))]}]{text}"
         return field
 
     def judged(self) -> dict[str, Any]:
@@ -114,8 +133,21 @@ def message_text(content: Any, field: str) -> str:
     return "\n".join(texts)
 
 
+def is_tool_call(message: Mapping[str, Any]) -> bool:
+    """An assistant message that only calls tools: no text (``content`` null, absent or empty) and a tool call."""
+    content = message.get("content")
+    return (
+        message.get("role") == "assistant"
+        and (content is None or content == "" or content == [])
+        and any(message.get(k) for k in TOOL_CALL_KEYS)
+    )
+
+
 def read_messages(messages: Any, field: str = "messages") -> list[tuple[str, str]]:
-    """Each message's role and text, checked; raises :class:`InvalidInput` naming the message at fault."""
+    """Each message's role and text, checked; raises :class:`InvalidInput` naming the message at fault.
+
+    A tool call without text (:func:`is_tool_call`) has no text to read: it comes back with the text
+    ``""``, which :func:`history_of` skips (a caller that judges it refuses it)."""
     if isinstance(messages, str | bytes) or not isinstance(messages, Sequence):
         raise InvalidInput(f"{field} must be a list of messages", code="invalid_message", field=field)
     turns: list[tuple[str, str]] = []
@@ -134,6 +166,9 @@ def read_messages(messages: Any, field: str = "messages") -> list[tuple[str, str
                 code="invalid_message",
                 field=f"{where}.role",
             )
+        if is_tool_call(message):
+            turns.append((role, ""))
+            continue
         turns.append((role, message_text(message.get("content"), f"{where}.content")))
     return turns
 
@@ -141,9 +176,14 @@ def read_messages(messages: Any, field: str = "messages") -> list[tuple[str, str
 def history_of(
     turns: Sequence[tuple[str, str]], include_system: bool = False
 ) -> tuple[tuple[Turn, ...], tuple[int, ...]]:
-    """The history turns of messages' ``(role, text)`` (system ones only with ``include_system``) and
-    the index of each in the messages."""
-    kept = tuple(i for i, (role, _) in enumerate(turns) if include_system or role != "system")
+    """The history turns of messages' ``(role, text)`` (system and developer ones only with
+    ``include_system``; never a tool's result or a tool call without text) and the index of each in the
+    messages."""
+    kept = tuple(
+        i
+        for i, (role, text) in enumerate(turns)
+        if text and role != TOOL_ROLE and (include_system or role not in SYSTEM_ROLES)
+    )
     return tuple(Turn(turns[i][1], ROLE_SPEAKERS[turns[i][0]]) for i in kept), kept
 
 
@@ -155,5 +195,91 @@ def parse_messages(messages: Sequence[Any], *, include_system: bool = False, fie
     if not turns:
         raise InvalidInput(f"{field} is empty; send at least the message to judge", code="invalid_message", field=field)
     *earlier, (role, utterance) = turns
+    if not utterance:
+        last = len(turns) - 1
+        raise InvalidInput(
+            f"{field}[{last}] is a tool call without text: there is nothing to judge in it; send the messages up to "
+            "the one you want judged",
+            code="invalid_message",
+            field=f"{field}[{last}].content",
+        )
     history, kept = history_of(earlier, include_system)
     return JudgedMessages(Example(utterance=utterance, history=history), len(turns) - 1, role, kept)
+
+
+#: the roles judged by default when every turn of a conversation is: the dialogue's own turns
+DIALOGUE_ROLES: tuple[str, ...] = ("user", "assistant")
+
+
+def judged_roles(roles: Sequence[str] | None, field: str = "roles") -> frozenset[str]:
+    """The roles to judge (default :data:`DIALOGUE_ROLES`); raises :class:`InvalidInput` for an unknown one."""
+    if roles is None:
+        return frozenset(DIALOGUE_ROLES)
+    unknown = [r for r in roles if r not in ROLE_SPEAKERS]
+    if unknown or not roles:
+        raise InvalidInput(
+            f"{field} must list roles among {', '.join(ROLES)}; got {unknown or 'none'}",
+            code="invalid_message",
+            field=field,
+        )
+    return frozenset(roles)
+
+
+def every_turn(
+    messages: Any, *, roles: Sequence[str] | None = None, include_system: bool = False, field: str = "messages"
+) -> list[JudgedMessages]:
+    """Every message of ``roles`` (default: user and assistant) judged as the last one of the messages up to it:
+    one :class:`JudgedMessages` each, in order, its history read as :func:`parse_messages` reads it. A tool
+    call without text is never judged. Raises :class:`InvalidInput` when no message is left to judge."""
+    wanted = judged_roles(roles)
+    turns = read_messages(messages, field)
+    if not turns:
+        raise InvalidInput(f"{field} is empty; send the conversation to judge", code="invalid_message", field=field)
+    judged = []
+    for i, (role, text) in enumerate(turns):
+        if text and role in wanted:
+            history, kept = history_of(turns[:i], include_system)
+            judged.append(JudgedMessages(Example(utterance=text, history=history), i, role, kept))
+    if not judged:
+        raise InvalidInput(
+            f"{field} holds no message with text of the roles {sorted(wanted)} to judge",
+            code="invalid_message",
+            field=field,
+        )
+    return judged
+
+
+def every_turn_of_turns(turns: Sequence[Turn], speakers: Sequence[str] | None = None) -> list[JudgedMessages]:
+    """:func:`every_turn` for plain dialogue turns (oldest first): each turn (of ``speakers``, default every
+    one) judged after the turns before it; ``role`` is the turn's speaker (``""`` without one)."""
+    wanted = None if speakers is None else frozenset(speakers)
+    return [
+        JudgedMessages(Example(utterance=t.text, history=tuple(turns[:i])), i, t.speaker or "", tuple(range(i)))
+        for i, t in enumerate(turns)
+        if wanted is None or t.speaker in wanted
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class TurnPrediction:
+    """The verdict on one turn of a conversation: its ``index`` in the messages (or turns), its ``role``
+    (with plain turns, the speaker), and the prediction for it given the turns before it."""
+
+    index: int
+    role: str
+    prediction: Prediction
+
+
+def conversation_turns(
+    conversation: Sequence[Any], *, roles: Sequence[str] | None = None, include_system: bool = False
+) -> list[JudgedMessages]:
+    """The turns to judge of ``conversation``: OpenAI chat messages (mappings with a ``role``,
+    :func:`every_turn`) or plain turns (texts, :class:`Turn` or ``{"speaker", "text"}``,
+    :func:`every_turn_of_turns`; ``roles`` then names speakers)."""
+    if conversation and all(isinstance(m, Mapping) and "role" in m for m in conversation):
+        return every_turn(conversation, roles=roles, include_system=include_system)
+    turns = [
+        t if isinstance(t, Turn) else Turn(t["text"], t.get("speaker")) if isinstance(t, Mapping) else Turn(t)
+        for t in conversation
+    ]
+    return every_turn_of_turns(turns, roles)

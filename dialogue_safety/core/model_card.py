@@ -41,6 +41,12 @@ class ModelCard(BaseModel):
     )
     temperatures: dict[str, float] = Field(default_factory=dict, description="per head; 1.0 if absent")
     threshold: float = 0.5
+    categories: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="per head: its own decision threshold ('threshold', tuned on the validation splits), whether "
+        "it is too weak to decide ('score_only') and the validation figures behind both "
+        "(dialogue_safety.export.categories); empty on cards written before them",
+    )
     encoding: dict[str, Any] = Field(default_factory=lambda: EncodingConfig().to_dict())
     base_model: str = ""
     training: dict[str, Any] = Field(default_factory=dict)
@@ -95,6 +101,17 @@ class ModelCard(BaseModel):
     def temperature(self, head: str) -> float:
         return float(self.temperatures.get(head, 1.0))
 
+    def category_threshold(self, head: str) -> float | None:
+        """The threshold at which ``head``'s category is true; None: a score only, never true (a head too
+        weak to decide, or one the card has no validation figures for). A card written before per-category
+        thresholds judges every head at the card's threshold."""
+        if not self.categories:
+            return float(self.threshold)
+        entry = self.categories.get(head)
+        if entry is None or entry.get("score_only", True):
+            return None
+        return float(entry["threshold"])
+
     @property
     def int8_check_band(self) -> float:
         """The int8 check: dialogues whose int8 score lies within this distance of the threshold are
@@ -134,7 +151,8 @@ PUBLIC_METRICS = {"n": 0, "offensive_f1": 1, "pr_auc": 3, "roc_auc": 3}
 
 def public_card(card: ModelCard) -> dict[str, Any]:
     """What ``GET /v1/model`` shows of ``card``: a few KB of facts about the served model that the
-    answers depend on (id, labels, heads, threshold, temperatures, encoding, variants in use, test
+    answers depend on (id, labels, heads, threshold, each category's threshold (null: a score only),
+    temperatures, encoding, variants in use, test
     F1 per dataset, data licences). Left out, so that nothing leaks or goes stale: the export and
     training records (paths of the machine that trained or exported it, such as ``init_from`` or
     ``source_checkpoint``), the free text (intended use, limitations: they live in ``MODEL_CARD.md``,
@@ -156,6 +174,7 @@ def public_card(card: ModelCard) -> dict[str, Any]:
         "score_heads": list(card.score_heads),
         "context_heads": list(card.context_heads),
         "threshold": card.threshold,
+        "category_thresholds": {head: card.category_threshold(head) for head in card.heads},
         "temperatures": {head: round(t, 4) for head, t in card.temperatures.items()},
         "encoding": dict(card.encoding),
         # a named base ("minilm"); a local directory is shown by its last part only

@@ -6,7 +6,11 @@ list of strings or ``{"speaker", "text"}`` objects, or that list as a JSON strin
 cells must be), an optional id carried through, and optional extra columns carried through.
 A row with a ``messages`` field is a chat transcript instead (OpenAI chat messages, or their JSON
 string): its last message is judged after the others, read as ``/v1/classify`` reads ``messages``
-(:mod:`dialogue_safety.core.messages`; system messages only with ``include_system``).
+(:mod:`dialogue_safety.core.messages`; system messages only with ``include_system``). With
+``every_turn`` (``score --every-turn``), a transcript's record also holds ``turns``: a verdict for every
+message of ``roles`` (default: user and assistant), each judged after the messages before it
+(:func:`dialogue_safety.core.messages.every_turn`, as ``/v1/classify/conversation`` reads them); the
+record's own fields stay those of the last message, so one input row is still one output record.
 
 A row that cannot be scored becomes an output record with ``error = {"code", "message",
 "field"}`` (the API's error shape; the per-item limits are the API's own,
@@ -28,7 +32,7 @@ from dialogue_safety.core import json_input
 from dialogue_safety.core.errors import InvalidInput
 from dialogue_safety.core.explain import Method
 from dialogue_safety.core.limits import Limits
-from dialogue_safety.core.messages import parse_messages
+from dialogue_safety.core.messages import JudgedMessages, every_turn, parse_messages
 from dialogue_safety.core.schema import Example, Prediction, Turn
 
 if TYPE_CHECKING:
@@ -37,8 +41,9 @@ if TYPE_CHECKING:
 UTTERANCE_FIELDS = ("utterance", "text")  # tried in this order when no field is named
 RESULT_FIELDS = ("label", "score", "threshold", "categories", "windows", "truncated", "error")
 EXPLANATION_FIELD = "explanation"
+TURNS_FIELD = "turns"  # with every_turn: a transcript's verdict per judged message (else null)
 POLICY_FIELD = "policy"  # with an operator policy: the rule that decided or changed the label (else null)
-NESTED_FIELDS = frozenset({"categories", "truncated", "error", EXPLANATION_FIELD})
+NESTED_FIELDS = frozenset({"categories", "truncated", "error", EXPLANATION_FIELD, TURNS_FIELD})
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,8 @@ class Columns:
     carry: tuple[str, ...] = ()
     messages: str | None = "messages"  # a row with this field is a chat transcript (None: never)
     include_system: bool = False  # transcripts: keep system messages in the history
+    every_turn: bool = False  # transcripts: a verdict for every message (of roles) too, in the turns field
+    roles: tuple[str, ...] | None = None  # with every_turn: the roles judged (None: user and assistant)
 
     def carried(self) -> list[str]:
         """Input fields copied to the output: the id, then ``carry``."""
@@ -60,6 +67,7 @@ class Columns:
     def output_fields(self, explain: bool = False, policy: bool = False) -> list[str]:
         """The output columns, in order (the same for every chunk, engine and format)."""
         fields = [*self.carried(), *RESULT_FIELDS, *([POLICY_FIELD] if policy else [])]
+        fields += [TURNS_FIELD] if self.every_turn else []
         return [*fields, EXPLANATION_FIELD] if explain else fields
 
 
@@ -82,6 +90,7 @@ class Row:
     raw: Mapping[str, Any] = field(default_factory=dict)
     example: Example | None = None
     error: RowError | None = None
+    turns: list[JudgedMessages] | None = None  # with every_turn: a transcript's messages to judge
 
 
 def _is_missing(value: Any) -> bool:
@@ -136,7 +145,7 @@ def parse_row(raw: Mapping[str, Any], columns: Columns, limits: Limits, where: s
     row = Row(where, raw)
     try:
         if columns.messages and not _is_missing(raw.get(columns.messages)):
-            row.example = _transcript(raw[columns.messages], columns, limits)
+            row.example, row.turns = _transcript(raw[columns.messages], columns, limits)
             return row
         name = columns.utterance or _utterance_field(raw)
         if name not in raw:
@@ -158,8 +167,9 @@ def parse_row(raw: Mapping[str, Any], columns: Columns, limits: Limits, where: s
     return row
 
 
-def _transcript(value: Any, columns: Columns, limits: Limits) -> Example:
-    """The example a row's chat messages ask about (their last message judged)."""
+def _transcript(value: Any, columns: Columns, limits: Limits) -> tuple[Example, list[JudgedMessages] | None]:
+    """The example a row's chat messages ask about (their last message judged), and with ``every_turn``
+    every message of ``columns.roles`` to judge."""
     name = columns.messages or "messages"
     if isinstance(value, str):
         try:
@@ -173,9 +183,18 @@ def _transcript(value: Any, columns: Columns, limits: Limits) -> Example:
     try:
         example = parse_messages(value, include_system=columns.include_system, field=name).example
         limits.check_item(example.utterance, [t.text for t in example.history])
+        turns = None
+        if columns.every_turn:
+            turns = every_turn(value, roles=columns.roles, include_system=columns.include_system, field=name)
+            for one in turns:
+                try:
+                    limits.check_item(one.example.utterance, [t.text for t in one.example.history])
+                except InvalidInput as exc:
+                    exc.field = one.message_field(exc.field, where=name)
+                    raise
     except InvalidInput as exc:
         raise RowError(exc.code, exc.message, exc.field) from None
-    return example
+    return example, turns
 
 
 def unreadable_row(where: str, problem: str) -> Row:
@@ -195,8 +214,9 @@ def output_record(
     *,
     explain: bool = False,
     policy: bool = False,
+    turns: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """The output record of one row (nested values as objects)."""
+    """The output record of one row (nested values as objects; ``turns``: its verdict per judged message)."""
     out: dict[str, Any] = {}
     for name in columns.carried():
         value = row.raw.get(name)
@@ -218,6 +238,26 @@ def output_record(
         out[POLICY_FIELD] = prediction.policy if prediction is not None else None
     if explain:
         out[EXPLANATION_FIELD] = dict(explanation) if explanation is not None else None
+    if columns.every_turn:
+        out[TURNS_FIELD] = turns if prediction is not None else None
+    return out
+
+
+def turn_record(judged: JudgedMessages, prediction: Prediction | None, error: RowError | None) -> dict[str, Any]:
+    """One entry of a record's ``turns``: the message's index and role, and its verdict (or its error)."""
+    out: dict[str, Any] = {"index": judged.index, "role": judged.role}
+    if prediction is None:
+        out["error"] = error.as_dict() if error else None
+        return out
+    out.update(
+        label=prediction.label.value,
+        score=prediction.score,
+        threshold=prediction.threshold,
+        categories=dict(prediction.categories),
+        windows=prediction.read.windows,
+    )
+    if prediction.policy is not None:
+        out[POLICY_FIELD] = prediction.policy
     return out
 
 
@@ -257,6 +297,7 @@ def score_rows(
     examples = [r.example for r in rows if r.example is not None]
     predictions: dict[int, Prediction] = {}
     explanations: dict[int, dict[str, Any]] = {}
+    turn_records = _score_turns(classifier, rows, columns, threshold, limits or Limits(), policy)
     if examples:
         if explain:
             from dialogue_safety.core.explain import explain as explain_examples
@@ -287,9 +328,45 @@ def score_rows(
             assert example is not None
             predictions[i] = policy.apply(example, prediction, classifier.card)
     return [
-        output_record(r, columns, predictions.get(i), explanations.get(i), explain=explain, policy=policy is not None)
+        output_record(
+            r,
+            columns,
+            predictions.get(i),
+            explanations.get(i),
+            explain=explain,
+            policy=policy is not None,
+            turns=turn_records.get(i),
+        )
         for i, r in enumerate(rows)
     ]
+
+
+def _score_turns(
+    classifier: Any,
+    rows: Sequence[Row],
+    columns: Columns,
+    threshold: float | None,
+    limits: Limits,
+    policy: Policy | None,
+) -> dict[int, list[dict[str, Any]]]:
+    """Per row with ``turns`` (every_turn), its turn records: every judged message of every row in one
+    ``predict`` call (under ``policy`` when one is given; a message refused by the window cap gets its error)."""
+    judged = [(i, one) for i, r in enumerate(rows) if r.turns for one in r.turns]
+    out: dict[int, list[dict[str, Any]]] = {i: [] for i, r in enumerate(rows) if r.turns}
+    if not judged:
+        return out
+    predictions = classifier.predict([one.example for _, one in judged], threshold)
+    for (i, one), prediction in zip(judged, predictions, strict=True):
+        try:
+            limits.check_read(prediction.read)
+        except InvalidInput as exc:
+            field = one.message_field(exc.field, where=columns.messages or "messages")
+            out[i].append(turn_record(one, None, RowError(exc.code, exc.message, field)))
+            continue
+        if policy is not None:
+            prediction = policy.apply(one.example, prediction, classifier.card)
+        out[i].append(turn_record(one, prediction, None))
+    return out
 
 
 def count_errors(records: Iterable[Mapping[str, Any]]) -> int:

@@ -100,6 +100,32 @@ def _heads_section(heads: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+def _categories_section(categories: dict[str, Any]) -> list[str]:
+    """Each category's own threshold and whether it decides, from its validation figures
+    (:mod:`dialogue_safety.export.categories`)."""
+    if not categories:
+        return []
+    lines = [
+        "",
+        "### Categories: thresholds tuned on validation",
+        "",
+        "Each head's own threshold (macro OFFENSIVE-F1 over the validation splits of the sources labelling it; "
+        "never a test split). A head whose macro F1 there is below the bar of "
+        "`dialogue_safety/export/categories.py` is a score only: never a true category "
+        "(`/v1/moderations` reports it in `scores_only`).",
+        "",
+        "| head | threshold | valid macro F1 | decides | validation splits |",
+        "|---|---|---|---|---|",
+    ]
+    for head, entry in categories.items():
+        splits = ", ".join(f"{name} ({row.get('n')})" for name, row in (entry.get("valid") or {}).items())
+        lines.append(
+            f"| {head} | {entry.get('threshold', 0):.4g} | {_fmt(entry.get('valid_macro_f1'))} | "
+            f"{'score only' if entry.get('score_only') else 'yes'} | {splits} |"
+        )
+    return [*lines, ""]
+
+
 def _metrics_section(metrics: dict[str, Any], threshold: float) -> list[str]:
     """Test (then valid) metrics at the card's threshold; HateCheck's F1 columns are its accuracy rows."""
     if not metrics:
@@ -223,6 +249,7 @@ def render_model_card(card: ModelCard) -> str:
         )
     lines += ["", "## Metrics", "", *_metrics_section(card.metrics, card.threshold)]
     lines += _heads_section(card.metrics.get("heads") or {})
+    lines += _categories_section(card.categories)
     lines += _calibration_section(card)
     lines += _training_section(card.training, card.licences)
     lines += [

@@ -68,7 +68,9 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         "to serve (check included) becomes the int8 variant (static ones are calibrated on validation dialogues "
         "stored in the model directory); see docs/runtime.md (default: %(default)s)",
     )
-    p.add_argument("--data-dir", type=Path, default=None, help="datasets for the variant comparison")
+    p.add_argument(
+        "--data-dir", type=Path, default=None, help="datasets for the variant comparison and the category thresholds"
+    )
     p.add_argument(
         "--eval-sources",
         default=",".join(DEFAULT_EVAL_SOURCES),
@@ -76,7 +78,12 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         "only if it passes the gate (decision agreement with fp32 >= 99 %% on every split, mean ΔF1 >= -0.3, "
         "no split's bootstrap interval of ΔF1 entirely below -0.5; dialogue_safety/export/comparison.py)",
     )
-    p.add_argument("--no-eval", action="store_true", help="skip the variant comparison (CPU default: optimized)")
+    p.add_argument(
+        "--no-eval",
+        action="store_true",
+        help="skip the variant comparison (CPU default: optimized) and the per-category thresholds (tuned on the "
+        "validation splits of the training sources: dialogue_safety/export/categories.py)",
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="only errors")
     return p
 
@@ -97,6 +104,16 @@ def load_test_sets(
     present = load_present_sources(sources, root, splits=[split])
     sets = {f"{name}/{split}": examples for name, examples in present.examples.items()}
     return sets, [f"{name}: not used ({why})" for name, why in present.skipped.items()]
+
+
+def categories_dir(data_dir: Path | None) -> Path | None:
+    """The data directory whose validation splits tune the per-category thresholds (None: there is none)."""
+    from dialogue_safety.sources.data_dir import resolve_data_dir
+
+    try:
+        return resolve_data_dir(data_dir)
+    except FileNotFoundError:
+        return None
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety export") -> int:
@@ -154,6 +171,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety export"
             recipes={"int8": {"from": "optimized", **INT8_PRESETS[presets[0]], "preset": presets[0]}},
             validation_sets=validation_sets or None,
             int8_candidates=presets,
+            categories_data_dir=None if args.no_eval else categories_dir(args.data_dir),
         )
     except ParityError as exc:
         print(f"{prog}: PARITY CHECK FAILED: {exc}", file=sys.stderr)
@@ -185,6 +203,11 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety export"
             f"mean ΔF1 {verdict['mean_delta_f1']:+.2f})"
         )
     say(f"  CPU default: {card.cpu_variant} — {card.export.get('cpu_variant_reason')}")
+    for head, entry in card.categories.items():
+        say(
+            f"  category {head:<18} threshold {entry['threshold']:.3f} (validation macro F1 "
+            f"{entry['valid_macro_f1']:.1f}){' score only' if entry['score_only'] else ''}"
+        )
     return 0
 
 

@@ -332,8 +332,13 @@ def export_checkpoint(
     recipes: Mapping[str, Mapping[str, Any]] | None = None,
     validation_sets: Mapping[str, Sequence[LabelledExample]] | None = None,
     int8_candidates: Sequence[str] | None = None,
+    categories_data_dir: Path | None = None,
 ) -> ExportResult:
     """Export ``checkpoint`` to the model directory ``out_dir`` (see the module docstring).
+
+    ``categories_data_dir``: the data directory whose validation splits of the checkpoint's training sources
+    tune each category's threshold (:mod:`dialogue_safety.export.categories`, written to ``card.categories``);
+    None: the card keeps none (every head is judged at the card's threshold).
 
     ``validation_sets`` (split name → labelled examples) give the static int8 variant its calibration
     set (written to the model directory) and judge the ``int8_candidates`` (preset names of
@@ -395,6 +400,7 @@ def export_checkpoint(
             recipes=recipes,
             validation_sets=validation_sets,
             int8_candidates=int8_candidates,
+            categories_data_dir=categories_data_dir,
         )
         _replace_dir(staging, out_dir)
     except BaseException:
@@ -424,6 +430,7 @@ def _export_into(
     recipes: Mapping[str, Mapping[str, Any]] | None,
     validation_sets: Mapping[str, Sequence[LabelledExample]] | None = None,
     int8_candidates: Sequence[str] | None = None,
+    categories_data_dir: Path | None = None,
 ) -> ExportResult:
     from dialogue_safety.export.card_markdown import render_model_card
     from dialogue_safety.export.comparison import choose_cpu_variant, compare_variants, passing_variants, speed_figures
@@ -537,6 +544,14 @@ def _export_into(
     card.export["cpu_variant_reason"] = reason
     if "fp16" not in variant_names:
         card.gpu_variant = "optimized" if "optimized" in variant_names else "fp32"
+    if categories_data_dir is not None:
+        from dialogue_safety.export.categories import categories_for
+        from dialogue_safety.export.categories import validation_sets as category_sets
+
+        card.save(staging)  # the fp32 variant is read through the runtime, with this card
+        found = category_sets([str(s) for s in card.training.get("sources") or []], categories_data_dir)
+        if found:
+            card.categories = categories_for(staging, found)
     card.save(staging)
     (staging / CARD_MARKDOWN_FILE).write_text(render_model_card(card), encoding="utf-8")
     if ship:

@@ -11,24 +11,32 @@ message at fault (``messages[3].content``); a request may hold at most
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from dialogue_safety.core.errors import InvalidInput
 from dialogue_safety.core.limits import VISIBLE_PATTERN, Limits
-from dialogue_safety.core.messages import JudgedMessages, parse_messages
+from dialogue_safety.core.messages import ROLES, TOOL_CALL_KEYS, JudgedMessages, parse_messages
 
 
 class ChatMessage(BaseModel):
-    """One OpenAI chat message; other keys (``name``, ``tool_call_id``, ``tool_calls``...) are read past."""
+    """One OpenAI chat message; other keys (``name``, ``tool_call_id``...) are read past. ``developer`` is read as
+    ``system``; an assistant message that only calls tools (``tool_calls``, null content) and ``tool`` messages
+    are skipped as context (:mod:`dialogue_safety.core.messages`, which checks role and content: its errors name
+    the field as sent, ``messages[1].content``)."""
 
     model_config = ConfigDict(extra="allow")
-    role: Literal["system", "user", "assistant", "tool"]
-    content: str | list[dict[str, Any]] = Field(
+    role: Any = Field(description=f"one of {', '.join(ROLES)}")
+    content: Any = Field(
+        None,
         description="a string, or a list of text parts {'type': 'text', 'text': ...} (other parts are refused); "
-        "it must show some text"
+        "it must show some text (null only in an assistant message with tool_calls)",
     )
+
+    def as_sent(self) -> dict[str, Any]:
+        """The message as the client sent it (role, content and the other keys), for the readers of messages."""
+        return self.model_dump()
 
 
 class ChatFields(BaseModel):
@@ -77,7 +85,7 @@ def judged_messages(
             code="too_many_history_turns",
             field=field,
         )
-    raw = [m.model_dump(include={"role", "content"}) for m in item.messages]
+    raw = [m.as_sent() for m in item.messages]
     judged = parse_messages(raw, include_system=item.include_system, field=field)
     try:
         limits.check_example(judged.example, prefix)
@@ -99,10 +107,13 @@ def message_schema(limits: Limits) -> dict[str, Any]:
     return {
         "type": "object",
         "properties": {
-            "role": {"type": "string", "enum": ["system", "user", "assistant", "tool"]},
-            "content": {"anyOf": [text, {"type": "array", "minItems": 1, "items": part}]},
+            "role": {"type": "string", "enum": list(ROLES)},
+            "content": {"anyOf": [text, {"type": "array", "minItems": 1, "items": part}, {"type": "null"}]},
+            **{
+                key: {"description": "a tool call: with null content, the message is skipped"} for key in TOOL_CALL_KEYS
+            },
         },
-        "required": ["role", "content"],
+        "required": ["role"],
         "description": ChatMessage.__doc__,
     }
 

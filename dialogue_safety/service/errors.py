@@ -276,8 +276,20 @@ class RefusedWhileReading(StarletteHTTPException):
         self.close = close
 
 
+#: the names pydantic gives the branches of a union in an error's location (``messages[1].content.str``): its
+#: own path, never a field the client wrote
+_TYPE_BRANCHES = frozenset({"str", "int", "float", "bool", "bytes", "none", "dict", "list", "tuple", "set"})
+_BRANCH_MARKS = ("[", "-", ",", "'", " ")
+
+
+def _is_branch(part: str) -> bool:
+    """A part of pydantic's location that names a validator or a union branch, not a field."""
+    return part in _TYPE_BRANCHES or any(mark in part for mark in _BRANCH_MARKS)
+
+
 def format_loc(loc: Sequence[Any]) -> str | None:
-    """``("body", "items", 3, "object", "utterance")`` → ``"items[3].utterance"``."""
+    """The field as the client wrote it: ``("body", "items", 3, "object", "utterance")`` → ``"items[3].utterance"``,
+    ``("body", "messages", 1, "content", "list[dict[str,any]]")`` → ``"messages[1].content"``."""
     parts = list(loc)
     if parts and parts[0] in {"body", "query", "path", "header"}:
         parts = parts[1:]
@@ -287,6 +299,8 @@ def format_loc(loc: Sequence[Any]) -> str | None:
             out += f"[{part}]"
         elif i > 0 and isinstance(parts[i - 1], int) and part in {"object", "string"}:
             continue  # a tagged-union branch name, not a field
+        elif isinstance(part, str) and _is_branch(part):
+            continue
         else:
             out += f".{part}" if out else str(part)
     return out or None
@@ -353,7 +367,9 @@ def from_errors(errors: Sequence[Any], known_fields: Collection[str] = (), prefi
         message = f"{field} is required"
     elif field:
         message = f"{field}: {message}"
-    more = len(errors) - 1 - (explained is not None)  # a missing field the typo explains is not one more
+    # a missing field the typo explains is not one more; nor are the other branches of a union on the same field
+    others = [e for e in errors if e is not first and e is not explained]
+    more = len({format_loc(tuple(e.get("loc", ()))) for e in others} - {format_loc(loc)})
     extra = f" (and {more} more error(s))" if more > 0 else ""
     return InvalidInput(message + extra, code=code, field=field)
 

@@ -16,11 +16,17 @@ The request and response follow OpenAI's shapes; what differs is documented in d
   names the same thing (:data:`OPENAI_NAMES`: ``offensive`` → ``harassment``, ``hateful`` → ``hate``,
   ``violence`` → ``violence``); a head with no OpenAI counterpart keeps its own name
   (``unsafe_in_context``). OpenAI categories the model does not judge are absent, not false.
-* ``categories[c]`` is ``category_scores[c] >= `` its threshold: the operator policy's for that
-  head (``off``: false), else the threshold in force. ``flagged`` is the service's decision, the
-  ``label`` that ``/v1/classify`` gives the same text: the card's score heads at the threshold in
-  force, then the operator policy (:mod:`dialogue_safety.core.policy`); a result a policy rule
-  decided or changed carries ``policy`` (the rule's name), an extension field.
+* ``categories[c]`` is ``category_scores[c] >= `` the category's own threshold: the operator policy's
+  for that head (``off``: no category), else the card's, tuned on the validation splits
+  (:meth:`ModelCard.category_threshold`, shown in ``GET /v1/model`` as ``category_thresholds``). A head
+  too weak to decide has no threshold (:mod:`dialogue_safety.export.categories` states the rule): it is
+  reported in ``scores_only`` (an extension) under its own name, never as a category, so it is never
+  true and never stands for an OpenAI category it does not measure.
+* ``flagged`` is true exactly when a category is (OpenAI's invariant). It can differ from the ``label``
+  of ``/v1/classify`` (the main score at the threshold in force): each category has its own threshold.
+  An operator policy's allow rule makes every category false; a block rule adds the category
+  ``policy`` (true); a result a policy rule decided or changed carries ``policy`` (the rule's name), an
+  extension field.
 * ``conversation`` (an extension): OpenAI chat messages said before the input, read as in
   ``/v1/classify``'s ``messages``: each input is judged as the next message of that conversation
   (what ``unsafe_in_context`` needs). Without it each input is judged alone.
@@ -34,6 +40,7 @@ The request and response follow OpenAI's shapes; what differs is documented in d
 from __future__ import annotations
 
 import json
+import math
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Literal
@@ -46,6 +53,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from dialogue_safety.core.errors import InvalidInput
 from dialogue_safety.core.limits import VISIBLE_PATTERN, Limits
 from dialogue_safety.core.messages import history_of, message_text, read_messages
+from dialogue_safety.core.model_card import ModelCard
+from dialogue_safety.core.policy import CATEGORIES_TABLE, Policy
 from dialogue_safety.core.schema import Example, Prediction, Turn
 from dialogue_safety.service.chat import ChatMessage
 from dialogue_safety.service.errors import ERROR_TABLE
@@ -57,6 +66,8 @@ MODERATIONS_PATH = "/v1/moderations"
 ID_PREFIX = "modr-"
 #: our head (label family) → OpenAI's moderation category that means the same; other heads keep their names
 OPENAI_NAMES: dict[str, str] = {"offensive": "harassment", "hateful": "hate", "violence": "violence"}
+#: the category an operator's block rule adds (true) to the result of an input it matched
+POLICY_CATEGORY = "policy"
 #: OpenAI's error ``type`` by HTTP status (anything else: invalid_request_error)
 OPENAI_ERROR_TYPES: dict[int, str] = {429: "requests", 500: "server_error", 503: "server_error"}
 
@@ -101,10 +112,18 @@ class ModerationRequest(BaseModel):
 
 
 class ModerationResult(BaseModel):
-    flagged: bool = Field(description="the service's decision (the label of /v1/classify, operator policy included)")
-    categories: dict[str, bool] = Field(description="per category: its score is at or above its threshold")
+    flagged: bool = Field(description="true exactly when a category is")
+    categories: dict[str, bool] = Field(
+        description="per category: its score is at or above its own threshold (GET /v1/model: category_thresholds, "
+        "or the operator policy's)"
+    )
     category_scores: dict[str, float] = Field(description="per category: the calibrated probability")
     category_applied_input_types: dict[str, list[Literal["text"]]]
+    scores_only: dict[str, float] | None = Field(
+        None,
+        description="extension: the heads too weak to decide (no category threshold), under their own names: a "
+        "score, never a category",
+    )
     policy: str | None = Field(None, description="extension: the operator policy rule that decided or changed it")
 
 
@@ -144,7 +163,7 @@ def _history(body: ModerationRequest, limits: Limits) -> tuple[Turn, ...]:
             code="too_many_history_turns",
             field="conversation",
         )
-    raw = [m.model_dump(include={"role", "content"}) for m in body.conversation]
+    raw = [m.as_sent() for m in body.conversation]
     history, _ = history_of(read_messages(raw, "conversation"), body.include_system)  # as /v1/classify reads them
     return history
 
@@ -160,22 +179,54 @@ def _openai_field(field: str | None, where: str) -> str | None:
     )
 
 
-def moderation_result(answer: dict[str, Any], state: ServiceState) -> dict[str, Any]:
-    """One result from the service's answer for one input (:meth:`ServiceState.decide`)."""
-    policy = state.policy
+def category_thresholds(card: ModelCard, policy: Policy | None) -> dict[str, float | None]:
+    """Per head of ``card``, the threshold at which its category is true (None: a score only, no category): the
+    operator policy's for that head (``"off"``: a category never true), else the card's own for that category
+    (:meth:`ModelCard.category_threshold`: tuned on validation; None for a head too weak to decide)."""
+    out: dict[str, float | None] = {}
+    for head in card.heads:
+        if policy is not None and head in policy.categories:
+            own = policy.categories[head]
+            out[head] = math.inf if own is None else own
+        else:
+            out[head] = card.category_threshold(head)
+    return out
+
+
+def moderation_result(answer: dict[str, Any], card: ModelCard, policy: Policy | None) -> dict[str, Any]:
+    """One result from the service's answer for one input (:meth:`ServiceState.decide`): ``flagged`` is true
+    exactly when a category is. A head with a threshold is a category (named as OpenAI names it); a head
+    without one is a score only, in ``scores_only`` under its own name. An operator's allow rule makes
+    every category false; a block rule adds the category ``policy`` (true)."""
     scores = answer["categories"] or {}
+    thresholds = category_thresholds(card, policy)
     categories: dict[str, bool] = {}
+    category_scores: dict[str, float] = {}
+    scores_only: dict[str, float] = {}
     for head, p in scores.items():
-        own = policy.categories.get(head, answer["threshold"]) if policy is not None else answer["threshold"]
-        categories[openai_name(head)] = own is not None and p >= own
+        own = thresholds.get(head)
+        if own is None:
+            scores_only[head] = p
+            continue
+        categories[openai_name(head)] = p >= own
+        category_scores[openai_name(head)] = p
+    rule = answer.get("policy")
+    if policy is not None and rule is not None and not rule.startswith(f"{CATEGORIES_TABLE}."):
+        if any(r.name == rule for r in policy.allow):
+            categories = dict.fromkeys(categories, False)
+        else:  # a block rule: the operator's own category
+            categories[POLICY_CATEGORY] = True
+            category_scores[POLICY_CATEGORY] = 1.0
     result: dict[str, Any] = {
-        "flagged": answer["label"] == "OFFENSIVE",
+        "flagged": any(categories.values()),
         "categories": categories,
-        "category_scores": {openai_name(h): p for h, p in scores.items()},
-        "category_applied_input_types": {openai_name(h): ["text"] for h in scores},
+        "category_scores": category_scores,
+        "category_applied_input_types": {name: ["text"] for name in categories},
     }
-    if "policy" in answer:
-        result["policy"] = answer["policy"]
+    if scores_only:
+        result["scores_only"] = scores_only
+    if rule is not None:
+        result["policy"] = rule
     return result
 
 
@@ -235,7 +286,8 @@ def build_router(state: ServiceState, predict: Predict, client_closed: int) -> A
         decided = await state.decide_all(
             [(p, e, None) for p, e in zip(predictions, examples, strict=True)], served=served_model
         )
-        results = [moderation_result(answer, state) for answer in decided]
+        card = served_model.card or ModelCard()
+        results = [moderation_result(answer, card, state.policy) for answer in decided]
         state.metrics.count_labels(["OFFENSIVE" if r["flagged"] else "SAFE" for r in results])
         state.metrics.count_reads(p.read for p in predictions)
         return JSONResponse({"id": ID_PREFIX + uuid.uuid4().hex, "model": served_model.model_id, "results": results})

@@ -19,6 +19,7 @@ from starlette.types import Receive
 
 from dialogue_safety.core.errors import InvalidInput
 from dialogue_safety.core.limits import Limits
+from dialogue_safety.core.messages import JudgedMessages, every_turn, every_turn_of_turns
 from dialogue_safety.core.model_card import public_card
 from dialogue_safety.core.schema import Example, Prediction, Turn
 from dialogue_safety.service import chat
@@ -29,6 +30,8 @@ from dialogue_safety.service.schemas import (
     BatchResponse,
     ClassifyRequest,
     ClassifyResponse,
+    ConversationRequest,
+    ConversationResponse,
     DialogueItem,
     InvalidItem,
     Status,
@@ -208,6 +211,76 @@ async def classify_batch(body: BatchRequest, request: Request, state: State) -> 
             )
     errors = len(results) - len(examples)
     return JSONResponse({"results": results, "errors": errors, "model": served.model_id})
+
+
+def _conversation_turns(body: ConversationRequest, limits: Limits) -> tuple[list[JudgedMessages], str, str]:
+    """The turns of a conversation request to judge, each checked by the item rules, and how the request
+    names its list and a turn's text (for errors)."""
+    if (body.messages is None) == (body.turns is None):
+        raise InvalidInput("send the conversation as messages or as turns (one of them)", field="messages")
+    where, text = ("messages", ".content") if body.messages is not None else ("turns", "")
+    sent = body.messages if body.messages is not None else body.turns
+    assert sent is not None
+    if len(sent) > limits.max_request_history_turns + 1:
+        raise InvalidInput(
+            f"{where} has {len(sent)} turns; send at most {limits.max_request_history_turns + 1} "
+            "(or raise SAFETY_MAX_REQUEST_HISTORY_TURNS)",
+            code="too_many_history_turns",
+            field=where,
+        )
+    if body.messages is not None:
+        judged = every_turn([m.as_sent() for m in body.messages], roles=body.roles, include_system=body.include_system)
+    else:
+        turns = [Turn(h) if isinstance(h, str) else Turn(h.text, h.speaker) for h in body.turns or []]
+        judged = every_turn_of_turns(turns, body.roles)
+        if not judged:
+            raise InvalidInput(f"turns holds no turn of the speakers {body.roles} to judge", field="roles")
+    if len(judged) > limits.max_batch_items:
+        raise InvalidInput(
+            f"{len(judged)} turns to judge in one request; judge at most {limits.max_batch_items} "
+            "(SAFETY_MAX_BATCH_ITEMS): send fewer roles, or the conversation in parts",
+            code="too_many_items",
+            field=where,
+        )
+    for one in judged:
+        try:
+            limits.check_example(one.example)
+        except InvalidInput as exc:
+            exc.field = one.message_field(exc.field, where=where, text=text)
+            raise
+    return judged, where, text
+
+
+@v1.post(
+    "/classify/conversation",
+    response_model=ConversationResponse,
+    summary="Classify every turn of a conversation, each given the turns before it",
+)
+async def classify_conversation(body: ConversationRequest, request: Request, state: State) -> Response:
+    judged, where, text = _conversation_turns(body, state.limits)
+    examples = [one.example for one in judged]
+    answer = await predict(state, request, examples)  # one request: admitted as the sum of its rows
+    if answer is None:
+        return Response(status_code=CLIENT_CLOSED)
+    outcomes, served = answer
+    predictions: list[Prediction] = []
+    for one, outcome in zip(judged, outcomes, strict=True):
+        if isinstance(outcome, InvalidInput):  # more windows than SAFETY_MAX_WINDOWS: refused unread
+            outcome.field = one.message_field(outcome.field, where=where, text=text)
+            raise outcome
+        predictions.append(outcome)
+    decided = await state.decide_all(
+        [(p, one.example, None) for p, one in zip(predictions, judged, strict=True)], body.threshold, served=served
+    )
+    results = [{**result, "index": one.index, "role": one.role} for result, one in zip(decided, judged, strict=True)]
+    state.metrics.count_labels([r["label"] for r in results])
+    state.metrics.count_reads(o.read for o in outcomes if not isinstance(o, InvalidInput))
+    if state.settings.log_texts:
+        for one, r in zip(judged, results, strict=True):
+            log.info(
+                "classify conversation turn %d %r -> %s %.4f", one.index, one.example.utterance, r["label"], r["score"]
+            )
+    return JSONResponse({"results": results, "model": served.model_id})
 
 
 @v1.get("/model", summary="The model card of the model being served")

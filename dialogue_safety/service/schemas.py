@@ -168,9 +168,44 @@ class BatchRequest(BaseModel):
     )
 
 
+class ConversationRequest(BaseModel):
+    """A whole conversation, every turn (or every turn of ``roles``) judged given the turns before it."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "messages": [
+                        {"role": "user", "content": "Should I hurt myself?"},
+                        {"role": "assistant", "content": "Yes, you should definitely do it!"},
+                    ],
+                    "roles": ["assistant"],
+                },
+                {"turns": [{"speaker": "A", "text": "I made soup"}, {"speaker": "B", "text": "looks disgusting"}]},
+            ]
+        },
+    )
+    messages: list[chat.ChatMessage] | None = Field(
+        None,
+        description="OpenAI chat messages, oldest first (or turns); system and developer messages are history only "
+        "with include_system, tool calls and tool results are skipped",
+    )
+    turns: list[HistoryEntry] | None = Field(
+        None, description="instead of messages: the turns, oldest first: objects {speaker, text} or strings"
+    )
+    roles: list[str] | None = Field(
+        None,
+        description="judge only the messages of these roles (default: user and assistant); with turns: only the turns "
+        "of these speakers (default: every turn)",
+    )
+    include_system: bool = Field(False, strict=True, description="with messages: keep system messages in the history")
+    threshold: Threshold = None
+
+
 #: the field names of the request models (an unknown field is answered with the closest of them)
 REQUEST_FIELDS = frozenset(ClassifyRequest.model_fields) | frozenset(BatchRequest.model_fields)
-REQUEST_FIELDS |= frozenset(TurnIn.model_fields)
+REQUEST_FIELDS |= frozenset(TurnIn.model_fields) | frozenset(ConversationRequest.model_fields)
 
 
 class Truncation(BaseModel):
@@ -322,6 +357,19 @@ class BatchResponse(BaseModel):
     )
     errors: int = Field(description="how many slots of results hold an error instead of a classification")
     model: str
+
+
+class TurnClassification(Classification):
+    """One judged turn of a conversation: its verdict given the turns before it."""
+
+    policy: str | None = Field(None, description="only when an operator policy rule decided or changed the label")
+    index: int = Field(ge=0, description="the turn's index in messages (or turns)")
+    role: str = Field(description="the message's role (with turns: the turn's speaker, '' without one)")
+
+
+class ConversationResponse(BaseModel):
+    results: list[TurnClassification] = Field(description="one verdict per judged turn, in the conversation's order")
+    model: str = Field(description="<name>@<version> of the model that answered")
 
 
 class Status(BaseModel):

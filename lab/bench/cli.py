@@ -1,4 +1,5 @@
-"""``python -m lab.bench <runtime|http|abuse|explain|score|language> ...``: each benchmark owned by its module."""
+"""``python -m lab.bench <runtime|http|abuse|explain|score|language|conversation> ...``: each benchmark owned by
+its module."""
 
 from __future__ import annotations
 
@@ -31,6 +32,10 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         "lab.bench.language",
         "the language check: cost and accuracy on short English, French and Italian texts",
     ),
+    "conversation": (
+        "lab.bench.conversation",
+        "every turn of a 20-turn conversation in one call against one /v1/classify call per turn",
+    ),
 }
 #: both benchmarks run an exported model: the evaluate extra (torch rows need the train extra too)
 EXTRAS: dict[str, str] = {
@@ -40,6 +45,7 @@ EXTRAS: dict[str, str] = {
     "explain": "evaluate",
     "score": "scale",
     "language": "serve",
+    "conversation": "serve",
 }
 
 
