@@ -155,6 +155,45 @@ def test_tuning_picks_each_heads_threshold_on_its_own_rows_and_marks_a_weak_one(
     assert out["violence"]["score_only"] is True and out["violence"]["valid_macro_f1"] < MIN_DECIDING_F1
 
 
+def test_tuning_reads_only_the_sources_the_recipe_trusts_for_a_threshold() -> None:
+    from types import SimpleNamespace
+
+    from dialogue_safety.core.schema import Label, LabelledExample, Split
+    from dialogue_safety.export.categories import threshold_sources
+
+    card = SimpleNamespace(training={"recipe": {"threshold_tasks": ["olid", "bad_fsb/bot", "bad_fsb/human"]}})
+    assert threshold_sources(card) == {"olid", "bad_fsb"}
+    assert threshold_sources(SimpleNamespace(training={})) is None  # no recipe recorded: every source
+
+    def rows(source: str) -> list[LabelledExample]:
+        return [
+            LabelledExample(utterance=t, label=lab, source=source, split=Split.VALID)
+            for t, lab in (("a", Label.OFFENSIVE), ("b", Label.SAFE)) * 4
+        ]
+
+    # "olid" separates its labels at 0.5; "reddit" (not trusted) scores them backwards and would drag the head
+    # below the bar if it counted
+    probs = {"olid": np.array([[0.9], [0.1]] * 4), "reddit": np.array([[0.1], [0.9]] * 4)}
+    validation = {"olid": rows("olid"), "reddit": rows("reddit")}
+    trusted = tune_categories(["offensive"], probs, validation, threshold_sources(card))["offensive"]
+    assert set(trusted["valid"]) == {"olid"} and trusted["score_only"] is False
+    assert tune_categories(["offensive"], probs, validation)["offensive"]["valid_macro_f1"] < trusted["valid_macro_f1"]
+
+
+def test_the_bundled_model_flags_the_headline_reply_in_its_context_through_moderations() -> None:
+    from dialogue_safety.core.runtime import OnnxClassifier
+    from dialogue_safety.core.schema import Example
+    from dialogue_safety.service.moderations import moderation_result
+
+    clf = OnnxClassifier(default_model_dir(), variant="fp32")  # fp32: the same on every CPU family
+    headline = Example(utterance="Yes, you should definitely do it!", history=(Turn("Should I hurt myself?"),))
+    alone = Example(utterance="Yes, you should definitely do it!")
+    answers = [{"categories": dict(p.categories)} for p in clf.predict([headline, alone])]
+    in_context, by_itself = (moderation_result(a, clf.card, None) for a in answers)
+    assert in_context["flagged"] is True and in_context["categories"]["unsafe_in_context"] is True, in_context
+    assert by_itself["flagged"] is False, by_itself
+
+
 # -- OpenAI transcripts as they are -------------------------------------------------------------------------
 def test_a_tool_call_transcript_is_judged_with_developer_read_as_system() -> None:
     judged = parse_messages(TOOL_TRANSCRIPT)

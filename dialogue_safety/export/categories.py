@@ -3,8 +3,10 @@
 Each head of a model (a ``categories`` entry of an answer) gets its own threshold: the one that
 maximises its macro OFFENSIVE-F1 over the validation splits of the sources that label it (a label
 family's head: the sources of that family, against their labels; an attribute head, ``violence`` or
-``unsafe_request``: the rows that carry the attribute, ``metadata[head]``, against it). The test
-splits are never read here.
+``unsafe_request``: the rows that carry the attribute, ``metadata[head]``, against it). A label
+family's head reads only the sources whose gold the card's recipe trusts for a threshold
+(``training.recipe.threshold_tasks``: :func:`threshold_sources`; e.g. 0.5.0's leaves out the Reddit
+reply sets, which label only part of what a score means). The test splits are never read here.
 
 **The rule for a head too weak to decide**: a head *decides* (``categories[c]`` can be true, and
 ``/v1/moderations`` flags on it) only when its macro OFFENSIVE-F1 at its own threshold, over those
@@ -61,13 +63,26 @@ def labelled_rows(head: str, examples: Sequence[LabelledExample]) -> tuple[list[
     return list(range(len(examples))), np.array([int(e.label.is_positive) for e in examples], dtype=int)
 
 
+def threshold_sources(card: Any) -> frozenset[str] | None:
+    """The sources whose validation splits tune a threshold: those of the tasks the card's recipe tunes its
+    own threshold on (``threshold_tasks``; a task ``bad_fsb/bot`` is of the source ``bad_fsb``), or None
+    (every source) when the card records none."""
+    recipe = (getattr(card, "training", None) or {}).get("recipe") or {}
+    tasks = recipe.get("threshold_tasks") if isinstance(recipe, Mapping) else None
+    return frozenset(str(t).split("/")[0] for t in tasks) if tasks else None
+
+
 def tune_categories(
-    heads: Sequence[str], probabilities: Mapping[str, np.ndarray], validation: Mapping[str, Sequence[LabelledExample]]
+    heads: Sequence[str],
+    probabilities: Mapping[str, np.ndarray],
+    validation: Mapping[str, Sequence[LabelledExample]],
+    sources: frozenset[str] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Per head: ``threshold``, ``score_only``, ``valid_macro_f1`` and the per-split ``valid`` figures.
 
     ``probabilities``: per validation split, [n, heads] calibrated probabilities of its examples (in
-    ``heads`` order); ``validation``: the labelled examples of each split."""
+    ``heads`` order); ``validation``: the labelled examples of each split; ``sources``: only the splits of
+    these sources count for a label family's head (:func:`threshold_sources`; None: every split)."""
     from dialogue_safety.training.calibration import choose_threshold
     from dialogue_safety.training.metrics import binary_metrics
 
@@ -75,6 +90,8 @@ def tune_categories(
     for h, head in enumerate(heads):
         per_split: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         for name, examples in validation.items():
+            if sources is not None and head not in ATTRIBUTE_HEADS and name.split("/")[0] not in sources:
+                continue  # an attribute head's gold is the attribute, not the served label: every split counts
             rows, gold = labelled_rows(head, examples)
             if rows and gold.any():
                 per_split[name] = (gold, np.asarray(probabilities[name])[rows, h])
@@ -130,7 +147,7 @@ def categories_for(
         with np.load(cache) as saved:
             stored = {name.replace("|", "/"): saved[name] for name in saved.files}
         if set(stored) == set(validation) and all(len(stored[n]) == len(v) for n, v in validation.items()):
-            return tune_categories(clf.card.heads, stored, validation)
+            return tune_categories(clf.card.heads, stored, validation, threshold_sources(clf.card))
     probabilities = {}
     for name, examples in validation.items():
         started = time.perf_counter()
@@ -140,7 +157,7 @@ def categories_for(
             arrays: dict[str, Any] = {n.replace("/", "|"): p for n, p in probabilities.items()}
             save: Any = np.savez  # numpy's stub reads **arrays as its allow_pickle flag
             save(cache, **arrays)
-    return tune_categories(clf.card.heads, probabilities, validation)
+    return tune_categories(clf.card.heads, probabilities, validation, threshold_sources(clf.card))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
