@@ -89,10 +89,10 @@ class Policy:
     lines: Mapping[str, int] = field(default_factory=dict, compare=False, repr=False)  # "categories.x" -> line
 
     def describe(self) -> dict[str, Any]:
-        """What ``GET /v1/model`` shows: the file and every rule (terms and phrases counted, not listed:
+        """What ``GET /v1/model`` shows: the file's name and every rule (terms and phrases counted, not listed:
         a block list may itself be offensive, and it is the operator's own)."""
         return {
-            "source": self.source,
+            "source": Path(self.source).name,  # the file's name: an answer shows no local path
             "categories": {h: OFF if t is None else t for h, t in self.categories.items()},
             "block": [{"name": r.name, "terms": len(r.terms), "regexes": len(r.regexes)} for r in self.block],
             "allow": [{"name": r.name, "phrases": len(r.phrases)} for r in self.allow],
@@ -178,7 +178,8 @@ def load_policy(path: str | Path, heads: Sequence[str] | None = None) -> Policy:
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise PolicyError(where, f"cannot be read ({exc})") from None
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)  # the path is `where`
+        raise PolicyError(where, f"cannot be read ({reason})") from None
     policy = parse_policy(text, where)
     if heads is not None:
         policy.check_heads(heads)

@@ -10,6 +10,7 @@ Like the other admin endpoints it needs the API key (refused outright when none 
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -29,7 +30,7 @@ class PolicyRequest(BaseModel):
 
 class PolicyResult(BaseModel):
     policy: dict[str, Any] = Field(description="the policy now in force, as GET /v1/model shows it")
-    previous: str | None = Field(description="the file of the policy in force before (null: none)")
+    previous: str | None = Field(description="the file name of the policy in force before (null: none)")
 
 
 router = APIRouter(prefix=ADMIN_PREFIX, tags=["admin"])
@@ -52,9 +53,12 @@ async def reload_policy(request: Request, body: PolicyRequest | None = None) -> 
         policy = load_policy(path, served.card.heads if served is not None and served.card is not None else None)
     except PolicyError as exc:
         log.error("policy refused, the policy in force stays: %s", exc)
+        where = Path(exc.path).name + (f":{exc.line}" if exc.line is not None else "")  # no local path in answers
         raise InvalidInput(
-            f"policy refused, the policy in force stays: {exc}", code="policy_refused", field="path"
+            f"policy refused, the policy in force stays: {where}: {exc.problem}", code="policy_refused", field="path"
         ) from None
     state.policy = policy  # one assignment: each request sees the old policy or the new one
     log.info("policy reloaded from %s", path)
-    return PolicyResult(policy=policy.describe(), previous=current.source if current is not None else None)
+    return PolicyResult(
+        policy=policy.describe(), previous=current.describe()["source"] if current is not None else None
+    )
