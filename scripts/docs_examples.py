@@ -5,7 +5,8 @@ In the fenced ``sh``/``bash`` blocks of the documentation:
 - every ``curl ... localhost:8000 ...`` command is run (with ``bash``) against a real
   ``dialogue-safety serve`` of the bundled model and must exit 0; a command naming another
   documented server (:data:`DOCUMENTED_SERVERS`: ``localhost:8001`` is the same model served with
-  ``--policy docs/policy.example.toml``) runs against a server started with those flags;
+  ``--policy policy.toml``, docs/policy.example.toml with every rule uncommented) runs against a server
+  started with those flags;
 - a curl command followed by lines starting with ``# => `` documents its output: those lines are
   the server's JSON answer (floats rounded to 2 decimals, laid out one member per line when wide),
   *generated* by this script, never typed;
