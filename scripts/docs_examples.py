@@ -74,6 +74,8 @@ FLOAT_DIGITS = 2
 #: 0.78 on AVX2), with margin
 TOLERANCE = 0.02
 LINE_WIDTH = 110
+#: how long one example may take before it counts as hung (a guard, not a speed test: a loaded machine is slow)
+EXAMPLE_GUARD_S = 300.0
 
 #: the probes whose served figures the prose quotes: name -> (utterance, history oldest first)
 PROBES: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -290,7 +292,9 @@ def format_output(stdout: str) -> list[str]:
 
 
 @contextlib.contextmanager
-def running_server(model_dir: Path | None = None, timeout_s: float = 300.0, flags: Sequence[str] = ()) -> Iterator[str]:
+def running_server(
+    model_dir: Path | None = None, timeout_s: float = EXAMPLE_GUARD_S, flags: Sequence[str] = ()
+) -> Iterator[str]:
     """``dialogue-safety serve`` with default settings (and ``flags``) on a free port; yields ``host:port``
     once ready."""
     if str(REPO) not in sys.path:  # lab/ is not installed: it is imported from the repository
@@ -349,7 +353,7 @@ def run_example(example: Example, address: str) -> subprocess.CompletedProcess[s
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # `python` in pipelines
     script = "set -o pipefail\n" + example.command.replace(example.server, address)
     return subprocess.run(
-        ["bash", "-c", script], cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=False
+        ["bash", "-c", script], cwd=REPO, env=env, capture_output=True, text=True, timeout=EXAMPLE_GUARD_S, check=False
     )
 
 
@@ -451,7 +455,7 @@ def served_figures(address: str, names: set[str]) -> dict[str, str]:
     import httpx
 
     figures: dict[str, str] = {}
-    with httpx.Client(base_url=f"http://{address}", timeout=60) as client:
+    with httpx.Client(base_url=f"http://{address}", timeout=EXAMPLE_GUARD_S) as client:
         for name in sorted(names):
             if name == THRESHOLD_PROBE:
                 threshold = client.get("/v1/model").raise_for_status().json()["serving"]["threshold"]
