@@ -5,8 +5,9 @@
 #   docker build -t dialogue-safety:gpu --build-arg RUNTIME=gpu .   # GPU (onnxruntime-gpu + CUDA wheels)
 #   git archive HEAD | docker build -t dialogue-safety -             # the committed tree only, nothing uncommitted
 #   docker run -p 8000:8000 dialogue-safety                          # GPU: add --gpus all
-# Settings come from SAFETY_* variables (docs/api.md). .dockerignore lets in only the serving code,
-# the package metadata and the committed files of models/default (no derived variants).
+# Settings come from SAFETY_* variables (docs/api.md). .dockerignore lets in only the serving code and the
+# public API (dialogue_safety.__all__, Client included), the package metadata and the committed files of
+# models/default (no derived variants; tests/test_image_contents.py checks the list against the imports).
 
 ARG PYTHON_IMAGE=python:3.11-slim
 

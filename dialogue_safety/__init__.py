@@ -63,6 +63,11 @@ __all__ = [
 ]
 
 
+def __dir__() -> list[str]:
+    """The public names only (``dir(dialogue_safety)``, tab completion): not the helpers this module imports."""
+    return sorted(__all__)
+
+
 def __getattr__(name: str) -> Any:
     """``Client`` is imported when first asked for: importing the package (or the runtime) loads no HTTP code."""
     if name == "Client":

@@ -16,13 +16,12 @@ from typing import Any
 
 import httpx
 import pytest
-from service_conftest import BAD_ID, FakeClassifier, LiveServer, live_server, tiny_model_dir  # noqa: F401
+from service_conftest import BAD_ID, GUARD_S, FakeClassifier, LiveServer, live_server, tiny_model_dir  # noqa: F401
 
 from dialogue_safety.core import explain
 from dialogue_safety.core.encoding import EncodedExample
 from dialogue_safety.core.schema import Example, Turn
 
-GUARD_S = 10.0
 CLASSIFY, BATCH = "/v1/classify", "/v1/classify/batch"
 
 

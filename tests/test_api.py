@@ -15,12 +15,10 @@ from typing import Any
 
 import httpx
 import pytest
-from service_conftest import BAD_ID, FakeClassifier, LiveServer, live_server
+from service_conftest import BAD_ID, GUARD_S, FakeClassifier, LiveServer, live_server
 
 from dialogue_safety.service.app import create_app
 from dialogue_safety.service.settings import ServiceSettings
-
-GUARD_S = 10.0
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from service_conftest import GUARD_S  # only against hangs; never asserted on
 
 from dialogue_safety.core.encoding import EncodedExample
 from dialogue_safety.core.errors import NotReady
@@ -23,7 +24,6 @@ from dialogue_safety.service.batcher import LONE_INLINE_CHARS, MicroBatcher
 from dialogue_safety.service.errors import InferenceFailed, Overloaded, RequestTooCostly
 from dialogue_safety.service.settings import ServiceSettings
 
-GUARD_S = 10.0  # only against hangs; never asserted on
 SETTINGS = {
     "max_batch_size",
     "max_batch_tokens",

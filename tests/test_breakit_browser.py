@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 import pytest
 from playwright.sync_api import sync_playwright
-from service_conftest import SCOREBOARD_ROWS_JS, LiveServer, live_server, tiny_model_dir  # noqa: F401  (fixture)
+from service_conftest import GUARD_S, SCOREBOARD_ROWS_JS, LiveServer, live_server, tiny_model_dir  # noqa: F401  (fixture)
 
 from dialogue_safety.breakit.game import ATTACKS_PER_TASK
 from dialogue_safety.cli.breakit import main as breakit_cli
@@ -171,7 +171,9 @@ def test_play_validate_export_and_hot_swap_in_a_browser(browser: Any, game: Live
     card = json.loads((fixit / "model" / "model_card.json").read_text())
     assert card["training"]["examples"]["breakit"]["train"] == len(exported)  # the validated round was trained on
     new_model = fixit / "model"
-    swap = httpx.post(f"{game.url}/admin/model", json={"model_dir": str(new_model)}, headers={"X-API-Key": KEY})
+    swap = httpx.post(
+        f"{game.url}/admin/model", json={"model_dir": str(new_model)}, headers={"X-API-Key": KEY}, timeout=GUARD_S
+    )
     assert swap.status_code == 200, swap.text
     page.reload()
     page.wait_for_function("document.getElementById('round-info').textContent.includes('+r1')")

@@ -90,6 +90,53 @@ def test_outputs_are_generated_and_drift_is_caught(tmp_path: Path, curl: str) ->
     ]
 
 
+def test_scores_are_checked_within_the_stated_tolerance_and_everything_else_exactly() -> None:
+    """The served int8 differs by CPU family (AVX2, AVX-512, VNNI) in the second decimal: a documented score
+    holds within TOLERANCE; a label, a threshold, a count or a key does not move at all."""
+    tol = docs_examples.TOLERANCE
+    assert 0.01 < tol < 0.05
+    served = {"label": "SAFE", "score": 0.78, "threshold": 0.395, "categories": {"violence": 0.78}, "windows": 1}
+    assert docs_examples.agrees({**served, "score": 0.79, "categories": {"violence": 0.79}}, served)
+    assert docs_examples.agrees({**served, "score": round(0.78 + tol, 2)}, served)
+    assert not docs_examples.agrees({**served, "score": round(0.78 + tol + 0.01, 2)}, served)
+    assert not docs_examples.agrees({**served, "label": "OFFENSIVE"}, served)
+    assert not docs_examples.agrees({**served, "threshold": 0.4}, served), "a threshold is shown as set"
+    assert not docs_examples.agrees({**served, "windows": 2}, served)
+    assert not docs_examples.agrees({**served, "categories": {"violent": 0.78}}, served)
+    assert not docs_examples.agrees({k: v for k, v in served.items() if k != "windows"}, served)
+    assert docs_examples.figure_agrees("violence", "0.79", "0.78") and not docs_examples.figure_agrees(
+        "x", "0.75", "0.78"
+    )
+    assert not docs_examples.figure_agrees(docs_examples.THRESHOLD_PROBE, "0.396", "0.395")
+
+
+def test_a_documented_output_from_another_cpu_family_passes_the_check(tmp_path: Path, curl: str) -> None:
+    """Written on one machine, checked on another: a score one hundredth off passes, a label that differs
+    does not; writing replaces what differs with this server's answer, exactly."""
+    doc = tmp_path / "example.md"
+    doc.write_text(
+        "```sh\n"
+        "curl -s localhost:8000/v1/classify -H 'content-type: application/json' -d '{\"utterance\": \"hi\"}'\n"
+        "# => x\n"
+        "```\n",
+        encoding="utf-8",
+    )
+    with live_server(classifier=FakeClassifier()) as server:
+        address = f"127.0.0.1:{server.port}"
+        docs_examples.process([doc], address, write=True)
+        written = doc.read_text(encoding="utf-8")
+        assert '"score": 0.1,' in written  # the fake's score of a clean utterance
+        doc.write_text(written.replace('"score": 0.1,', '"score": 0.11,'), encoding="utf-8")
+        assert docs_examples.process([doc], address, write=False) == []
+        doc.write_text(written.replace('"score": 0.1,', '"score": 0.15,'), encoding="utf-8")
+        [far] = docs_examples.process([doc], address, write=False)
+        assert "beyond 0.02" in far.problem and '"score": 0.15' in far.problem
+        doc.write_text(written.replace('"label": "SAFE"', '"label": "OFFENSIVE"'), encoding="utf-8")
+        assert len(docs_examples.process([doc], address, write=False)) == 1
+        docs_examples.process([doc], address, write=True)
+        assert doc.read_text(encoding="utf-8") == written
+
+
 def test_examples_of_the_policy_server_run_against_a_server_of_their_own(tmp_path: Path, curl: str) -> None:
     doc = tmp_path / "policy.md"
     doc.write_text("```sh\ncurl -sf localhost:8001/health\ncurl -sf localhost:8000/health\n```\n", encoding="utf-8")

@@ -18,14 +18,13 @@ from pathlib import Path
 
 import httpx
 import pytest
-from service_conftest import FakeClassifier, live_server, tiny_model_dir  # noqa: F401  (fixture)
+from service_conftest import GUARD_S, FakeClassifier, live_server, tiny_model_dir  # noqa: F401  (fixture)
 
 from dialogue_safety.core.model_card import CARD_FILE
 from dialogue_safety.service.settings import ServiceSettings
 
 KEY = "swap-key"
 ADMIN = {"X-API-Key": KEY}
-GUARD_S = 60.0
 
 
 def versioned_copy(model_dir: Path, target: Path, version: str) -> Path:
@@ -70,7 +69,7 @@ def test_swap_to_a_new_version_and_refuse_bad_directories(
         assert r.json() == {
             "model": "tiny-random@0.0.2",
             "previous": "tiny-random@0.0.1",
-            "model_dir": str(v2),
+            "model_dir": v2.name,  # the name only: no local path in an answer
             "drained": True,
             "released": True,
         }
@@ -253,7 +252,9 @@ def test_sighup_reloads_the_model_directory_in_a_serve_process(tiny_model_dir: P
             assert time.monotonic() < deadline, "SIGHUP did not swap the model"
             time.sleep(0.1)
         assert (
-            httpx.post(f"{url}/v1/classify", json={"utterance": "hi"}, headers=ADMIN).json()["model"].endswith("0.0.2")
+            httpx.post(f"{url}/v1/classify", json={"utterance": "hi"}, headers=ADMIN, timeout=GUARD_S)
+            .json()["model"]
+            .endswith("0.0.2")
         )
     finally:
         proc.terminate()

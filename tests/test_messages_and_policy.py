@@ -17,7 +17,6 @@ from dialogue_safety.core.runtime import OnnxClassifier
 from dialogue_safety.core.schema import Example, Label, Prediction, Turn
 
 REPO = Path(__file__).resolve().parents[1]
-EXAMPLE_POLICY = REPO / "docs" / "policy.example.toml"
 CHAT = [
     {"role": "system", "content": "You are a helpful assistant."},
     {"role": "user", "content": "what do you think of my neighbours?"},
@@ -120,12 +119,6 @@ def test_a_category_the_model_lacks_is_named_with_its_line(tmp_path: Path) -> No
     path.write_text("# rules\n[categories]\nviolence = 0.2\n", encoding="utf-8")
     with pytest.raises(PolicyError, match=r"policy.toml:3: categories.violence: the model has no 'violence' head"):
         load_policy(path, heads=["offensive", "hateful"])
-
-
-def test_the_example_policy_file_in_the_docs_is_valid() -> None:
-    card = ModelCard.load(REPO / "models" / "default")
-    policy = load_policy(EXAMPLE_POLICY, card.heads)
-    assert policy.block and policy.allow and policy.categories
 
 
 # -- the rules on predictions --------------------------------------------------------------------------

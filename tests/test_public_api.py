@@ -43,6 +43,15 @@ def test_the_public_names() -> None:
     assert all(hasattr(dialogue_safety, name) for name in dialogue_safety.__all__)
 
 
+def test_dir_lists_the_public_names_and_not_the_helpers_the_package_imports() -> None:
+    assert dir(dialogue_safety) == sorted(dialogue_safety.__all__)
+    helpers = {"Any", "functools", "TYPE_CHECKING", "annotations", "Path", "parse_messages"}
+    assert not helpers & set(dir(dialogue_safety))
+    namespace: dict[str, object] = {}
+    exec("from dialogue_safety import *", namespace)  # noqa: S102  (what a star import brings: __all__, every name real)
+    assert sorted(k for k in namespace if k != "__builtins__") == sorted(dialogue_safety.__all__)
+
+
 def test_importing_the_package_loads_no_model_no_torch_and_no_web_framework() -> None:
     code = (
         "import json, sys, dialogue_safety\n"

@@ -137,10 +137,10 @@ class Policy:
         return None
 
     def describe(self) -> dict[str, Any]:
-        """What ``GET /v1/model`` shows: the file and every rule (terms and phrases counted, not listed:
+        """What ``GET /v1/model`` shows: the file's name and every rule (terms and phrases counted, not listed:
         a block list may itself be offensive, and it is the operator's own)."""
         return {
-            "source": self.source,
+            "source": Path(self.source).name,  # the file's name: an answer shows no local path
             "categories": {h: OFF if t is None else t for h, t in self.categories.items()},
             "block": [{"name": r.name, "terms": len(r.terms), "regexes": len(r.regexes)} for r in self.block],
             "allow": [{"name": r.name, "phrases": len(r.phrases)} for r in self.allow],

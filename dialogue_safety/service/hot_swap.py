@@ -89,7 +89,7 @@ class SwapRequest(BaseModel):
 class SwapResult(BaseModel):
     model: str = Field(description="<name>@<version> now served")
     previous: str = Field(description="<name>@<version> served before")
-    model_dir: str
+    model_dir: str = Field(description="the name of the model directory now served (its path stays in the server log)")
     drained: bool = Field(description="every request queued on the previous model finished on it")
     released: bool = Field(
         description="the previous model's session, threads and memory were freed (false: still referenced; logged)"
@@ -162,7 +162,7 @@ class ModelSwapper:
             return SwapResult(
                 model=state.model_id,
                 previous=previous_id,
-                model_dir=str(target),
+                model_dir=target.name,  # no local path in an answer
                 drained=drained,
                 released=released,
             )

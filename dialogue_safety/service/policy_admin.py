@@ -57,7 +57,7 @@ class PolicyRequest(BaseModel):
 
 class PolicyResult(BaseModel):
     policy: dict[str, Any] = Field(description="the policy now in force, as GET /v1/model shows it")
-    previous: str | None = Field(description="the file of the policy in force before (null: none)")
+    previous: str | None = Field(description="the file name of the policy in force before (null: none)")
 
 
 router = APIRouter(prefix=ADMIN_PREFIX, tags=["admin"])
@@ -112,7 +112,7 @@ async def reload_policy(request: Request, body: PolicyRequest | None = None) -> 
         allowed = allowed_policy_path(asked, settings)
         if allowed is None:
             log.warning("policy refused, the policy in force stays: %s is not an allowed policy file", printable(asked))
-            where = f" {settings.policy_dir}" if settings.policy_dir is not None else ": unset"
+            where = "" if settings.policy_dir is not None else ": unset"  # the directory itself is never shown
             raise _refuse(NOT_ALLOWED.format(where=where))
         target = str(allowed)  # the file the check found, links resolved
     served = state.served
@@ -121,7 +121,10 @@ async def reload_policy(request: Request, body: PolicyRequest | None = None) -> 
         policy = await asyncio.to_thread(_load, target, card.heads if card is not None else None, card)
     except PolicyError as exc:
         log.error("policy refused, the policy in force stays: %s", printable(exc))
-        raise _refuse(str(exc)) from None
+        where = Path(exc.path).name + (f":{exc.line}" if exc.line is not None else "")  # no local path in answers
+        raise _refuse(f"{where}: {exc.problem}") from None
     state.policy = policy  # one assignment: each request sees the old policy or the new one
     log.info("policy reloaded from %s", printable(target))
-    return PolicyResult(policy=policy.describe(), previous=current.source if current is not None else None)
+    return PolicyResult(
+        policy=policy.describe(), previous=current.describe()["source"] if current is not None else None
+    )

@@ -177,7 +177,7 @@ class ServiceState:
 
     async def load(self) -> None:
         """Load and warm up the model off the event loop, then start the batcher."""
-        self.loading = f"loading the model from {self.settings.model_dir}"
+        self.loading = "loading the model"  # what /ready's 503 says: what is happening, never where (the log says)
         try:
             with _LoadingNotes(self):  # e.g. building a variant on the first start
                 classifier = await self.load_classifier(self.settings)
@@ -230,11 +230,13 @@ class ServiceState:
         )
         self.metrics.ready.set(1)
         log.info(
-            "ready: %s (variant %s, provider %s) from %s; admission budgets %d model tokens (classify), %d (explain)",
+            "ready: %s (variant %s, provider %s) from %s; operator policy: %s; "
+            "admission budgets %d model tokens (classify), %d (explain)",
             self.model_id,
             classifier.variant,
             classifier.provider,
             settings.model_dir,
+            self.policy.source if self.policy is not None else "none (the model card's decisions)",
             self.gate.lane(CLASSIFY).budget,
             self.gate.lane(EXPLAIN).budget,
         )
@@ -378,10 +380,18 @@ class ServiceState:
         return answer
 
 
+#: the detail of a 503 while the first start derives the variant it serves (``dialogue_safety.core.variants``)
+BUILDING_VARIANT = (
+    "building the model's runtime variant for this machine (a first start with this model, recipe or onnxruntime "
+    "version; later starts reuse it)"
+)
+
+
 class _LoadingNotes(logging.Handler):
-    """While the first model loads, what the loading code logs (``dialogue_safety.core.variants``:
-    "building the int8 variant...") becomes the detail of ``/ready``'s 503, and is logged at INFO
-    even when the service logs less (a silent minute at first start looks like a hang)."""
+    """While the first model loads, the loading code's notes (``dialogue_safety.core.variants``:
+    "building the int8 variant of /path/to/model...") are logged at INFO even when the service logs less
+    (a silent minute at first start looks like a hang), and turn the detail of every 503 into
+    :data:`BUILDING_VARIANT`: what is happening, never the server's paths (those stay in the log)."""
 
     LOGGER = "dialogue_safety.core.variants"
 
@@ -393,7 +403,7 @@ class _LoadingNotes(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         if record.levelno == logging.INFO:
-            self.state.loading = record.getMessage()
+            self.state.loading = BUILDING_VARIANT
 
     def __enter__(self) -> _LoadingNotes:
         self.logger.addHandler(self)
