@@ -172,16 +172,13 @@ def test_the_fast_path_equals_the_reference_on_hostile_texts(text: str) -> None:
     assert deobfuscate(text) == reference_deobfuscate(text)
 
 
-def test_stretched_letters_are_found_letter_by_letter_or_by_the_pattern() -> None:
-    """Up to the look-up limit each letter's runs are found by substring search, beyond it by the pattern: the
-    same text either way (letters of the Basic Multilingual Plane, a few at a time and many at once)."""
+def test_stretched_letters_are_replaced_letter_by_letter_or_by_the_pattern() -> None:
+    """A few stretched letters are replaced by substring search, many (or a text of many letters) by the
+    pattern: the same text either way (letters of the Basic Multilingual Plane, in both cases)."""
     letters = [chr(c) for c in range(0xD800) if obfuscation._LETTER.fullmatch(chr(c))]
-    for i in range(0, len(letters), 40 * 17):  # one chunk in 17 (every letter's triple is read in the test above)
-        text = " ".join(c * 3 + "x" + c * 2 + c * 5 for c in letters[i : i + 40])
-        assert obfuscation._unstretched(text) == obfuscation._STRETCHED.sub(r"\1\1", text)
-    text = "".join(c * 4 for c in letters[:1000])  # past the limit
-    assert (
-        obfuscation._unstretched(text)
-        == obfuscation._STRETCHED.sub(r"\1\1", text)
-        == "".join(c * 2 for c in letters[:1000])
-    )
+    few, many = obfuscation._STRETCH_REPLACES, obfuscation._STRETCH_LOOKUPS
+    for i in range(0, len(letters), 97):
+        for n in (1, few, few + 1, many + 1):
+            text = " ".join(c * 3 + "x" + c * 2 + "y" + c * 7 + c.upper() * 4 for c in letters[i : i + n])
+            text = "\n".join([text, text.replace(" ", "")])
+            assert obfuscation._unstretched(text) == obfuscation._STRETCHED.sub(r"\1\1", text), text

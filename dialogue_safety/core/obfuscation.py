@@ -28,7 +28,6 @@ left alone:
 
 from __future__ import annotations
 
-import functools
 import re
 import unicodedata
 
@@ -75,7 +74,10 @@ _SPACER = re.compile(r"[ .\-_*]")
 _SPACED_HINT = re.compile(r"[ .\-_*][^\W\d_][ .\-_*][^\W\d_](?![^\W\d_])")
 _LETTER = re.compile(r"[^\W\d_]")
 _STRETCHED = re.compile(r"([^\W\d_])\1{2,}")
-_STRETCH_LOOKUPS = 64  # distinct letters looked up one by one; a text with more is scanned by _STRETCHED
+# stretched letters are looked up letter by letter (substring search) in a text of at most this many distinct
+# letters, and replaced letter by letter when at most this many are stretched; else _STRETCHED scans the text
+_STRETCH_LOOKUPS = 64
+_STRETCH_REPLACES = 4
 
 
 def _regional(match: re.Match[str]) -> str:
@@ -120,20 +122,18 @@ def _words(text: str) -> str:
     return "".join(parts)
 
 
-@functools.lru_cache(maxsize=1024)
-def _run_of(letter: str) -> re.Pattern[str]:
-    return re.compile(re.escape(letter) + "{3,}")  # starts with a literal: found by a fast substring search
-
-
 def _unstretched(text: str) -> str:
-    """Every run of three or more of one letter kept twice, as the substitution of ``_STRETCHED`` gives it,
-    found letter by letter (a run of one letter never touches another letter's runs) by substring search."""
+    """Every run of three or more of one letter kept twice, as the substitution of ``_STRETCHED`` gives it.
+    When few letters are stretched, they are found and replaced by substring search: each replacement of three
+    by two shortens every run of that letter by a third, stops at two, and never touches another letter."""
     letters = [c for c in set(text) if _LETTER.match(c)]
-    if len(letters) > _STRETCH_LOOKUPS:
+    stretched = [c for c in letters if c * 3 in text] if len(letters) <= _STRETCH_LOOKUPS else letters
+    if len(stretched) > _STRETCH_REPLACES:
         return _STRETCHED.sub(r"\1\1", text)
-    for letter in letters:
-        if letter * 3 in text:
-            text = _run_of(letter).sub(letter * 2, text)
+    for letter in stretched:
+        triple = letter * 3
+        while triple in text:
+            text = text.replace(triple, letter * 2)
     return text
 
 
