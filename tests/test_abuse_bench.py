@@ -117,4 +117,4 @@ def test_the_rules_and_corpus_cases_hold_their_targets_of_behaviour(
     csv = outcomes["corpus hostile csv"]
     assert csv["target_rows_in_equal_data_plus_error_rows"] and csv["target_bad_records_are_the_error_rows"], csv
     regex = outcomes["policy regex"]
-    assert regex["big_list_terms"] == 2000 and regex["long_message_chars"] == 4000
+    assert regex["big_list_terms"] == 2000 and regex["long_message_chars"] == regex["disguised_message_chars"] == 4000

@@ -6,12 +6,20 @@ import dataclasses
 import importlib.resources
 import subprocess
 import sys
+import unicodedata
 
 import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
-from dialogue_safety.core.encoding import DialogueEncoder, EncodingConfig, normalise_text, pad_batch, window_spans
+from dialogue_safety.core.encoding import (
+    DialogueEncoder,
+    EncodingConfig,
+    _emoji_name,
+    normalise_text,
+    pad_batch,
+    window_spans,
+)
 from dialogue_safety.core.schema import Example, Reading, Turn
 
 CFG = EncodingConfig(max_length=16, max_utterance_tokens=6)
@@ -129,6 +137,24 @@ def test_ascii_text_skips_the_emoji_pass_without_changing_anything() -> None:
         assert normalise_text(text, on) == full
     assert normalise_text("hi :) <3 #1", on) == "hi :) <3 #1"
     assert normalise_text("hi 🐍 #️⃣", on) == "hi snake keycap #"
+
+
+def test_text_without_an_emoji_character_skips_the_emoji_pass_without_changing_anything() -> None:
+    """normalise_text skips the emoji pass for text with none of the non-ASCII characters of the library's
+    emoji (accents, other scripts, curly quotes): random texts of such characters, of emoji parts (a lone
+    joiner, a skin tone, a variation selector, a keycap's mark) and of both come out as the full pass gives."""
+    import emoji
+
+    on = EncodingConfig()
+    emoji_chars = sorted({c for e in emoji.EMOJI_DATA for c in e if not c.isascii()})
+    other = [chr(c) for c in range(0xA0, 0x3000) if chr(c) not in set(emoji_chars) and not 0xD800 <= c < 0xE000]
+    rng = np.random.default_rng(55)
+    for pool in (other, other + emoji_chars, [*"ab1#* \u200d\ufe0f\u20e3", "\U0001f3fb", "\U0001f40d", "é", "’"]):
+        for _ in range(300):
+            text = "".join(rng.choice(pool, size=int(rng.integers(1, 40))))
+            full = " ".join(unicodedata.normalize("NFKC", emoji.replace_emoji(text, replace=_emoji_name)).split())
+            assert normalise_text(text, on) == full, repr(text)
+    assert normalise_text("it’s café time", on) == "it’s café time"
 
 
 def test_normalisation_switches() -> None:

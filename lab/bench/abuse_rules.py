@@ -3,7 +3,8 @@
 * ``policy regex`` (no server): a nested-quantifier pattern (``(\\w+\\s?)+[!?.]{3,}$``, exponential in Python's
   ``re``) and a 100,000-term block list, matched by :class:`dialogue_safety.core.policy.Policy` on the model's
   normalisation: the time of one 4,000-character message, and what the big list adds to a 64-item batch.
-  Targets: <= 5 ms each.
+  Targets: <= 5 ms each (the message as it is and ending with a curly apostrophe, so not ASCII). Also the time
+  of a 4,000-character message with every disguise the normalisation undoes (its slowest path; no target).
 * ``policy reload`` (the server with the API key, started with a policy and a policy directory): ``POST
   /admin/policy`` with a FIFO in the policy directory, ``/dev/zero``, a file outside, a NUL byte, a newline,
   a lone surrogate, and a good file. Targets: every bad path 4xx within 100 ms, no file content echoed,
@@ -54,6 +55,19 @@ def _timed_ms(*fns: Any, repeats: int = REPEATS) -> list[tuple[float, float]]:
     return [(round(sorted(t)[len(t) // 2], 3), round(max(t), 3)) for t in times]
 
 
+def disguised(words: list[str], rng: random.Random) -> str:
+    """``words`` with every disguise the model's normalisation undoes (core/obfuscation.py), one word in two:
+    digit swaps, look-alike letters, spaced and stretched letters, a zero-width space: its slowest path."""
+    ways = [
+        lambda w: w.translate(str.maketrans("aeios", "4310$")),
+        lambda w: w.translate(str.maketrans("aeoc", "\u0430\u0435\u043e\u0441")),  # Cyrillic look-alikes
+        lambda w: ".".join(w),
+        lambda w: w[0] + w[-1] * 4,
+        lambda w: w[:1] + "\u200b" + w[1:],
+    ]
+    return " ".join(rng.choice(ways)(w) if i % 2 else w for i, w in enumerate(words))
+
+
 def policy_regex(model_dir: str, n_terms: int = BIG_LIST) -> tuple[str, dict[str, Any]]:
     from dialogue_safety.core.encoding import normalise_text
     from dialogue_safety.core.model_card import ModelCard
@@ -61,16 +75,22 @@ def policy_regex(model_dir: str, n_terms: int = BIG_LIST) -> tuple[str, dict[str
 
     card = ModelCard.load(Path(model_dir))
     rng = random.Random(0)
-    words = [" ".join("".join(rng.choices(string.ascii_lowercase, k=rng.randint(2, 9))) for _ in range(700))]
-    long_text = words[0][:LONG_CHARS]  # no "..." at the end: the backtracking engine's worst case
+    words = ["".join(rng.choices(string.ascii_lowercase, k=rng.randint(2, 9))) for _ in range(700)]
+    long_text = " ".join(words)[:LONG_CHARS]  # no "..." at the end: the backtracking engine's worst case
+    disguised_text = disguised(words, random.Random(1))[:LONG_CHARS]  # its own draws: the lists below stay put
+    curly_text = long_text[: LONG_CHARS - 5] + " it\u2019s"  # one curly apostrophe: not ASCII, no emoji
     nested = parse_policy(f"[[block]]\nname = \"shouting\"\nregexes = ['{NESTED}']\n")
     normalised = normalise_text(long_text, card.encoding_config).casefold()
     regex = nested.block[0].regexes[0]
-    (long_median, long_max), (norm_median, _), (regex_median, regex_max) = _timed_ms(
+    timed = _timed_ms(
         lambda: nested.match(long_text, card),
         lambda: normalise_text(long_text, card.encoding_config),
         lambda: regex.search(normalised),
+        lambda: nested.match(curly_text, card),
+        lambda: nested.match(disguised_text, card),
     )
+    (long_median, long_max), (norm_median, _), (regex_median, regex_max), (curly_median, curly_max) = timed[:4]
+    disguised_median, disguised_max = timed[4]
 
     terms = sorted({"".join(rng.choices(string.ascii_lowercase, k=rng.randint(5, 12))) for _ in range(n_terms)})
     big_toml = '[[block]]\nname = "big"\nterms = [' + ", ".join(f'"{t}"' for t in terms) + "]\n"
@@ -94,6 +114,11 @@ def policy_regex(model_dir: str, n_terms: int = BIG_LIST) -> tuple[str, dict[str
         "long_message_normalisation_ms_median": norm_median,  # the model's own (the encoder does it too)
         "long_message_regex_ms_median": regex_median,
         "long_message_regex_ms_max": regex_max,
+        "curly_apostrophe_message_ms_median": curly_median,  # the same message ending "it’s": not ASCII
+        "curly_apostrophe_message_ms_max": curly_max,
+        "disguised_message_chars": len(disguised_text),  # every disguise undone: the normalisation's slowest path
+        "disguised_message_ms_median": disguised_median,
+        "disguised_message_ms_max": disguised_max,
         "big_list_terms": len(terms),
         "big_list_load_s": round(build_s, 2),
         "batch_items": len(batch),
@@ -102,12 +127,13 @@ def policy_regex(model_dir: str, n_terms: int = BIG_LIST) -> tuple[str, dict[str
         "batch_ms_big_list_max": big_max,
         "batch_ms_one_term_median": small_median,
         "batch_ms_added_by_big_list": added,
-        "target_long_message_within_5ms": long_max <= MATCH_TARGET_MS,
+        "target_long_message_within_5ms": max(long_max, curly_max) <= MATCH_TARGET_MS,
         "target_big_list_adds_within_5ms_per_batch": added <= MATCH_TARGET_MS,
     }
     did = (
         f"{NESTED} loaded (RE2); a {len(long_text):,}-char message matched in {long_median} ms (max {long_max}; "
-        f"the model's normalisation {norm_median} ms of it, the pattern {regex_median} ms); "
+        f"the model's normalisation {norm_median} ms of it, the pattern {regex_median} ms; ending with a curly "
+        f"apostrophe {curly_median} ms; a disguised one {disguised_median} ms); "
         f"{len(terms):,} terms loaded in {build_s:.1f} s, a {len(batch)}-item batch {big_median} ms against "
         f"{small_median} ms with one term (+{added} ms)"
     )
