@@ -9,10 +9,13 @@ message says what to change. The values are the service's settings (``SAFETY_MAX
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Sequence
+import unicodedata
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from dialogue_safety.core.encoding import EncodingConfig, windows_at_most
 from dialogue_safety.core.errors import InvalidInput
 from dialogue_safety.core.schema import Example, Reading
 
@@ -72,12 +75,7 @@ class Limits:
                 field=f"{prefix}utterance",
             )
         if len(turns) > self.max_request_history_turns:
-            raise InvalidInput(
-                f"the history has {len(turns)} turns; send at most the {self.max_request_history_turns} most recent "
-                "(or raise SAFETY_MAX_REQUEST_HISTORY_TURNS)",
-                code="too_many_history_turns",
-                field=f"{prefix}history",
-            )
+            raise self.too_many_turns(len(turns), f"{prefix}history")
         for i, text in enumerate(turns):
             if len(text) > self.max_turn_chars:
                 raise InvalidInput(
@@ -102,12 +100,39 @@ class Limits:
         if n_items == 0:
             raise InvalidInput("items is empty; send at least one item", code="empty_batch", field="items")
         if n_items > self.max_batch_items:
-            raise InvalidInput(
-                f"{n_items} items in one request; send at most {self.max_batch_items} per request "
-                "(SAFETY_MAX_BATCH_ITEMS)",
-                code="too_many_items",
-                field="items",
-            )
+            raise self.too_many_items(n_items, "items")
+
+    # -- the count errors (also raised from the raw JSON, before any element is validated:
+    #    dialogue_safety.service.limits.check_counts) ---------------------------------------------
+    def too_many_items(self, n: int, field: str) -> InvalidInput:
+        """More items (or texts) in one request than ``max_batch_items``."""
+        return InvalidInput(
+            f"{n} items in one request; send at most {self.max_batch_items} per request (SAFETY_MAX_BATCH_ITEMS)",
+            code="too_many_items",
+            field=field,
+        )
+
+    def too_many_turns(self, n: int, field: str, *, messages: bool = False) -> InvalidInput:
+        """More history turns than ``max_request_history_turns`` (``messages``: chat messages, the judged
+        one included, so one more is accepted)."""
+        most = self.max_request_history_turns + messages
+        what = "messages" if messages else "turns"
+        return InvalidInput(
+            f"{field} has {n} {what}; send at most the {most} most recent (or raise SAFETY_MAX_REQUEST_HISTORY_TURNS)",
+            code="too_many_history_turns",
+            field=field,
+        )
+
+    @property
+    def max_list_items(self) -> int:
+        """The most elements any list in a request may hold (items, turns, messages, content parts...): a
+        longer one refuses the whole request before its elements are read."""
+        return max(self.max_batch_items, self.max_request_history_turns + 1)
+
+    @property
+    def max_string_chars(self) -> int:
+        """The most characters any string in a request may hold (the longest text a limit accepts)."""
+        return max(self.max_utterance_chars, self.max_turn_chars)
 
 
 def _not_text(field: str) -> InvalidInput:
@@ -123,3 +148,94 @@ def too_many_windows(read: Reading, max_windows: int, prefix: str = "") -> Inval
         code="too_many_windows",
         field=f"{prefix}utterance",
     )
+
+
+# -- what a request can cost, known from its characters ------------------------------------------------
+# A WordPiece token covers at least one character of the normalised text that is not whitespace, and
+# normalising never turns one character into several, except an emoji (its English name) or a
+# compatibility character NFKC expands (U+FDFA: 18 characters): those are the "expanding" characters.
+
+
+@functools.cache
+def _expanding() -> tuple[re.Pattern[str], int]:
+    """A pattern matching one expanding character, and the most non-space characters one of them can
+    become (an emoji sequence's name over its non-ASCII characters). Built once (~0.5 s): the service
+    builds it while it loads the model."""
+    import emoji
+
+    chars: set[int] = set()
+    most = 1
+    for cp in range(0x80, 0x30000):
+        if 0xD800 <= cp <= 0xDFFF:
+            continue
+        expanded = unicodedata.normalize("NFKC", chr(cp))
+        if len(expanded) > 1:
+            chars.add(cp)
+            most = max(most, len(expanded) - expanded.count(" "))
+    for sequence, data in emoji.EMOJI_DATA.items():
+        wide = [ord(c) for c in sequence if ord(c) >= 0x80]
+        chars.update(wide)
+        name = str(data.get("en", "")).strip(":").replace("_", " ")
+        ascii_chars = len(sequence) - len(wide)
+        most = max(most, -(-(len(name) - name.count(" ") - ascii_chars) // max(1, len(wide))))
+    ranges: list[str] = []
+    ordered = sorted(chars)
+    start = prev = ordered[0]
+    for cp in [*ordered[1:], -1]:
+        if cp == prev + 1:
+            prev = cp
+            continue
+        ranges.append(f"{re.escape(chr(start))}-{re.escape(chr(prev))}" if prev > start else re.escape(chr(start)))
+        start = prev = cp
+    return re.compile(f"[{''.join(ranges)}]"), most
+
+
+def text_tokens_at_most(text: str) -> int:
+    """The most tokens ``text`` can become once normalised and tokenised, from its characters alone:
+    one per character that is not a space, and up to :func:`expansion` per expanding character."""
+    nonspace = len(text) - text.count(" ")
+    if text.isascii():
+        return nonspace
+    pattern, most = _expanding()
+    return nonspace + (most - 1) * pattern.subn("", text)[1]
+
+
+def expansion() -> int:
+    """The most non-space characters one expanding character (emoji, NFKC compatibility) becomes."""
+    return _expanding()[1]
+
+
+class CostBound:
+    """What examples can cost admission at most (model tokens: tokens x windows x passes, the unit of
+    :attr:`dialogue_safety.core.encoding.EncodedExample.tokens`), from their characters, before they are
+    tokenised: what the admission rule refuses too costly requests on
+    (:meth:`dialogue_safety.service.admission.AdmissionGate.refusal`), so that a refused request is never
+    tokenised. Never below the encoding's real cost; ``max_windows``: windows read per utterance at most
+    (an utterance that needs more is refused, not charged)."""
+
+    def __init__(self, config: EncodingConfig, max_windows: int) -> None:
+        self.config = config
+        self.max_windows = max_windows
+        _expanding()  # built now (the service: in the loading thread), not on a request
+
+    def __call__(self, examples: Iterable[Example]) -> int:
+        return sum(self.example(example) for example in examples)
+
+    def example(self, example: Example) -> int:
+        cfg = self.config
+        budget = cfg.max_length - 3
+        u = text_tokens_at_most(example.utterance)
+        turns = example.history if cfg.context_mode != "utterance_only" else ()
+        if cfg.max_history_turns is not None:
+            turns = turns[len(turns) - cfg.max_history_turns :] if cfg.max_history_turns else ()
+        h = 0
+        for turn in turns:  # each turn and its [SEP] (the speaker marker: its name, ":" and a space)
+            marker = len(turn.speaker) + 1 if cfg.speaker_markers and turn.speaker else 0
+            h += text_tokens_at_most(turn.text) + marker + 1
+        width = cfg.max_utterance_tokens if turns else budget
+        rows = min(self.max_windows, windows_at_most(u, width))
+        cost = rows * min(cfg.max_length, 3 + min(u, width) + h)
+        if cfg.context_mode == "decomposed" and h:  # the utterance alone, over what the dialogue rows read
+            read = min(u, max(width + (rows - 1) * width, budget))
+            cost += windows_at_most(read, budget) * min(cfg.max_length, 3 + min(read, budget))
+        return cost

@@ -12,7 +12,12 @@ item as answers are made, or as soon as the caller hangs up.
 :meth:`AdmissionGate.admit` admits a request when all of this holds, else refuses it:
 
 * its cost is at most half its lane's budget (``max_request_tokens``); above: 413, naming the
-  limit (a request that could never fit is refused for good, not retried);
+  limit (a request that could never fit is refused for good, not retried). This is decided before
+  the request is tokenised, on what it can cost at most by its characters
+  (:class:`dialogue_safety.core.limits.CostBound`: one token per character that is not a space, an
+  emoji's name for an emoji, within the windows and rows the encoding makes at most), so that a
+  request refused as too costly costs no tokenisation; its real cost, never above that bound, is
+  what it is charged once encoded;
 * its lane's charge plus its cost fits the lane's budget; else 429 with ``Retry-After``;
 * its client's charge in that lane plus its cost fits the client's fair share: the budget
   divided by the number of clients holding work in the lane (itself counted), at least two.
@@ -22,7 +27,9 @@ item as answers are made, or as soon as the caller hangs up.
 A client is the caller's address for the HTTP API (one API key serves every client, so it names
 none), a player for the break-it game. :meth:`AdmissionGate.refusal` is the same rule for a
 request whose cost is not known yet (one more token), cheap enough to answer from the request
-head (:class:`dialogue_safety.service.app.EarlyRefusalMiddleware`).
+head (:class:`dialogue_safety.service.app.EarlyRefusalMiddleware`); :meth:`AdmissionGate.refusal_unread`
+adds the 413 of a request's bound, before it is tokenised (in the one place admission is called from:
+:meth:`dialogue_safety.service.batcher.MicroBatcher.enqueue`).
 """
 
 from __future__ import annotations
@@ -108,6 +115,14 @@ class AdmissionGate:
         """The 429 a request of ``client`` gets now whatever it costs (its lane or its share is full), or None."""
         return self._refusal(self.lanes[lane], client, 1)
 
+    def refusal_unread(self, client: str, lane: LaneName, bound: int | None) -> ServiceError | None:
+        """The refusal a request of ``client`` gets before it is tokenised, or None: 413 when ``bound`` (what it
+        can cost at most, from its characters: :class:`dialogue_safety.core.limits.CostBound`; None: not known)
+        is more than one request may cost, else :meth:`refusal`."""
+        if bound is not None and bound > self.lanes[lane].max_request_tokens:
+            return self.too_costly(lane, bound, bounded=True)
+        return self.refusal(client, lane)
+
     def admit(self, client: str, lane: LaneName, cost: int) -> Charge:
         """Charge ``cost`` tokens to ``client`` in ``lane``, or raise the refusal (413 or 429)."""
         chosen = self.lanes[lane]
@@ -125,15 +140,22 @@ class AdmissionGate:
             self._observer.observe_charged(lane, chosen.charged)
         return Charge(self, chosen, client, cost)
 
-    def too_costly(self, lane: LaneName, cost: int) -> RequestTooCostly:
+    def too_costly(self, lane: LaneName, cost: int, *, bounded: bool = False) -> RequestTooCostly:
+        """The 413 of a request costing ``cost`` (``bounded``: at most that much, by its characters)."""
         chosen = self.lanes[lane]
         if self._observer is not None:
             self._observer.observe_refused(lane, "too_costly")
         what = "explanation" if lane == EXPLAIN else "request"
         fix = "explain a shorter text" if lane == EXPLAIN else "send fewer or shorter items per request"
+        costs = (
+            f"can cost up to {cost} model tokens by its characters (tokens x windows x passes; one token per "
+            "character that is not a space, more for an emoji)"
+            if bounded
+            else f"costs {cost} model tokens (tokens x windows x passes)"
+        )
         return RequestTooCostly(
-            f"this {what} costs {cost} model tokens (tokens x windows x passes); one {what} may cost at most "
-            f"{chosen.max_request_tokens}, half of {SETTING[lane]} ({chosen.budget}): {fix}"
+            f"this {what} {costs}; one {what} may cost at most {chosen.max_request_tokens}, half of "
+            f"{SETTING[lane]} ({chosen.budget}): {fix}"
         )
 
     def _refusal(self, chosen: Lane, client: str, cost: int) -> Overloaded | None:

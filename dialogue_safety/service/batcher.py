@@ -83,8 +83,10 @@ class MicroBatcher:
         gate: AdmissionGate | None = None,
         observer: BatchObserver | None = None,
         encoder: Encoder | None = None,
+        bound: Callable[[Sequence[Example]], int] | None = None,
     ) -> None:
         self._predict = predict
+        self._bound = bound  # what classify submissions can cost at most, before encoding (core.limits.CostBound)
         self.max_batch_size = settings.max_batch_size
         self.max_batch_tokens = settings.max_batch_tokens
         self.max_wait_s = settings.max_wait_s
@@ -201,7 +203,10 @@ class MicroBatcher:
         if not examples:
             return []
         self._check_running()
-        refusal = self.gate.refusal(client, lane)  # before encoding: refusing must stay cheap under overload
+        # before encoding: refusing must stay cheap under overload, and a request too costly by its characters
+        # is never tokenised (an explanation's plan is sized to fit by its item's real cost instead)
+        bound = self._bound(examples) if self._bound is not None and lane == CLASSIFY else None
+        refusal = self.gate.refusal_unread(client, lane, bound)
         if refusal is not None:
             raise refusal
         encoded = await self._encode(examples)

@@ -16,6 +16,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from dialogue_safety.core.errors import InvalidInput
 from dialogue_safety.core.limits import VISIBLE_PATTERN, Limits
 from dialogue_safety.service.errors import (
     Overloaded,
@@ -161,6 +162,74 @@ def _too_large(limit: int, declared: int | None = None) -> PayloadTooLarge:
         f"the request body {size}; at most {limit} bytes are accepted (SAFETY_MAX_BODY_BYTES): "
         "send fewer or shorter items per request"
     )
+
+
+#: keys one JSON object of a ``/v1/*`` body may have, and characters per key: request objects have a few
+#: (an OpenAI chat message some more); a longer key would only be echoed back as an unknown field
+MAX_OBJECT_KEYS = 64
+MAX_KEY_CHARS = 64
+_TURN_LISTS = frozenset({"history", "conversation", "messages"})
+
+
+def check_counts(data: Any, limits: Limits) -> InvalidInput | None:
+    """The first count or size ``data`` (a parsed ``/v1/*`` body) breaks, before any element is validated,
+    or None: the request-level lists at their own limits (``items`` and ``input``: ``max_batch_items``;
+    ``history`` and ``conversation``: ``max_request_history_turns``; ``messages``: one more), any other
+    list at :attr:`Limits.max_list_items`, any object at :data:`MAX_OBJECT_KEYS` keys of at most
+    :data:`MAX_KEY_CHARS` characters. Work: one look at each list's length and each object's keys,
+    stopping at the first list too long (its elements are never looked at)."""
+    if isinstance(data, dict):
+        for name, error in (
+            ("items", limits.too_many_items),
+            ("input", limits.too_many_items),
+        ):
+            value = data.get(name)
+            if isinstance(value, list) and len(value) > limits.max_batch_items:
+                return error(len(value), name)
+        for name in sorted(_TURN_LISTS):
+            value = data.get(name)
+            most = limits.max_request_history_turns + (name == "messages")
+            if isinstance(value, list) and len(value) > most:
+                return limits.too_many_turns(len(value), name, messages=name == "messages")
+    stack: list[tuple[Any, tuple[str | int, ...]]] = [(data, ())]
+    while stack:
+        value, path = stack.pop()
+        if isinstance(value, list):
+            if len(value) > limits.max_list_items:
+                return InvalidInput(
+                    f"{_field(path) or 'the body'} has {len(value)} elements; a list in a request holds at most "
+                    f"{limits.max_list_items} (SAFETY_MAX_BATCH_ITEMS, SAFETY_MAX_REQUEST_HISTORY_TURNS)",
+                    code="too_many_history_turns" if path and path[-1] in _TURN_LISTS else "too_many_items",
+                    field=_field(path),
+                )
+            stack.extend((v, (*path, i)) for i, v in enumerate(value) if isinstance(v, list | dict))
+        elif isinstance(value, dict):
+            if len(value) > MAX_OBJECT_KEYS:
+                return InvalidInput(
+                    f"{_field(path) or 'the body'} has {len(value)} keys; an object in a request has at most "
+                    f"{MAX_OBJECT_KEYS}",
+                    code="invalid_request",
+                    field=_field(path),
+                )
+            for key, v in value.items():
+                if len(key) > MAX_KEY_CHARS:
+                    return InvalidInput(
+                        f"{_field(path) or 'the body'} has a key of {len(key)} characters; field names have at "
+                        f"most {MAX_KEY_CHARS}",
+                        code="invalid_request",
+                        field=_field(path),
+                    )
+                if isinstance(v, list | dict):
+                    stack.append((v, (*path, key)))
+    return None
+
+
+def _field(path: tuple[str | int, ...]) -> str | None:
+    """``("items", 3, "history")`` → ``items[3].history`` (None: the body itself)."""
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else part)
+    return out or None
 
 
 def apply_to_openapi(schema: dict[str, Any], limits: Limits) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from dialogue_safety.core import explain
 from dialogue_safety.core.encoding import EncodedExample
 from dialogue_safety.core.errors import NotReady
 from dialogue_safety.core.explain import DEFAULT_METHOD, Method, Plan
+from dialogue_safety.core.limits import CostBound
 from dialogue_safety.core.model_card import ModelCard
 from dialogue_safety.core.policy import Policy, load_policy
 from dialogue_safety.core.runtime_options import runtime_options
@@ -180,6 +181,7 @@ class ServiceState:
         if not self.ready:
             self.loading = "warming up"
         await asyncio.to_thread(classifier.warmup)
+        await asyncio.to_thread(CostBound, classifier.card.encoding_config, settings.max_windows)  # its tables
         return classifier
 
     async def install(self, classifier: Classifier, settings: ServiceSettings) -> MicroBatcher | None:
@@ -192,6 +194,7 @@ class ServiceState:
             settings,
             gate=self.gate,
             observer=self.metrics,
+            bound=CostBound(card.encoding_config, settings.max_windows),
         )
         await batcher.start()
         previous = self.batcher
