@@ -22,8 +22,9 @@ from dialogue_safety.core.encoding import (
 )
 from dialogue_safety.core.limits import CostBound, Limits, expansion, text_tokens_at_most
 from dialogue_safety.core.schema import Example, Turn
+from dialogue_safety.service import json_body
 from dialogue_safety.service.json_body import problem_of
-from dialogue_safety.service.limits import check_counts
+from dialogue_safety.service.limits import check_counts, scan_counts
 
 MODEL_TOKENIZER = Path(__file__).resolve().parents[1] / "models" / "default" / "tokenizer.json"
 LIMITS = Limits()
@@ -235,3 +236,50 @@ def test_a_million_invalid_elements_are_one_error_naming_the_field_and_limit(
         assert classifier.encoded == 0
         assert live.app.state.safety.settings.max_body_bytes >= len(raw)
         assert c.get("/health").status_code == 200
+
+
+def test_a_request_level_list_of_a_million_scalars_is_refused_from_the_bytes_unparsed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    parsed: list[int] = []
+    real = json_body.json.loads
+    monkeypatch.setattr(json_body.json, "loads", lambda *a, **k: parsed.append(1) or real(*a, **k))
+    for body, refused in [
+        ({"input": [0] * 1_000_000}, ("too_many_items", "input")),
+        ({"utterance": "x", "history": [None] * 600_000}, ("too_many_history_turns", "history")),
+        ({"messages": [{}] * 600_000}, ("too_many_history_turns", "messages")),
+    ]:
+        raw = json.dumps(body, separators=(",", ":")).encode()
+        tracemalloc.start()
+        try:
+            problem = problem_of(raw, LIMITS)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert problem is not None and (problem.code, problem.field) == refused
+        assert str(len(next(iter(v for v in body.values() if isinstance(v, list))))) in problem.message
+        assert peak < 64 * 1024  # nothing the size of the body was built
+    assert parsed == []  # never parsed
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"utterance": '"items":[' + ",0" * 300, "history": []},  # the key inside a string
+        {"items": [{"history": [0] * 300}]},  # deeper than the top-level object
+        {"input": ["a"] * 300},  # strings: counted once parsed
+        {"items": [[0]] * 300},
+        {"input": [0] * 300, "x": 1},
+    ],
+)
+def test_the_scan_of_the_bytes_agrees_with_the_count_of_the_parsed_body(body: object) -> None:
+    raw = json.dumps(body).encode()
+    scanned = scan_counts(raw, LIMITS)
+    counted = check_counts(json.loads(raw), LIMITS)
+    if scanned is not None:  # what the scan finds, the count finds the same way
+        assert counted is not None and (scanned.code, scanned.field, scanned.message) == (
+            counted.code,
+            counted.field,
+            counted.message,
+        )
+    assert (problem_of(raw, LIMITS) is None) == (counted is None)

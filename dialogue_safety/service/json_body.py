@@ -14,8 +14,9 @@ Cheap before costly: a ``/v1/*`` body's counts (items, texts, history turns, mes
 object's keys) are checked on the parsed JSON before any element is validated
 (:func:`dialogue_safety.service.limits.check_counts`): a list past its limit refuses the request (422,
 naming the field and the limit) and none of its elements is looked at, so a million invalid items cost
-one parse, not a million validation errors. A body larger than ``OFF_LOOP_BYTES`` is parsed and
-checked in one helper thread (one body at a time), never on the event loop.
+one parse, not a million validation errors (and a request-level list of a million scalars not even
+that: :func:`dialogue_safety.service.limits.scan_counts` counts it in the raw bytes). A body larger than
+``OFF_LOOP_BYTES`` is parsed and checked in one helper thread (one body at a time), never on the event loop.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from dialogue_safety.core import json_input
 from dialogue_safety.core.errors import ServiceError
 from dialogue_safety.core.limits import Limits
 from dialogue_safety.service.errors import MalformedJson, RefusedWhileReading
-from dialogue_safety.service.limits import SMALL_BODY_BYTES, check_counts
+from dialogue_safety.service.limits import SMALL_BODY_BYTES, check_counts, scan_counts
 
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 #: bodies larger than this are parsed and checked off the event loop (smaller ones cost less than the hand-off)
@@ -101,6 +102,8 @@ def problem_of(body: bytes, limits: Limits | None = None) -> ServiceError | None
     a count is refused after one parse by the C parser, before the slower duplicate-key reading."""
     if not body.strip():
         return None
+    if limits is not None and (scanned := scan_counts(body, limits)) is not None:
+        return scanned  # a huge request-level list: refused from the bytes, unparsed
     if json_input.too_deep(body):
         return MalformedJson(
             f"the body could not be read as JSON (nested deeper than {json_input.MAX_JSON_DEPTH} levels of "

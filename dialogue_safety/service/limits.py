@@ -12,6 +12,7 @@ same limits into the OpenAPI schema, so that the schema says what the server enf
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -196,12 +197,7 @@ def check_counts(data: Any, limits: Limits) -> InvalidInput | None:
         value, path = stack.pop()
         if isinstance(value, list):
             if len(value) > limits.max_list_items:
-                return InvalidInput(
-                    f"{_field(path) or 'the body'} has {len(value)} elements; a list in a request holds at most "
-                    f"{limits.max_list_items} (SAFETY_MAX_BATCH_ITEMS, SAFETY_MAX_REQUEST_HISTORY_TURNS)",
-                    code="too_many_history_turns" if path and path[-1] in _TURN_LISTS else "too_many_items",
-                    field=_field(path),
-                )
+                return _too_many_elements(len(value), path, limits)
             stack.extend((v, (*path, i)) for i, v in enumerate(value) if isinstance(v, list | dict))
         elif isinstance(value, dict):
             if len(value) > MAX_OBJECT_KEYS:
@@ -222,6 +218,57 @@ def check_counts(data: Any, limits: Limits) -> InvalidInput | None:
                 if isinstance(v, list | dict):
                     stack.append((v, (*path, key)))
     return None
+
+
+# scan_counts: a request-level list of scalars and empty objects (no string or list in it: an object without
+# a string has no key), found in the raw bytes
+_REQUEST_LIST = re.compile(rb'"(items|input|history|conversation|messages)"\s*:\s*\[')
+_ESCAPE = re.compile(rb"\\.", re.DOTALL)
+_STRING = re.compile(rb'"[^"]*"')
+_NOT_BRACKET = re.compile(rb"[^\[\]{}]+")
+_PAIR = re.compile(rb"\[\]|\{\}")
+
+
+def scan_counts(body: bytes, limits: Limits) -> InvalidInput | None:
+    """:func:`check_counts`'s refusal of a request-level list (``items``, ``input``, ``history``,
+    ``conversation``, ``messages`` of the body's top-level object) of more than
+    :attr:`Limits.max_list_items` scalars or empty objects, found in the raw body by a few scans of its bytes, without
+    parsing it: a million invalid items (``[0, 0, ...]``) cost no parsed value at all. None: no such list
+    (the parsed body is then counted by :func:`check_counts`, which finds every case)."""
+    if body.count(b",") < limits.max_list_items:
+        return None  # no list can have more elements than the body has commas, plus one
+    for found in _REQUEST_LIST.finditer(body):
+        start, end = found.end(), body.find(b"]", found.end())  # the list's end, if nothing in it is a list
+        n = body.count(b",", start, end) + 1
+        if (
+            end < 0
+            or n <= limits.max_list_items
+            or body.find(b'"', start, end) >= 0
+            or body.find(b"[", start, end) >= 0
+        ):
+            continue  # short, or not scalars and empty objects only: counted once parsed
+        before = _ESCAPE.sub(b"", body[: found.start()])
+        if before.count(b'"') % 2:
+            continue  # the key is inside a string
+        opened = _NOT_BRACKET.sub(b"", _STRING.sub(b"", before))
+        while (closed := _PAIR.sub(b"", opened)) != opened:
+            opened = closed
+        if opened != b"{":
+            continue  # not a value of the top-level object
+        name = found.group(1).decode()
+        if name in _TURN_LISTS:
+            return limits.too_many_turns(n, name, messages=name == "messages")
+        return limits.too_many_items(n, name)
+    return None
+
+
+def _too_many_elements(n: int, path: tuple[str | int, ...], limits: Limits) -> InvalidInput:
+    return InvalidInput(
+        f"{_field(path) or 'the body'} has {n} elements; a list in a request holds at most "
+        f"{limits.max_list_items} (SAFETY_MAX_BATCH_ITEMS, SAFETY_MAX_REQUEST_HISTORY_TURNS)",
+        code="too_many_history_turns" if path and path[-1] in _TURN_LISTS else "too_many_items",
+        field=_field(path),
+    )
 
 
 def _field(path: tuple[str | int, ...]) -> str | None:
