@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import tracemalloc
 from collections.abc import Sequence
 from pathlib import Path
@@ -283,3 +284,19 @@ def test_the_scan_of_the_bytes_agrees_with_the_count_of_the_parsed_body(body: ob
             counted.message,
         )
     assert (problem_of(raw, LIMITS) is None) == (counted is None)
+
+
+def test_the_nginx_examples_wait_longer_than_the_published_admission_bound() -> None:
+    """docs/api.md's nginx examples: ``proxy_read_timeout`` is one value, longer than the slowest accepted
+    request's bound that lab/notes/abuse.md publishes (the budget's work at the measured throughput plus one
+    batch, under 4x overload): shorter, nginx answers 504 for requests the service admitted and answers."""
+    root = Path(__file__).resolve().parents[1]
+    api = (root / "docs" / "api.md").read_text(encoding="utf-8")
+    timeouts = {int(t) for t in re.findall(r"proxy_read_timeout (\d+)s;", api)}
+    notes = (root / "lab" / "notes" / "abuse.md").read_text(encoding="utf-8")
+    bounds = [
+        float(b.replace(",", "")) + float(batch)
+        for b, batch in re.findall(r"bound ([\d,]+) \+ batch ([\d.]+) ms", notes)
+    ]
+    assert len(timeouts) == 1 and bounds
+    assert timeouts.pop() * 1000 > max(bounds)

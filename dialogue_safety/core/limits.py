@@ -159,7 +159,7 @@ def too_many_windows(read: Reading, max_windows: int, prefix: str = "") -> Inval
 @functools.cache
 def _expanding() -> tuple[re.Pattern[str], int]:
     """A pattern matching one expanding character, and the most non-space characters one of them can
-    become (an emoji sequence's name over its non-ASCII characters). Built once (~0.5 s): the service
+    become (an emoji sequence's name over its non-ASCII characters). Built once, from every code point: the service
     builds it while it loads the model."""
     import emoji
 
@@ -230,7 +230,7 @@ class CostBound:
             turns = turns[len(turns) - cfg.max_history_turns :] if cfg.max_history_turns else ()
         h = 0
         for turn in turns:  # each turn and its [SEP] (the speaker marker: its name, ":" and a space)
-            marker = len(turn.speaker) + 1 if cfg.speaker_markers and turn.speaker else 0
+            marker = text_tokens_at_most(turn.speaker) + 1 if cfg.speaker_markers and turn.speaker else 0
             h += text_tokens_at_most(turn.text) + marker + 1
         width = cfg.max_utterance_tokens if turns else budget
         rows = min(self.max_windows, windows_at_most(u, width))
