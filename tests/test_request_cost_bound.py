@@ -137,8 +137,8 @@ def _refusal(body: object, limits: Limits = LIMITS) -> tuple[str, str | None] | 
         ({"input": "x", "conversation": [{}] * 33}, ("too_many_history_turns", "conversation")),
         ({"items": [{"utterance": "x", "history": ["a"] * 258}]}, ("too_many_history_turns", "items[0].history")),
         ({"items": [{"messages": [{"role": "user", "content": [{}] * 300}]}]}, None),
-        ({"utterance": "x", **{f"k{i}": 0 for i in range(65)}}, ("invalid_request", None)),
-        ({"utterance": "x", "k" * 65: 0}, ("invalid_request", None)),
+        ({"utterance": "x", **{f"k{i}": 0 for i in range(257)}}, ("invalid_request", None)),
+        ({"utterance": "x", "k" * 65: 0}, None),  # a long unknown key: the schema's error, not a count
         ({"input": [0] * 256}, None),
         ({"items": [{"utterance": "x", "history": ["a"] * 33}]}, None),  # reported in its own slot, as before
         ([0] * 300, ("too_many_items", None)),

@@ -16,7 +16,8 @@ object's keys) are checked on the parsed JSON before any element is validated
 naming the field and the limit) and none of its elements is looked at, so a million invalid items cost
 one parse, not a million validation errors (and a request-level list of a million scalars not even
 that: :func:`dialogue_safety.service.limits.scan_counts` counts it in the raw bytes). A body larger than
-``OFF_LOOP_BYTES`` is parsed and checked in one helper thread (one body at a time), never on the event loop.
+``OFF_LOOP_BYTES`` is parsed and checked in one helper thread (one body at a time; the C parser holds the
+interpreter while it runs, so the event loop waits at most one parse, not one per body).
 """
 
 from __future__ import annotations

@@ -165,10 +165,9 @@ def _too_large(limit: int, declared: int | None = None) -> PayloadTooLarge:
     )
 
 
-#: keys one JSON object of a ``/v1/*`` body may have, and characters per key: request objects have a few
-#: (an OpenAI chat message some more); a longer key would only be echoed back as an unknown field
-MAX_OBJECT_KEYS = 64
-MAX_KEY_CHARS = 64
+#: keys one JSON object of a ``/v1/*`` body may have: request objects have a few (an OpenAI chat message,
+#: which may carry other keys, some more); each key of a model that forbids unknown fields would be one error
+MAX_OBJECT_KEYS = 256
 _TURN_LISTS = frozenset({"history", "conversation", "messages"})
 
 
@@ -176,9 +175,9 @@ def check_counts(data: Any, limits: Limits) -> InvalidInput | None:
     """The first count or size ``data`` (a parsed ``/v1/*`` body) breaks, before any element is validated,
     or None: the request-level lists at their own limits (``items`` and ``input``: ``max_batch_items``;
     ``history`` and ``conversation``: ``max_request_history_turns``; ``messages``: one more), any other
-    list at :attr:`Limits.max_list_items`, any object at :data:`MAX_OBJECT_KEYS` keys of at most
-    :data:`MAX_KEY_CHARS` characters. Work: one look at each list's length and each object's keys,
-    stopping at the first list too long (its elements are never looked at)."""
+    list at :attr:`Limits.max_list_items`, any object at :data:`MAX_OBJECT_KEYS` keys. Work: one look at
+    each list's length and each object's keys, stopping at the first list too long (its elements are never
+    looked at)."""
     if isinstance(data, dict):
         for name, error in (
             ("items", limits.too_many_items),
@@ -208,13 +207,6 @@ def check_counts(data: Any, limits: Limits) -> InvalidInput | None:
                     field=_field(path),
                 )
             for key, v in value.items():
-                if len(key) > MAX_KEY_CHARS:
-                    return InvalidInput(
-                        f"{_field(path) or 'the body'} has a key of {len(key)} characters; field names have at "
-                        f"most {MAX_KEY_CHARS}",
-                        code="invalid_request",
-                        field=_field(path),
-                    )
                 if isinstance(v, list | dict):
                     stack.append((v, (*path, key)))
     return None
