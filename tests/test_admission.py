@@ -88,14 +88,14 @@ def test_a_request_is_charged_tokens_times_windows_times_passes_and_an_explanati
 # -- limits and refusals, with the fake classifier (4 model tokens a one-word request) --------------------
 def test_a_request_larger_than_half_its_lane_is_refused_413_naming_the_limit() -> None:
     with live_server(classifier=FakeClassifier(), max_pending_tokens=40) as live, live.client() as c:
-        # refused on what it can cost by its characters (3 x (22 letters + 3)), before it is tokenised
+        # refused on its real cost (3 x (6 words + 3)): the fake's tokenizer tells no lower bound
         r = c.post(BATCH, json={"items": ["one two three four five six"] * 3})
         assert r.status_code == 413, r.text
         error = r.json()["error"]
         assert error["code"] == "request_too_costly"
-        assert "up to 75 model tokens" in error["message"] and "at most 20" in error["message"]
+        assert "costs 27 model tokens" in error["message"] and "at most 20" in error["message"]
         assert "SAFETY_MAX_PENDING_TOKENS (40)" in error["message"]
-        assert c.post(BATCH, json={"items": ["one two"] * 2}).status_code == 200  # can cost 2 x 9
+        assert c.post(BATCH, json={"items": ["one two"] * 2}).status_code == 200  # costs 2 x 5
         assert metric(c, "safety_admission_refused_total", lane="classify", reason="too_costly") == 1
 
 

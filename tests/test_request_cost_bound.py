@@ -18,14 +18,25 @@ from dialogue_safety.core.encoding import (
     DialogueEncoder,
     EncodedExample,
     EncodingConfig,
+    normalise_text,
     window_spans,
+    windows_at_least,
     windows_at_most,
 )
-from dialogue_safety.core.limits import CostBound, Limits, expansion, text_tokens_at_most
+from dialogue_safety.core.limits import (
+    CostBound,
+    Limits,
+    TokenizerWords,
+    expansion,
+    text_tokens_at_least,
+    text_tokens_at_most,
+)
+from dialogue_safety.core.model_card import ModelCard
 from dialogue_safety.core.schema import Example, Turn
 from dialogue_safety.service import json_body
 from dialogue_safety.service.json_body import problem_of
 from dialogue_safety.service.limits import check_counts, scan_counts
+from dialogue_safety.service.settings import ServiceSettings
 
 MODEL_TOKENIZER = Path(__file__).resolve().parents[1] / "models" / "default" / "tokenizer.json"
 LIMITS = Limits()
@@ -78,13 +89,124 @@ def test_one_character_never_becomes_more_tokens_than_the_bound_says(tokenizer: 
 
 
 @pytest.mark.parametrize("n", [0, 1, 95, 96, 97, 125, 126, 300, 1000, 4001])
-def test_windows_at_most_bounds_window_spans(n: int) -> None:
+def test_windows_at_most_and_at_least_bound_window_spans(n: int) -> None:
     rng = random.Random(n)
     for width in (96, 125):
         for _ in range(20):
             continuation = __import__("numpy").array([rng.random() < 0.6 for _ in range(n)], dtype=bool)
             spans, needed = window_spans(continuation, width, None)
-            assert needed == len(spans) <= windows_at_most(n, width)
+            assert windows_at_least(n, width) <= needed == len(spans) <= windows_at_most(n, width)
+
+
+# -- what a text costs at least ---------------------------------------------------------------------------
+PROSE = [
+    "you",
+    "said",
+    "that",
+    "the",
+    "soup",
+    "was",
+    "good",
+    "but",
+    "honestly",
+    "I",
+    "think",
+    "it",
+    "tasted",
+    "like",
+    "nothing",
+    "at",
+    "all",
+    "and",
+    "the",
+    "waiter",
+    "never",
+    "came",
+    "back",
+    "to",
+    "our",
+    "table",
+    "so",
+    "we",
+    "left",
+    "early",
+    "without",
+    "paying",
+    "for",
+    "dessert",
+]
+
+
+def _hostile_text(rng: random.Random) -> str:
+    """Prose, punctuation, emoji, CJK, long words, URLs, whitespace runs, NFKC-expanding characters and the
+    disguises the obfuscation rules undo (spaced, stretched, swapped letters), mixed at random."""
+    pieces = [
+        lambda: rng.choice(PROSE),
+        lambda: rng.choice(PROSE).capitalize() + rng.choice([",", ".", "!", "?", "..."]),
+        lambda: rng.choice(["😂", "🫰", "👨‍👩‍👧", "1️⃣", "🇮🇩", "🏴󠁧󠁢󠁥󠁮󠁧󠁿"]) * rng.randint(1, 3),
+        lambda: "".join(rng.choice("中文字漢語日本") for _ in range(rng.randint(1, 12))),
+        lambda: "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(19, 400))),
+        lambda: f"https://example.com/{rng.choice(PROSE)}/{rng.randint(0, 10**6)}?q={rng.choice(PROSE)}&x=1",
+        lambda: rng.choice([" " * rng.randint(2, 40), "\n\n\t", "\u3000", "\u00a0", "\u200b", "\u2028"]),
+        lambda: rng.choice(["\ufdfa", "ﬃ", "㍻", "①", "ｉｄｉｏｔ", "і" + "dіоt", "é", "e\u0301"]),
+        lambda: " ".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(3, 9))),
+        lambda: rng.choice(["f.u.c.k", "i-d-i-o-t", "stuuuuupid", "sooooo", "sh1t", "a$$hole", "h473$", "n00b"]),
+        lambda: rng.choice(["covid19", "10am", "3rd", "mp3", "x" * 101, "ab" * 60, "coooool", "www"]),
+    ]
+    parts = [rng.choice(pieces)() for _ in range(rng.randint(1, 120))]
+    return "".join(p + rng.choice([" ", " ", " ", "", "  "]) for p in parts)
+
+
+@pytest.mark.parametrize("obfuscation", [True, False])
+def test_a_text_never_costs_fewer_tokens_than_its_lower_bound_says(tokenizer: Tokenizer, obfuscation: bool) -> None:
+    """Randomized, on real tokenisation: the lower bound is never above the real count of tokens (nor the
+    upper bound, with the vocabulary's words, below it), whatever the text."""
+    config = EncodingConfig(normalise_obfuscation=obfuscation)
+    words = TokenizerWords.of(tokenizer)
+    assert words.known and words.lowercase and words.chinese and "the" in words.whole
+    rng = random.Random(11 + obfuscation)
+    texts = [_hostile_text(rng) for _ in range(400)]
+    texts += [" ".join(rng.choice(PROSE) for _ in range(700)), "中" * 300, "x" * 4000, "a " * 2000]
+    real = [
+        len(e.ids) for e in tokenizer.encode_batch([normalise_text(t, config) for t in texts], add_special_tokens=False)
+    ]
+    for text, n in zip(texts, real, strict=True):
+        assert text_tokens_at_least(text, words) <= n <= text_tokens_at_most(text, words), text
+    prose = " ".join(rng.choice(PROSE) for _ in range(700))
+    real_prose = len(tokenizer.encode(prose, add_special_tokens=False).ids)
+    assert 0.9 * real_prose <= text_tokens_at_least(prose, words) <= real_prose  # one-letter words go uncounted
+
+
+def test_an_unknown_tokenizer_gives_no_lower_bound() -> None:
+    assert text_tokens_at_least("plenty of words here", TokenizerWords(known=False)) == 0
+    assert text_tokens_at_least("plenty of words here", None) == 0
+
+
+@pytest.mark.parametrize("mode", ["segments", "decomposed", "utterance_only"])
+def test_an_example_never_costs_less_than_its_lower_bound_and_a_cut_one_costs_nothing(
+    tokenizer: Tokenizer, mode: str
+) -> None:
+    """The cost of an encoded example (what admission charges) is at least :meth:`CostBound.example_at_least`;
+    an utterance refused for needing more than ``max_windows`` windows is charged nothing, and its lower bound
+    is 0 too (it is counted only when its windows surely fit)."""
+    config = EncodingConfig(context_mode=mode, normalise_obfuscation=True, speaker_markers=mode == "segments")
+    encoder = DialogueEncoder(tokenizer, config)
+    bound = CostBound(config, max_windows=8, words=TokenizerWords.of(tokenizer))
+    rng = random.Random(17)
+    texts = [_hostile_text(rng) for _ in range(150)] + [
+        " ".join(rng.choice(PROSE) for _ in range(n)) for n in (90, 500)
+    ]
+    examples = [Example(utterance=t) for t in texts]
+    examples += [Example(utterance=t, history=(Turn(rng.choice(texts), "bot"),)) for t in texts[:60]]
+    for example, enc in zip(examples, encoder.encode_batch(examples, max_windows=8), strict=True):
+        least = bound.example_at_least(example)
+        if enc.read.windows_needed > enc.read.windows:
+            assert least == 0, example
+            continue
+        assert least <= enc.tokens, (example, least, enc.tokens)
+    prose = [Example(utterance=" ".join(rng.choice(PROSE) for _ in range(n))) for n in (5, 90, 500)]
+    for example, enc in zip(prose, encoder.encode_batch(prose, max_windows=8), strict=True):
+        assert 0.7 * enc.tokens <= bound.example_at_least(example) <= enc.tokens  # not vacuous on prose
 
 
 def test_prose_is_bounded_within_a_few_times_its_cost(tokenizer: Tokenizer) -> None:
@@ -184,32 +306,74 @@ def test_only_api_bodies_are_counted() -> None:
 
 
 class CountingClassifier(FakeClassifier):
-    """The fake classifier, counting the examples it was asked to encode (tokenise)."""
+    """The fake classifier with the shipped model's encoding (its tokenizer and encoding settings: what the
+    service reads the lower bound from), counting the examples it was asked to encode (tokenise)."""
 
     def __init__(self) -> None:
         super().__init__()
+        if not MODEL_TOKENIZER.exists():
+            pytest.skip("the shipped model's tokenizer.json is not in this checkout")
+        card = json.loads((MODEL_TOKENIZER.parent / "model_card.json").read_text(encoding="utf-8"))
+        self.card = ModelCard(
+            name="fake",
+            version="1.2.3",
+            heads=list(self.card.heads),
+            score_heads=["offensive"],
+            encoding=card["encoding"],
+        )
+        self.encoder = DialogueEncoder(Tokenizer.from_file(str(MODEL_TOKENIZER)), self.card.encoding_config)
         self.encoded = 0
 
     def encode(self, examples: Sequence[Example]) -> list[EncodedExample]:
         self.encoded += len(examples)
-        return super().encode(examples)
+        return self.encoder.encode_batch(examples, ServiceSettings().max_windows)
 
 
-def test_a_request_too_costly_by_its_characters_is_refused_untokenised() -> None:
+def _prose(chars: int, seed: int) -> str:
+    """English prose of at most ``chars`` characters, cut at a space."""
+    rng = random.Random(seed)
+    text = " ".join(rng.choice(PROSE) + rng.choice(["", "", "", ",", "."]) for _ in range(chars))
+    return text[: text.rfind(" ", 0, chars + 1)]
+
+
+def test_admission_refuses_only_what_surely_costs_too_much_and_tokenises_nothing_it_refuses() -> None:
+    """Three bands, by the characters of a batch of 4,000-character prose items: what fits by its real cost is
+    admitted and answered though one token per character says it might not (the rule before this one
+    refused it); what costs too much even at least is refused 413 before any tokenisation; the issue's 1 MB
+    batch of ``max_batch_items`` such items is of the second kind."""
     classifier = CountingClassifier()
-    # one request may cost half of 4,096: 2,048 model tokens; 64 items of 400 letters can cost 64 x 128
-    with live_server(classifier=classifier, max_pending_tokens=4096) as live, live.client() as c:
-        ok = c.post("/v1/classify/batch", json={"items": ["you are nice"] * 8})
+    settings = ServiceSettings()
+    limit = settings.max_pending_tokens // 2  # what one request may cost
+    config = classifier.card.encoding_config
+    text = _prose(LIMITS.max_utterance_chars, seed=1)
+    item = Example(utterance=text)
+    real = classifier.encoder.encode_batch([item], settings.max_windows)[0].tokens
+    fits = min(LIMITS.max_batch_items, limit // real)
+    loose = CostBound(config, settings.max_windows)  # one token a character: what the rule before decided on
+    words = TokenizerWords.of(classifier.encoder.tokenizer)
+    assert loose([item] * fits) > limit  # so the rule before refused it
+    assert CostBound(config, settings.max_windows, words).at_least([item] * fits) <= limit
+    assert CostBound(config, settings.max_windows, words).at_least([item] * LIMITS.max_batch_items) > limit
+    texts = [_prose(LIMITS.max_utterance_chars, seed=i) for i in range(LIMITS.max_batch_items)]
+    with live_server(classifier=classifier) as live, live.client() as c:
+        ok = c.post("/v1/classify/batch", json={"items": [text] * fits})
         assert ok.status_code == 200, ok.text
-        before = classifier.encoded
-        r = c.post("/v1/classify/batch", json={"items": ["x" * 400] * 64})
+        assert len(ok.json()["results"]) == fits and all("label" in r for r in ok.json()["results"])
+        assert classifier.encoded == fits
+        r = c.post("/v1/classify/batch", json={"items": texts})  # ~1 MB
         assert r.status_code == 413, r.text
         error = r.json()["error"]
-        assert error["code"] == "request_too_costly" and "2048" in error["message"]
-        assert "by its characters" in error["message"]
-        m = c.post("/v1/moderations", json={"input": ["x" * 400] * 64})
+        assert error["code"] == "request_too_costly" and str(limit) in error["message"]
+        assert "at least" in error["message"] and "by its characters" in error["message"]
+        m = c.post("/v1/moderations", json={"input": texts})
         assert m.status_code == 413 and m.json()["error"]["code"] == "request_too_costly"
-        assert classifier.encoded == before  # neither was tokenised
+        assert classifier.encoded == fits  # neither was tokenised
+        # between the bands: more items than fit by their real cost, but not surely by their characters
+        between = fits + 1
+        assert CostBound(config, settings.max_windows, words).at_least([item] * between) <= limit < real * between
+        b = c.post("/v1/classify/batch", json={"items": [text] * between})
+        assert b.status_code == 413 and "costs " + str(real * between) in b.json()["error"]["message"]
+        assert classifier.encoded == fits + between  # tokenised, then refused on its real cost
         assert c.post("/v1/classify/batch", json={"items": ["you are nice"] * 8}).status_code == 200
 
 
