@@ -630,19 +630,26 @@ def _batch(n: int) -> bytes:
 
 async def _largest_batch_items(url: str, max_items: int, max_request_tokens: int) -> tuple[int, str]:
     """The most 4,000-character items one batch may hold: ``max_batch_items``, or fewer if their cost passes
-    the one-request limit (the 413 of ``max_batch_items`` says what that many cost). (items, how it was found)"""
+    the one-request limit (the 413 of ``max_batch_items`` says what that many cost when they were tokenised;
+    refused by what they cost at least, the largest answered batch is found by halving). (items, how it was found)"""
     client = RawHttpClient(url, 600.0, attacker_source())
     try:
         status, answer = await client.post("/v1/classify/batch", _batch(max_items))
         if status != 413:
             return max_items, f"{max_items} items (max_batch_items) answered {status}"
         found = COST.search(json.loads(answer)["error"]["message"])
-        if found is None:
-            return 1, "the 413 did not say the cost: 1 item"
-        per_item = int(found.group(1)) // max_items
-        return max(1, min(max_items, max_request_tokens // per_item)), (
-            f"{per_item} model tokens an item, {max_request_tokens} a request at most"
-        )
+        if found is not None:  # the real cost of that many (they were tokenised)
+            per_item = int(found.group(1)) // max_items
+            return max(1, min(max_items, max_request_tokens // per_item)), (
+                f"{per_item} model tokens an item, {max_request_tokens} a request at most"
+            )
+        # refused by what it costs at least (untokenised, and counted only past the limit): halve until answered
+        fits, refused = 0, max_items
+        while refused - fits > 1:
+            n = (fits + refused) // 2
+            status, _ = await client.post("/v1/classify/batch", _batch(n))
+            fits, refused = (n, refused) if status == 200 else (fits, n)
+        return max(1, fits), f"the largest batch answered 200, by bisection ({max_request_tokens} a request at most)"
     finally:
         await client.close()
 
