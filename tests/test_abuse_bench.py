@@ -34,6 +34,8 @@ def test_abuse_benchmark_smoke(
             "largest utterance",
             "largest explained",
             "largest batch",
+            "million invalid",
+            "too costly",
             "overload",
             "overload 4x",
             "hang-ups",
@@ -69,6 +71,12 @@ def test_abuse_benchmark_smoke(
     assert "200" in batch["statuses"], batch  # the largest batch the limits allow is served
     if batch["items"] < batch["max_batch_items"]:  # the cost limit decided: one item more can never fit
         assert batch["one_more_item"] == "413 request_too_costly", batch
+    # round three (issue 55): refused from the counts and from the characters, 4xx only, RSS measured
+    million = attacks["million invalid"]["details"]
+    assert million["target_4xx_each"], million["cases"]
+    assert {"target_answer_p99_le_200ms", "target_rss_growth_le_50mib", "rss_growth_mib"} <= set(million)
+    costly = attacks["too costly"]["details"]
+    assert costly["target_all_413"], costly["statuses"]
     edges = attacks["http edges"]["details"]
     assert edges["target_no_5xx"] and edges["target_no_redirect"] and edges["target_every_answer_json"], edges
     assert edges["cases"]["duplicate keys"]["statuses"] == {"400": 1}

@@ -87,13 +87,14 @@ def test_a_request_is_charged_tokens_times_windows_times_passes_and_an_explanati
 # -- limits and refusals, with the fake classifier (4 model tokens a one-word request) --------------------
 def test_a_request_larger_than_half_its_lane_is_refused_413_naming_the_limit() -> None:
     with live_server(classifier=FakeClassifier(), max_pending_tokens=40) as live, live.client() as c:
-        r = c.post(BATCH, json={"items": ["one two three four five six"] * 3})  # 3 x 9 tokens > 20
+        # refused on its real cost (3 x (6 words + 3)): the fake's tokenizer tells no lower bound
+        r = c.post(BATCH, json={"items": ["one two three four five six"] * 3})
         assert r.status_code == 413, r.text
         error = r.json()["error"]
         assert error["code"] == "request_too_costly"
-        assert "27 model tokens" in error["message"] and "at most 20" in error["message"]
+        assert "costs 27 model tokens" in error["message"] and "at most 20" in error["message"]
         assert "SAFETY_MAX_PENDING_TOKENS (40)" in error["message"]
-        assert c.post(BATCH, json={"items": ["one two three four five six"] * 2}).status_code == 200
+        assert c.post(BATCH, json={"items": ["one two"] * 2}).status_code == 200  # costs 2 x 5
         assert metric(c, "safety_admission_refused_total", lane="classify", reason="too_costly") == 1
 
 
@@ -136,9 +137,7 @@ def test_an_explanation_is_charged_to_its_own_lane_not_the_classify_lane() -> No
         explained = metric(c, "safety_admission_charged_tokens", lane="explain")
         classify_charged = metric(c, "safety_admission_charged_tokens", lane="classify")
         # the classify lane (8 tokens: 4 for this client) still admits this client while it explains
-        plain = threading.Thread(
-            target=lambda: result.setdefault("plain", c.post(CLASSIFY, json={"utterance": "plain"}))
-        )
+        plain = threading.Thread(target=lambda: result.setdefault("plain", c.post(CLASSIFY, json={"utterance": "p"})))
         plain.start()
         wait_until(lambda: metric(c, "safety_admission_charged_tokens", lane="classify") == 4, "plain admitted")
         fake.gate.set()
@@ -203,7 +202,7 @@ def test_overload_is_answered_429_with_retry_after_before_the_body_is_read() -> 
 def test_break_it_players_are_charged_apart_whatever_their_address(tmp_path: Path) -> None:
     key = {"Authorization": "Bearer k3y"}
     fake = FakeClassifier()
-    settings = {"breakit_db": str(tmp_path / "game.sqlite3"), "api_key": "k3y", "max_pending_tokens": 16}
+    settings = {"breakit_db": str(tmp_path / "game.sqlite3"), "api_key": "k3y", "max_pending_tokens": 32}
     with live_server(classifier=fake, **settings) as live, live.client() as c:
         rates = {"score": {"player": "1000/minute"}}
         assert c.post("/break-it/api/admin/rounds", json={"number": 1, "rates": rates}, headers=key).status_code == 200
@@ -222,11 +221,11 @@ def test_break_it_players_are_charged_apart_whatever_their_address(tmp_path: Pat
             thread.start()
             return thread
 
-        held = score("held", ann, "one two")  # 5 model tokens of ann's 8 (16 / 2)
-        wait_until(lambda: lane.charged == 5, "ann's score admitted")
-        over = c.post("/break-it/api/score", json={"utterance": "three four"}, headers=ann)  # 10 > 8
-        other = score("other", ben, "five six")  # the same address, another player: admitted
-        wait_until(lambda: lane.charged == 10, "ben's score admitted")
+        held = score("held", ann, "a b c d e f g h i j")  # 13 model tokens of ann's 16 (32 / 2)
+        wait_until(lambda: lane.charged == 13, "ann's score admitted")
+        over = c.post("/break-it/api/score", json={"utterance": "k l m n"}, headers=ann)  # 13 + 7 > 16
+        other = score("other", ben, "o p q r")  # the same address, another player: admitted
+        wait_until(lambda: lane.charged == 20, "ben's score admitted")
         charged_to = sorted(lane.clients)
         fake.gate.set()
         held.join(GUARD_S)

@@ -367,10 +367,11 @@ def _count_429(live: LiveServer) -> float:
 def test_the_client_retries_a_429_after_retry_after() -> None:
     fake = FakeClassifier()
     fake.gate.clear()
-    # a budget of 8 tokens: one request in inference holds this client's fair share (half of it)
-    with live_server(classifier=fake, max_pending_tokens=8) as live:
+    # a budget of 16 tokens: one request in inference (7 tokens) holds most of this client's fair share (8)
+    with live_server(classifier=fake, max_pending_tokens=16) as live:
         with httpx.Client(base_url=live.url, timeout=GUARD_S) as c:
-            busy = [threading.Thread(target=c.post, args=("/v1/classify",), kwargs={"json": {"utterance": "x"}})]
+            held = {"json": {"utterance": "x y z w"}}
+            busy = [threading.Thread(target=c.post, args=("/v1/classify",), kwargs=held)]
             busy[0].start()
             assert fake.entered.wait(GUARD_S)
             deadline = time.monotonic() + GUARD_S

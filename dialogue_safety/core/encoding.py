@@ -407,6 +407,24 @@ def _stride(width: int) -> int:
     return max(1, width - int(width * WINDOW_OVERLAP))
 
 
+def windows_at_most(n_tokens: int, width: int) -> int:
+    """The most windows :func:`window_spans` makes over an utterance of ``n_tokens`` tokens (before any
+    cap): a start moves on at least a stride less its word alignment."""
+    if n_tokens <= width:
+        return 1
+    stride = _stride(width)
+    advance = max(1, stride - int((width - stride) * WINDOW_ALIGN))
+    return 1 + -(-(n_tokens - width) // advance)
+
+
+def windows_at_least(n_tokens: int, width: int) -> int:
+    """The fewest windows :func:`window_spans` makes over an utterance of ``n_tokens`` tokens (before any
+    cap): a start moves on at most a stride, and the last window ends at the last token."""
+    if n_tokens <= width:
+        return 1
+    return 1 + -(-(n_tokens - width) // _stride(width))
+
+
 def window_spans(continuation: np.ndarray, width: int, max_windows: int | None) -> tuple[list[tuple[int, int]], int]:
     """``[(start, end), ...]`` token spans of the windows over an utterance of ``len(continuation)``
     tokens (``continuation[k]``: token k continues a word, a ``##`` piece), at most ``max_windows``

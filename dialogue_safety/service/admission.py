@@ -12,7 +12,13 @@ item as answers are made, or as soon as the caller hangs up.
 :meth:`AdmissionGate.admit` admits a request when all of this holds, else refuses it:
 
 * its cost is at most half its lane's budget (``max_request_tokens``); above: 413, naming the
-  limit (a request that could never fit is refused for good, not retried);
+  limit (a request that could never fit is refused for good, not retried). Before the request is
+  tokenised, what it costs at least is known from its characters
+  (:meth:`dialogue_safety.core.limits.CostBound.at_least`: a token per word, a row's [CLS] and [SEP]s
+  per window the tokens need at least, never above the real cost): above the limit, 413 at once, so a
+  request surely too costly costs no tokenisation. Any other request is tokenised (off the event loop)
+  and decided on its real cost, as it is charged: one that only might cost too much by its characters
+  (:class:`dialogue_safety.core.limits.CostBound`'s upper bound) is never refused for it;
 * its lane's charge plus its cost fits the lane's budget; else 429 with ``Retry-After``;
 * its client's charge in that lane plus its cost fits the client's fair share: the budget
   divided by the number of clients holding work in the lane (itself counted), at least two.
@@ -22,7 +28,9 @@ item as answers are made, or as soon as the caller hangs up.
 A client is the caller's address for the HTTP API (one API key serves every client, so it names
 none), a player for the break-it game. :meth:`AdmissionGate.refusal` is the same rule for a
 request whose cost is not known yet (one more token), cheap enough to answer from the request
-head (:class:`dialogue_safety.service.app.EarlyRefusalMiddleware`).
+head (:class:`dialogue_safety.service.app.EarlyRefusalMiddleware`); :meth:`AdmissionGate.refusal_unread`
+adds the 413 of what a request costs at least, before it is tokenised (in the one place admission is called from:
+:meth:`dialogue_safety.service.batcher.MicroBatcher.enqueue`).
 """
 
 from __future__ import annotations
@@ -108,6 +116,14 @@ class AdmissionGate:
         """The 429 a request of ``client`` gets now whatever it costs (its lane or its share is full), or None."""
         return self._refusal(self.lanes[lane], client, 1)
 
+    def refusal_unread(self, client: str, lane: LaneName, at_least: int | None) -> ServiceError | None:
+        """The refusal a request of ``client`` gets before it is tokenised, or None: 413 when ``at_least`` (what
+        it costs at least, from its characters: :meth:`dialogue_safety.core.limits.CostBound.at_least`; None:
+        not known) is more than one request may cost, else :meth:`refusal`."""
+        if at_least is not None and at_least > self.lanes[lane].max_request_tokens:
+            return self.too_costly(lane, at_least, bounded=True)
+        return self.refusal(client, lane)
+
     def admit(self, client: str, lane: LaneName, cost: int) -> Charge:
         """Charge ``cost`` tokens to ``client`` in ``lane``, or raise the refusal (413 or 429)."""
         chosen = self.lanes[lane]
@@ -125,15 +141,22 @@ class AdmissionGate:
             self._observer.observe_charged(lane, chosen.charged)
         return Charge(self, chosen, client, cost)
 
-    def too_costly(self, lane: LaneName, cost: int) -> RequestTooCostly:
+    def too_costly(self, lane: LaneName, cost: int, *, bounded: bool = False) -> RequestTooCostly:
+        """The 413 of a request costing ``cost`` (``bounded``: at least that much, by its characters)."""
         chosen = self.lanes[lane]
         if self._observer is not None:
             self._observer.observe_refused(lane, "too_costly")
         what = "explanation" if lane == EXPLAIN else "request"
         fix = "explain a shorter text" if lane == EXPLAIN else "send fewer or shorter items per request"
+        costs = (
+            f"costs at least {cost} model tokens by its characters (tokens x windows x passes; a token per "
+            "word at least)"
+            if bounded
+            else f"costs {cost} model tokens (tokens x windows x passes)"
+        )
         return RequestTooCostly(
-            f"this {what} costs {cost} model tokens (tokens x windows x passes); one {what} may cost at most "
-            f"{chosen.max_request_tokens}, half of {SETTING[lane]} ({chosen.budget}): {fix}"
+            f"this {what} {costs}; one {what} may cost at most {chosen.max_request_tokens}, half of "
+            f"{SETTING[lane]} ({chosen.budget}): {fix}"
         )
 
     def _refusal(self, chosen: Lane, client: str, cost: int) -> Overloaded | None:

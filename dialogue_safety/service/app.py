@@ -119,7 +119,8 @@ def create_app(
     # Innermost first: the body guard (size, time, in-flight bytes), then the early 429 of an
     # overloaded service (before any body byte is read), then the API key (checked before that),
     # then the request metrics (outermost: they see every answer).
-    app.add_middleware(StrictJsonMiddleware)  # innermost: reads the body through the guard below
+    # innermost: reads the body through the guard below; checks /v1/* counts before any route validates
+    app.add_middleware(StrictJsonMiddleware, limits=state.limits)
     app.add_middleware(
         BodyGuardMiddleware,
         max_body_bytes=settings.max_body_bytes,

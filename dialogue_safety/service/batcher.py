@@ -58,6 +58,7 @@ from dialogue_safety.service.batch_observer import BatchObserver, NullObserver
 from dialogue_safety.service.batch_queue import BatchQueue, Pending, Row
 from dialogue_safety.service.encoder import EncodeCoalescer, EncodeFn
 from dialogue_safety.service.errors import InferenceFailed
+from dialogue_safety.service.json_body import OFF_LOOP_BYTES
 from dialogue_safety.service.settings import ServiceSettings
 
 log = logging.getLogger("dialogue_safety.service.batcher")
@@ -104,8 +105,10 @@ class MicroBatcher:
         gate: AdmissionGate | None = None,
         observer: BatchObserver | None = None,
         encoder: Encoder | None = None,
+        bound: Callable[[Sequence[Example], int], int] | None = None,
     ) -> None:
         self._model = model
+        self._bound = bound  # what classify submissions cost at least, before encoding (core.limits.CostBound.at_least)
         self.max_batch_size = settings.max_batch_size
         self.max_batch_tokens = settings.max_batch_tokens
         self.max_wait_s = settings.max_wait_s
@@ -222,7 +225,16 @@ class MicroBatcher:
         if not examples:
             return []
         self._check_running()
-        refusal = self.gate.refusal(client, lane)  # before encoding: refusing must stay cheap under overload
+        # before encoding: refusing must stay cheap under overload, and a request surely too costly by its
+        # characters is never tokenised (an explanation's plan is sized to fit by its item's real cost instead)
+        at_least = None
+        if self._bound is not None and lane == CLASSIFY:
+            enough = self.gate.lane(lane).max_request_tokens
+            if sum(len(e.utterance) for e in examples) > OFF_LOOP_BYTES:  # a regex pass over each character
+                at_least = await asyncio.to_thread(self._bound, examples, enough)
+            else:
+                at_least = self._bound(examples, enough)
+        refusal = self.gate.refusal_unread(client, lane, at_least)
         if refusal is not None:
             raise refusal
         encoded = await self._encode(examples)

@@ -1,4 +1,5 @@
-"""JSON request bodies checked before the routes parse them: no duplicate keys, no deep nesting.
+"""JSON request bodies checked before the routes parse them: no duplicate keys, no deep nesting, no
+count past a limit.
 
 FastAPI parses a JSON body with ``json.loads``, which keeps the last of two values for one key: a
 proxy or filter in front that reads the first sees another text than the model is asked about. And
@@ -8,18 +9,35 @@ size and time) and refuses, with 400 in the service's error shape, an object hol
 (``duplicate_key``) or nesting deeper than :data:`dialogue_safety.core.json_input.MAX_JSON_DEPTH`
 (``malformed_json``), by the one reader of JSON from outside (:func:`dialogue_safety.core.json_input.loads`).
 Text that is not JSON at all is left to the route, which answers ``malformed_json`` with where it broke.
+
+Cheap before costly: a ``/v1/*`` body's counts (items, texts, history turns, messages, any list, any
+object's keys) are checked on the parsed JSON before any element is validated
+(:func:`dialogue_safety.service.limits.check_counts`): a list past its limit refuses the request (422,
+naming the field and the limit) and none of its elements is looked at, so a million invalid items cost
+one parse, not a million validation errors (and a request-level list of a million scalars not even
+that: :func:`dialogue_safety.service.limits.scan_counts` counts it in the raw bytes). A body larger than
+``OFF_LOOP_BYTES`` is parsed and checked in one helper thread (one body at a time; the C parser holds the
+interpreter while it runs, so the event loop waits at most one parse, not one per body).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+from concurrent.futures import ThreadPoolExecutor
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from dialogue_safety.core import json_input
+from dialogue_safety.core.errors import ServiceError
+from dialogue_safety.core.limits import Limits
 from dialogue_safety.service.errors import MalformedJson, RefusedWhileReading
+from dialogue_safety.service.limits import SMALL_BODY_BYTES, check_counts, scan_counts
 
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+#: bodies larger than this are parsed and checked off the event loop (smaller ones cost less than the hand-off)
+OFF_LOOP_BYTES = SMALL_BODY_BYTES
+COUNTED_PREFIX = "/v1/"  # the routes whose bodies' counts are checked (the API's, not the admin's or the game's)
 
 
 def _is_json(scope: Scope) -> bool:
@@ -32,17 +50,21 @@ def _is_json(scope: Scope) -> bool:
 
 
 class StrictJsonMiddleware:
-    """Refuse a JSON body with a duplicate key or nested too deeply before any route parses it (pure ASGI;
-    the body, once checked, goes on as one message)."""
+    """Refuse a JSON body with a duplicate key, nested too deeply or (``/v1/*``, with ``limits``) past a
+    count limit before any route parses it (pure ASGI; the body, once checked, goes on as one message)."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, limits: Limits | None = None) -> None:
         self.app = app
+        self.limits = limits
+        self._pool: ThreadPoolExecutor | None = None  # one thread: large bodies are checked one at a time
+        self.checked_off_loop = 0  # bodies checked in the helper thread (what the tests count)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] not in BODY_METHODS or not _is_json(scope):
             await self.app(scope, receive, send)
             return
         checked = False
+        limits = self.limits if str(scope.get("path", "")).startswith(COUNTED_PREFIX) else None
 
         async def checked_receive() -> Message:
             nonlocal checked
@@ -59,17 +81,44 @@ class StrictJsonMiddleware:
                     break
             checked = True
             body = b"".join(chunks)
-            problem = _problem(body)
+            problem = await self._check(body, limits)
             if problem is not None:
                 raise RefusedWhileReading(problem)  # answered by the error table, in the JSON error shape
             return {"type": "http.request", "body": body, "more_body": False}
 
         await self.app(scope, checked_receive, send)
 
+    async def _check(self, body: bytes, limits: Limits | None) -> ServiceError | None:
+        if len(body) <= OFF_LOOP_BYTES:
+            return problem_of(body, limits)
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="safety-json")
+        self.checked_off_loop += 1
+        return await asyncio.get_running_loop().run_in_executor(self._pool, problem_of, body, limits)
 
-def _problem(body: bytes) -> MalformedJson | None:
+
+def problem_of(body: bytes, limits: Limits | None = None) -> ServiceError | None:
+    """Why ``body`` is refused before any route reads it, or None (also for text that is not JSON: the
+    route says where it broke). ``limits``: check its counts too (:func:`check_counts`), first: a body past
+    a count is refused after one parse by the C parser, before the slower duplicate-key reading."""
     if not body.strip():
         return None
+    if limits is not None and (scanned := scan_counts(body, limits)) is not None:
+        return scanned  # a huge request-level list: refused from the bytes, unparsed
+    if json_input.too_deep(body):
+        return MalformedJson(
+            f"the body could not be read as JSON (nested deeper than {json_input.MAX_JSON_DEPTH} levels of "
+            "objects and arrays)"
+        )
+    if limits is not None:
+        try:
+            data = json.loads(body)
+        except (ValueError, RecursionError):
+            return None  # not JSON at all: the route says where it broke
+        counted = check_counts(data, limits)
+        del data
+        if counted is not None:
+            return counted
     try:
         json_input.loads(body)
     except json_input.DuplicateKey as exc:

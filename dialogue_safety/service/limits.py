@@ -12,10 +12,12 @@ same limits into the OpenAPI schema, so that the schema says what the server enf
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from dialogue_safety.core.errors import InvalidInput
 from dialogue_safety.core.limits import VISIBLE_PATTERN, Limits
 from dialogue_safety.service.errors import (
     Overloaded,
@@ -161,6 +163,112 @@ def _too_large(limit: int, declared: int | None = None) -> PayloadTooLarge:
         f"the request body {size}; at most {limit} bytes are accepted (SAFETY_MAX_BODY_BYTES): "
         "send fewer or shorter items per request"
     )
+
+
+#: keys one JSON object of a ``/v1/*`` body may have: request objects have a few (an OpenAI chat message,
+#: which may carry other keys, some more); each key of a model that forbids unknown fields would be one error
+MAX_OBJECT_KEYS = 256
+_TURN_LISTS = frozenset({"history", "conversation", "messages"})
+
+
+def check_counts(data: Any, limits: Limits) -> InvalidInput | None:
+    """The first count or size ``data`` (a parsed ``/v1/*`` body) breaks, before any element is validated,
+    or None: the request-level lists at their own limits (``items`` and ``input``: ``max_batch_items``;
+    ``history`` and ``conversation``: ``max_request_history_turns``; ``messages``: one more), any other
+    list at :attr:`Limits.max_list_items`, any object at :data:`MAX_OBJECT_KEYS` keys. Work: one look at
+    each list's length and each object's keys, stopping at the first list too long (its elements are never
+    looked at)."""
+    if isinstance(data, dict):
+        for name, error in (
+            ("items", limits.too_many_items),
+            ("input", limits.too_many_items),
+        ):
+            value = data.get(name)
+            if isinstance(value, list) and len(value) > limits.max_batch_items:
+                return error(len(value), name)
+        for name in sorted(_TURN_LISTS):
+            value = data.get(name)
+            most = limits.max_request_history_turns + (name == "messages")
+            if isinstance(value, list) and len(value) > most:
+                return limits.too_many_turns(len(value), name, messages=name == "messages")
+    stack: list[tuple[Any, tuple[str | int, ...]]] = [(data, ())]
+    while stack:
+        value, path = stack.pop()
+        if isinstance(value, list):
+            if len(value) > limits.max_list_items:
+                return _too_many_elements(len(value), path, limits)
+            stack.extend((v, (*path, i)) for i, v in enumerate(value) if isinstance(v, list | dict))
+        elif isinstance(value, dict):
+            if len(value) > MAX_OBJECT_KEYS:
+                return InvalidInput(
+                    f"{_field(path) or 'the body'} has {len(value)} keys; an object in a request has at most "
+                    f"{MAX_OBJECT_KEYS}",
+                    code="invalid_request",
+                    field=_field(path),
+                )
+            for key, v in value.items():
+                if isinstance(v, list | dict):
+                    stack.append((v, (*path, key)))
+    return None
+
+
+# scan_counts: a request-level list of scalars and empty objects (no string or list in it: an object without
+# a string has no key), found in the raw bytes
+_REQUEST_LIST = re.compile(rb'"(items|input|history|conversation|messages)"\s*:\s*\[')
+_ESCAPE = re.compile(rb"\\.", re.DOTALL)
+_STRING = re.compile(rb'"[^"]*"')
+_NOT_BRACKET = re.compile(rb"[^\[\]{}]+")
+_PAIR = re.compile(rb"\[\]|\{\}")
+
+
+def scan_counts(body: bytes, limits: Limits) -> InvalidInput | None:
+    """:func:`check_counts`'s refusal of a request-level list (``items``, ``input``, ``history``,
+    ``conversation``, ``messages`` of the body's top-level object) of more than
+    :attr:`Limits.max_list_items` scalars or empty objects, found in the raw body by a few scans of its bytes, without
+    parsing it: a million invalid items (``[0, 0, ...]``) cost no parsed value at all. None: no such list
+    (the parsed body is then counted by :func:`check_counts`, which finds every case)."""
+    if body.count(b",") < limits.max_list_items:
+        return None  # no list can have more elements than the body has commas, plus one
+    for found in _REQUEST_LIST.finditer(body):
+        start, end = found.end(), body.find(b"]", found.end())  # the list's end, if nothing in it is a list
+        n = body.count(b",", start, end) + 1
+        if (
+            end < 0
+            or n <= limits.max_list_items
+            or body.find(b'"', start, end) >= 0
+            or body.find(b"[", start, end) >= 0
+        ):
+            continue  # short, or not scalars and empty objects only: counted once parsed
+        before = _ESCAPE.sub(b"", body[: found.start()])
+        if before.count(b'"') % 2:
+            continue  # the key is inside a string
+        opened = _NOT_BRACKET.sub(b"", _STRING.sub(b"", before))
+        while (closed := _PAIR.sub(b"", opened)) != opened:
+            opened = closed
+        if opened != b"{":
+            continue  # not a value of the top-level object
+        name = found.group(1).decode()
+        if name in _TURN_LISTS:
+            return limits.too_many_turns(n, name, messages=name == "messages")
+        return limits.too_many_items(n, name)
+    return None
+
+
+def _too_many_elements(n: int, path: tuple[str | int, ...], limits: Limits) -> InvalidInput:
+    return InvalidInput(
+        f"{_field(path) or 'the body'} has {n} elements; a list in a request holds at most "
+        f"{limits.max_list_items} (SAFETY_MAX_BATCH_ITEMS, SAFETY_MAX_REQUEST_HISTORY_TURNS)",
+        code="too_many_history_turns" if path and path[-1] in _TURN_LISTS else "too_many_items",
+        field=_field(path),
+    )
+
+
+def _field(path: tuple[str | int, ...]) -> str | None:
+    """``("items", 3, "history")`` → ``items[3].history`` (None: the body itself)."""
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else part)
+    return out or None
 
 
 def apply_to_openapi(schema: dict[str, Any], limits: Limits) -> dict[str, Any]:

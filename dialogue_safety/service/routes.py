@@ -72,6 +72,12 @@ async def _until_disconnect(receive: Receive) -> None:
         pass
 
 
+def _retrieved(future: asyncio.Future[Any]) -> None:
+    """Mark the outcome of a future nobody awaits any more as seen (asyncio logs an unseen exception)."""
+    if not future.cancelled():
+        future.exception()
+
+
 async def predict(
     state: ServiceState,
     request: Request,
@@ -98,6 +104,7 @@ async def predict(
         watcher.cancel()
         if not waiter.done():
             waiter.cancel()
+            waiter.add_done_callback(_retrieved)  # a cancelled gather() ends with CancelledError as its exception
         batcher.release(futures)
     if not answered or waiter.cancelled():
         return None

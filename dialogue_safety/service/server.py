@@ -144,11 +144,24 @@ def guarded_protocol(guard: ConnectionGuard) -> type[HttpToolsProtocol]:
             self._admitted = True
             self._arm_head_timer()
 
+        _running: Any = None  # the request cycle whose app runs now
+
+        def _start_asgi_task(self, cycle: Any, app: Any) -> None:
+            self._running = cycle
+            super()._start_asgi_task(cycle, app)
+
         def connection_lost(self, exc: Exception | None) -> None:
             guard.activity += 1
             self._disarm_head_timer()
             self._release_slot()
             super().connection_lost(exc)
+            # uvicorn tells only its newest request cycle, which is a pipelined request waiting its turn when the
+            # client sent one before hanging up: the running request must hear it too (its items are dropped
+            # before inference, its answer is not written to a closed connection)
+            for cycle in (self._running, *(queued for queued, _ in self.pipeline)):
+                if cycle is not None and not cycle.response_complete and not cycle.disconnected:
+                    cycle.disconnected = True
+                    cycle.message_event.set()
 
         def _release_slot(self) -> None:
             if self._admitted:

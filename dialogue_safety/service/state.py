@@ -21,6 +21,7 @@ from dialogue_safety.core import explain
 from dialogue_safety.core.encoding import EncodedExample
 from dialogue_safety.core.errors import NotReady
 from dialogue_safety.core.explain import DEFAULT_METHOD, Method, Plan
+from dialogue_safety.core.limits import CostBound, TokenizerWords
 from dialogue_safety.core.model_card import ModelCard
 from dialogue_safety.core.policy import Policy, load_policy
 from dialogue_safety.core.runtime_options import runtime_options
@@ -203,18 +204,21 @@ class ServiceState:
         await asyncio.to_thread(classifier.warmup)
         if self.policy is not None:  # a large block list is built now, not in the first request's time
             await asyncio.to_thread(self.policy.prepare, classifier.card)
+        await asyncio.to_thread(CostBound, classifier.card.encoding_config, settings.max_windows)  # its tables
         return classifier
 
     async def install(self, classifier: Classifier, settings: ServiceSettings) -> MicroBatcher | None:
         """Serve ``classifier`` from now on with a fresh batcher; returns the previous batcher (the
         hot swap drains it: requests already admitted there finish on the old model)."""
         card = classifier.card
+        words = await asyncio.to_thread(_tokenizer_words, classifier)  # its vocabulary, read once
         batcher = MicroBatcher(
             classifier.encode,
             _counting_int8_checks(classifier, self.metrics),
             settings,
             gate=self.gate,
             observer=self.metrics,
+            bound=CostBound(card.encoding_config, settings.max_windows, words).at_least,
         )
         await batcher.start()
         previous = self.batcher
@@ -414,3 +418,9 @@ class _LoadingNotes(logging.Handler):
     def __exit__(self, *exc: object) -> None:
         self.logger.removeHandler(self)
         self.logger.setLevel(self.level_before)
+
+
+def _tokenizer_words(classifier: Classifier) -> TokenizerWords | None:
+    """What the classifier's tokenizer tells of a text's tokens before it is run (None: it shows none)."""
+    tokenizer = getattr(getattr(classifier, "encoder", None), "tokenizer", None)
+    return TokenizerWords.of(tokenizer) if tokenizer is not None else None

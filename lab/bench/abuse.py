@@ -1,4 +1,4 @@
-"""``python -m lab.bench abuse``: replay the attacks of issues 14 and 39 against a local server.
+"""``python -m lab.bench abuse``: replay the attacks of issues 14, 39 and 55 against a local server.
 
 Starts ``dialogue-safety serve`` in a subprocess on 127.0.0.1 (never anything else), measures a
 well-behaved client (sequential small ``/v1/classify`` requests and ``/health`` probes on
@@ -16,6 +16,11 @@ keep-alive connections) while idle, then during each attack, and samples the ser
 * ``largest batch``: one client sending the largest batch of 4,000-character items the limits
   allow (``max_batch_items``, or fewer if their cost passes the one-request limit), again and
   again, and once one item more;
+* ``million invalid`` (issue 55): one client sending 2 MB bodies of a million invalid elements (the
+  texts of ``/v1/moderations``, the items of a batch, a history), back to back: each is answered 4xx
+  from its counts (target: within 200 ms at p99, the server's RSS growing by 50 MiB at most);
+* ``too costly`` (issue 55): one client sending a batch that can never fit (``max_batch_items`` items
+  of 4,000 characters), back to back: 413 from its characters, never tokenised;
 * ``overload``: many clients sending single requests back to back (``--overload``, the closed
   loop of the issue: latency there is clients / throughput, whatever the server does);
 * ``overload 4x``: an open loop offering ``--overload-factor`` times the capacity measured just
@@ -553,7 +558,7 @@ EXPLAINED_4K = json.dumps({"utterance": TEXT_4K, "explain": True}).encode()
 # the largest legal single request: the longest utterance and history the limits take, every window within the cap
 UTTERANCE_4K = json.dumps({"history": [TEXT_4K] * 32, "utterance": TEXT_4K}).encode()
 DEEP = 3000  # brackets: the nesting that crashed the JSON parsers of round one
-COST = re.compile(r"costs (\d+) model tokens")
+COST = re.compile(r"cost(?:s| up to) (\d+) model tokens")
 
 
 def attacker_source() -> str | None:
@@ -647,19 +652,26 @@ def _batch(n: int) -> bytes:
 
 async def _largest_batch_items(url: str, max_items: int, max_request_tokens: int) -> tuple[int, str]:
     """The most 4,000-character items one batch may hold: ``max_batch_items``, or fewer if their cost passes
-    the one-request limit (the 413 of ``max_batch_items`` says what that many cost). (items, how it was found)"""
+    the one-request limit (the 413 of ``max_batch_items`` says what that many cost when they were tokenised;
+    refused by what they cost at least, the largest answered batch is found by halving). (items, how it was found)"""
     client = RawHttpClient(url, 600.0, attacker_source())
     try:
         status, answer = await client.post("/v1/classify/batch", _batch(max_items))
         if status != 413:
             return max_items, f"{max_items} items (max_batch_items) answered {status}"
         found = COST.search(json.loads(answer)["error"]["message"])
-        if found is None:
-            return 1, "the 413 did not say the cost: 1 item"
-        per_item = int(found.group(1)) // max_items
-        return max(1, min(max_items, max_request_tokens // per_item)), (
-            f"{per_item} model tokens an item, {max_request_tokens} a request at most"
-        )
+        if found is not None:  # the real cost of that many (they were tokenised)
+            per_item = int(found.group(1)) // max_items
+            return max(1, min(max_items, max_request_tokens // per_item)), (
+                f"{per_item} model tokens an item, {max_request_tokens} a request at most"
+            )
+        # refused by what it costs at least (untokenised, and counted only past the limit): halve until answered
+        fits, refused = 0, max_items
+        while refused - fits > 1:
+            n = (fits + refused) // 2
+            status, _ = await client.post("/v1/classify/batch", _batch(n))
+            fits, refused = (n, refused) if status == 200 else (fits, n)
+        return max(1, fits), f"the largest batch answered 200, by bisection ({max_request_tokens} a request at most)"
     finally:
         await client.close()
 
@@ -690,6 +702,80 @@ async def attack_largest_batch(url: str, duration_s: float, max_items: int) -> t
     }
     did = f"{sum(statuses.values())} batches of {n} 4,000-char items ({why}): {_counts(statuses)}; {n + 1} items: "
     return did + (one_more or "over max_batch_items"), details
+
+
+# a 2 MB body of a million invalid elements, in each list a request names (issue 55): one 4xx each, cheap
+MILLION = 1_000_000
+MILLION_INVALID: dict[str, tuple[str, bytes]] = {
+    "moderations input": ("/v1/moderations", json.dumps({"input": [0] * MILLION}, separators=(",", ":")).encode()),
+    "batch items": ("/v1/classify/batch", json.dumps({"items": [0] * MILLION}, separators=(",", ":")).encode()),
+    "history": (
+        "/v1/classify",
+        json.dumps({"utterance": "x", "history": [0] * MILLION}, separators=(",", ":")).encode(),
+    ),
+}
+REFUSAL_BOUND_S = 0.2  # the issue's bar for each of those answers
+RSS_GROWTH_BOUND_MIB = 50.0
+
+
+def _server_cpu_ms(before: dict[str, float], after: dict[str, float], requests: int) -> dict[str, float | None]:
+    """The server's CPU per request (ms) between two :func:`thread_cpu_s` readings, on the event loop and in
+    the other threads (the well-behaved client's few requests meanwhile count too): what a request costs the
+    server whatever else loads the machine."""
+    return {
+        f"server_cpu_ms_per_request_{role.replace(' ', '_')}": (
+            None if not requests else round((after.get(role, 0.0) - before.get(role, 0.0)) * 1000 / requests, 1)
+        )
+        for role in ("event loop", "worker threads")
+    }
+
+
+async def attack_million_invalid(url: str, duration_s: float, pid: int) -> tuple[str, dict[str, Any]]:
+    """One client (another address) sending 2 MB bodies of a million invalid elements (the list of texts of
+    /v1/moderations, the items of a batch, the history of /v1/classify), back to back: each is refused
+    from its counts (4xx naming the list and its limit), before any element is validated."""
+    cases: dict[str, dict[str, Any]] = {}
+    latencies: list[float] = []
+    for name, (path, body) in MILLION_INVALID.items():
+        cpu_before = thread_cpu_s(pid)
+        statuses, seconds = await _statuses_for(url, path, body, duration_s / len(MILLION_INVALID))
+        cpu = _server_cpu_ms(cpu_before, thread_cpu_s(pid), len(seconds))
+        latencies += seconds
+        cases[name] = {"statuses": dict(statuses), "body_bytes": len(body), **_stats_ms(seconds), **cpu}
+    every = Counter[str]()
+    for case in cases.values():
+        every.update(case["statuses"])
+    p99 = percentile(latencies, 99)
+    details = {
+        "cases": cases,
+        "attacker_address": attacker_source() or HOST,
+        **_stats_ms(latencies),
+        "target_4xx_each": bool(every) and all(s[:1] == "4" for s in every),
+        "target_answer_p99_le_200ms": p99 is not None and p99 <= REFUSAL_BOUND_S,
+    }
+    return f"{sum(every.values())} bodies of a million invalid elements: {_counts(every)}", details
+
+
+async def attack_too_costly(url: str, duration_s: float, max_items: int, pid: int) -> tuple[str, dict[str, Any]]:
+    """One client (another address) sending a batch that can never fit (``max_batch_items`` items of 4,000
+    characters, ~1 MB), back to back: refused 413 from its characters, never tokenised (the server's
+    tokenisation count does not move)."""
+    before = _metric_values(await _metrics(url)).get("safety_tokenization_seconds_count", 0.0)
+    cpu_before = thread_cpu_s(pid)
+    statuses, latencies = await _statuses_for(url, "/v1/classify/batch", _batch(max_items), duration_s)
+    cpu = _server_cpu_ms(cpu_before, thread_cpu_s(pid), len(latencies))
+    after = _metric_values(await _metrics(url)).get("safety_tokenization_seconds_count", 0.0)
+    details = {
+        "items": max_items,
+        "statuses": dict(statuses),
+        "body_bytes": len(_batch(max_items)),
+        "attacker_address": attacker_source() or HOST,
+        "tokenisations_meanwhile": after - before,  # the well-behaved client's own requests count here too
+        **_stats_ms(latencies),
+        **cpu,
+        "target_all_413": bool(statuses) and set(statuses) == {"413 request_too_costly"},
+    }
+    return f"{sum(statuses.values())} batches of {max_items} 4,000-char items: {_counts(statuses)}", details
 
 
 def proc_status(pid: int, field_name: str) -> int | None:
@@ -1011,6 +1097,8 @@ ATTACKS: list[tuple[str, ServerKind, Callable[[argparse.Namespace, Target], Atta
     ("largest utterance", "plain", lambda a, t: (attack_largest_utterance, (t.url, a.duration_s))),
     ("largest explained", "plain", lambda a, t: (attack_largest_explained, (t.url, a.duration_s))),
     ("largest batch", "plain", lambda a, t: (attack_largest_batch, (t.url, a.duration_s, a.max_batch_items))),
+    ("million invalid", "plain", lambda a, t: (attack_million_invalid, (t.url, a.duration_s, t.pid))),
+    ("too costly", "plain", lambda a, t: (attack_too_costly, (t.url, a.duration_s, a.max_batch_items, t.pid))),
     ("overload", "plain", lambda a, t: (attack_overload, (t.url, a.overload, a.duration_s))),
     (
         "overload 4x",
@@ -1032,7 +1120,8 @@ ATTACKS: list[tuple[str, ServerKind, Callable[[argparse.Namespace, Target], Atta
     ("corpus hostile csv", "none", lambda a, t: (abuse_rules.attack_corpus_hostile_csv, (str(a.model),))),
 ]
 # the issue's bar while one client sends the largest allowed request: the others within 3x their quiet p99
-PROBER_TARGETS = {"largest utterance", "largest explained", "largest batch"}
+PROBER_TARGETS = {"largest utterance", "largest explained", "largest batch", "million invalid", "too costly"}
+RSS_TARGETS = {"million invalid", "too costly"}  # the server's RSS grows by at most RSS_GROWTH_BOUND_MIB
 QUIET_P99_FACTOR = 3.0
 DROPS_NOTHING = {"hot swaps"}  # the well-behaved client's every request answered 200 meanwhile
 
@@ -1089,6 +1178,10 @@ async def measure(
         details["target_prober_none_refused"] = refused == 0
     if name in DROPS_NOTHING:
         details["target_prober_nothing_dropped"] = refused == 0
+    if name in RSS_TARGETS:
+        growth = None if before is None or peak is None else (peak - before) / 2**20
+        details["rss_growth_mib"] = None if growth is None else round(growth, 1)
+        details["target_rss_growth_le_50mib"] = growth is not None and growth <= RSS_GROWTH_BOUND_MIB
     return Outcome(
         attack=name,
         did=did,
