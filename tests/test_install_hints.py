@@ -27,6 +27,7 @@ HINTS: dict[str, set[str]] = {
     "dialogue_safety/core/runtime.py": {"onnx"},
     "dialogue_safety/core/variants/graphs.py": {"onnx-ir"},
     "dialogue_safety/core/language.py": {"py3langid"},
+    "dialogue_safety/core/policy.py": {"google-re2"},
     "dialogue_safety/breakit/api.py": {"sqlalchemy", "alembic", "limits"},
     "lab/bench/score.py": {"ray"},
     "lab/experiments/ablation.py": {"torch"},

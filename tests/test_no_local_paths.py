@@ -104,7 +104,8 @@ def test_model_policy_errors_and_hot_swaps_name_files_not_paths(tiny_model_dir: 
     policy.write_text('[[block]]\nname = "no-fruit"\nterms = ["banana"]\n', encoding="utf-8")
     bad_policy = tmp_path / "operator" / "bad.toml"
     bad_policy.write_text('[[block]]\nname = "x"\nregexes = ["("]\n', encoding="utf-8")
-    with live_server(model_dir=tiny_model_dir, policy=policy, api_key=KEY) as live:
+    # the policy directory (SAFETY_POLICY_DIR) holds the files /admin/policy may load: its path is never shown
+    with live_server(model_dir=tiny_model_dir, policy=policy, policy_dir=policy.parent, api_key=KEY) as live:
         answers = every_answer(live, ADMIN)
         assert [r.status_code for r in answers] == [200] * len(answers), [r.text for r in answers]
         assert answers[2].json()["serving"]["policy"]["source"] == "policy.toml"

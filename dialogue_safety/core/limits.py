@@ -16,11 +16,13 @@ import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from dialogue_safety.core.encoding import EncodingConfig, windows_at_least, windows_at_most
 from dialogue_safety.core.errors import InvalidInput
 from dialogue_safety.core.schema import Example, Reading
+
+if TYPE_CHECKING:  # the encoding imports tokenizers: `import dialogue_safety` stays light (tests/test_public_api.py)
+    from dialogue_safety.core.encoding import EncodingConfig
 
 NOT_TEXT_MESSAGE = (
     "the text holds a lone UTF-16 surrogate (a \\ud800-\\udfff escape without its pair), which is not "
@@ -309,6 +311,8 @@ class CostBound:
         """An example's cost at least: its utterance's tokens at least, over the fewest windows they make, each
         row with its [CLS] and two [SEP]. 0 unless its utterance surely needs at most ``max_windows`` windows
         by :meth:`example`'s count (one that needs more is refused and charged nothing)."""
+        from dialogue_safety.core.encoding import windows_at_least, windows_at_most
+
         if self.words is None or not self.words.known:
             return 0
         cfg = self.config
@@ -322,6 +326,8 @@ class CostBound:
         return 3 * windows_at_least(u, budget) + u
 
     def example(self, example: Example) -> int:
+        from dialogue_safety.core.encoding import windows_at_most
+
         cfg = self.config
         budget = cfg.max_length - 3
         u = text_tokens_at_most(example.utterance, self.words)
