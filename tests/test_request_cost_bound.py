@@ -215,25 +215,7 @@ def test_prose_is_bounded_within_a_few_times_its_cost(tokenizer: Tokenizer) -> N
     config = EncodingConfig(context_mode="decomposed", normalise_obfuscation=True)
     encoder = DialogueEncoder(tokenizer, config)
     bound = CostBound(config, max_windows=32)
-    words = [
-        "you",
-        "said",
-        "that",
-        "the",
-        "soup",
-        "was",
-        "good",
-        "but",
-        "honestly",
-        "I",
-        "think",
-        "it",
-        "tasted",
-        "like",
-        "nothing",
-        "at",
-        "all",
-    ]
+    words = PROSE[:17]  # "you said that ... at all"
     rng = random.Random(5)
     examples = [Example(utterance=" ".join(rng.choice(words) for _ in range(n))) for n in (5, 20, 80, 300)]
     examples.append(Example(utterance="thanks, you too", history=(Turn("have a nice day"), Turn("see you"))))
