@@ -204,21 +204,20 @@ class ServiceState:
         await asyncio.to_thread(classifier.warmup)
         if self.policy is not None:  # a large block list is built now, not in the first request's time
             await asyncio.to_thread(self.policy.prepare, classifier.card)
-        await asyncio.to_thread(CostBound, classifier.card.encoding_config, settings.max_windows)  # its tables
         return classifier
 
     async def install(self, classifier: Classifier, settings: ServiceSettings) -> MicroBatcher | None:
         """Serve ``classifier`` from now on with a fresh batcher; returns the previous batcher (the
         hot swap drains it: requests already admitted there finish on the old model)."""
         card = classifier.card
-        words = await asyncio.to_thread(_tokenizer_words, classifier)  # its vocabulary, read once
+        bound = await asyncio.to_thread(_cost_bound, classifier, settings)  # its vocabulary and tables, read once
         batcher = MicroBatcher(
             classifier.encode,
             _counting_int8_checks(classifier, self.metrics),
             settings,
             gate=self.gate,
             observer=self.metrics,
-            bound=CostBound(card.encoding_config, settings.max_windows, words).at_least,
+            bound=bound.at_least,
         )
         await batcher.start()
         previous = self.batcher
@@ -420,7 +419,9 @@ class _LoadingNotes(logging.Handler):
         self.logger.setLevel(self.level_before)
 
 
-def _tokenizer_words(classifier: Classifier) -> TokenizerWords | None:
-    """What the classifier's tokenizer tells of a text's tokens before it is run (None: it shows none)."""
+def _cost_bound(classifier: Classifier, settings: ServiceSettings) -> CostBound:
+    """The classifier's cost bounds before tokenising, with what its tokenizer tells of a text's tokens (none
+    when it shows no tokenizer: no lower bound but 0): built in a worker thread when a model is installed."""
     tokenizer = getattr(getattr(classifier, "encoder", None), "tokenizer", None)
-    return TokenizerWords.of(tokenizer) if tokenizer is not None else None
+    words = TokenizerWords.of(tokenizer) if tokenizer is not None else None
+    return CostBound(classifier.card.encoding_config, settings.max_windows, words)

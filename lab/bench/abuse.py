@@ -623,27 +623,25 @@ def _counts(statuses: Counter[str]) -> str:
 async def attack_largest_utterance(url: str, duration_s: float) -> tuple[str, dict[str, Any]]:
     """One client (another address) sending the largest legal single request again and again: a 4,000-character
     utterance (~10 windows, each a row twice: with the history and alone) after 32 history turns of 4,000."""
-    statuses, latencies = await _statuses_for(url, "/v1/classify", UTTERANCE_4K, duration_s)
-    details = {
-        "statuses": dict(statuses),
-        "body_bytes": len(UTTERANCE_4K),
-        "attacker_address": attacker_source() or HOST,
-        **_stats_ms(latencies),
-    }
-    return f"{sum(statuses.values())} 4,000-char utterances after 32 turns: {_counts(statuses)}", details
+    return await _one_request_looped(url, UTTERANCE_4K, duration_s, "4,000-char utterances after 32 turns")
 
 
 async def attack_largest_explained(url: str, duration_s: float) -> tuple[str, dict[str, Any]]:
     """One client (another address) asking for the explanation of a 4,000-character utterance, again and again:
     the admission plans an explanation within half the explain lane's budget, or refuses it (413)."""
-    statuses, latencies = await _statuses_for(url, "/v1/classify", EXPLAINED_4K, duration_s)
+    return await _one_request_looped(url, EXPLAINED_4K, duration_s, "explained 4,000-char utterances")
+
+
+async def _one_request_looped(url: str, body: bytes, duration_s: float, what: str) -> tuple[str, dict[str, Any]]:
+    """One client (another address) posting ``body`` to /v1/classify again and again for ``duration_s``."""
+    statuses, latencies = await _statuses_for(url, "/v1/classify", body, duration_s)
     details = {
         "statuses": dict(statuses),
-        "body_bytes": len(EXPLAINED_4K),
+        "body_bytes": len(body),
         "attacker_address": attacker_source() or HOST,
         **_stats_ms(latencies),
     }
-    return f"{sum(statuses.values())} explained 4,000-char utterances: {_counts(statuses)}", details
+    return f"{sum(statuses.values())} {what}: {_counts(statuses)}", details
 
 
 def _batch(n: int) -> bytes:
