@@ -1,4 +1,4 @@
-"""``python -m lab.bench <runtime|http|abuse|explain|score|language|conversation> ...``: each benchmark owned by
+"""``python -m lab.bench <runtime|http|abuse|explain|score|language|conversation|door> ...``: each benchmark owned by
 its module."""
 
 from __future__ import annotations
@@ -36,6 +36,10 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         "lab.bench.conversation",
         "every turn of a 20-turn conversation in one call against one /v1/classify call per turn",
     ),
+    "door": (
+        "lab.bench.door",
+        "the dialogue_safety/ files one request of each endpoint crosses on its way to the model",
+    ),
 }
 #: both benchmarks run an exported model: the evaluate extra (torch rows need the train extra too)
 EXTRAS: dict[str, str] = {
@@ -46,6 +50,7 @@ EXTRAS: dict[str, str] = {
     "score": "scale",
     "language": "serve",
     "conversation": "serve",
+    "door": "serve",
 }
 
 
