@@ -431,7 +431,7 @@ def test_a_model_that_fails_to_load_is_reported(caplog: pytest.LogCaptureFixture
         raise FileNotFoundError("/nowhere/model.onnx: no such file")
 
     fatal = threading.Event()
-    app = create_app(ServiceSettings(), classifier_factory=broken, on_fatal=fatal.set)
+    app = create_app(ServiceSettings(), classifier_factory=broken, on_fatal=lambda _error: fatal.set())
     import uvicorn
 
     config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="critical", lifespan="on")

@@ -10,8 +10,8 @@ upload context pools through the ``/break-it/api/admin/*`` endpoints (:data:`adm
 :data:`ADMIN_PREFIX`), which need the API key (checked by the service, like ``/v1/*``; off when no
 key is set), or with ``dialogue-safety break-it`` on the database directly.
 
-Every attack is scored by the deployed model through the service's batcher (the same path as
-``/v1/classify``) and by the round's reference models (A0, A(i-1): model directories loaded
+Every attack is scored by the deployed model through the service's one door to it (the same path as
+``/v1/classify``: :meth:`Host.score`) and by the round's reference models (A0, A(i-1): model directories loaded
 in-process, once); the store records all the scores. Store calls run in a thread.
 
 The routers are module-level; every route reaches the app's :class:`BreakItGame` through the
@@ -38,6 +38,7 @@ from dialogue_safety.breakit.game import ATTACKS_PER_TASK, MAX_ID, TRIES_PER_ATT
 from dialogue_safety.breakit.rates import RateLimits, parse_rates
 from dialogue_safety.core.encoding import EncodedExample
 from dialogue_safety.core.errors import Conflict, Forbidden, InvalidInput, NotFound, NotReady, Unauthenticated
+from dialogue_safety.core.explain import DEFAULT_METHOD, Method
 from dialogue_safety.core.schema import Example, Label, Prediction, Turn
 
 if TYPE_CHECKING:
@@ -59,6 +60,19 @@ class Model(Protocol):
     ) -> list[Prediction]: ...
 
 
+class Scored(Protocol):
+    """What the service's door answers (:class:`dialogue_safety.service.state.Scored`)."""
+
+    @property
+    def outcomes(self) -> Sequence[Prediction | InvalidInput]: ...
+    @property
+    def served(self) -> Any: ...
+    @property
+    def model_id(self) -> str: ...
+    @property
+    def explanation(self) -> dict[str, Any] | None: ...
+
+
 class Host(Protocol):
     """What the game needs from the service that mounts it (:class:`dialogue_safety.service.state.ServiceState`)."""
 
@@ -75,15 +89,15 @@ class Host(Protocol):
         """The service's request limits for one message (SAFETY_MAX_UTTERANCE_CHARS...): InvalidInput."""
         ...
 
-    async def score_deployed(self, example: Example, *, client: str = "") -> tuple[str, float, Label, float]:
-        """The served model's id, score, label and threshold, through the service's batcher (its work
-        charged to ``client``: each player apart)."""
+    async def score(
+        self, examples: Sequence[Example], *, client: str, explain: Method | None = None, explain_history: bool = False
+    ) -> Scored | None:
+        """The service's one door to the served model (the path of ``/v1/classify``, its work charged to
+        ``client``: each player apart); with ``explain``, the explanation ``/v1/classify`` gives."""
         ...
 
-    async def explain_deployed(
-        self, example: Example, *, history: bool, client: str = ""
-    ) -> tuple[str, float, Label, float, Any]:
-        """:meth:`score_deployed` and the explanation ``/v1/classify`` gives with ``explain``."""
+    def decide(self, prediction: Prediction, request_threshold: float | None = None, *, served: Any) -> dict[str, Any]:
+        """The answer (``score``, ``label``, ``threshold``) for ``prediction`` made by the model ``served``."""
         ...
 
     def load_model(self, model_dir: Path) -> Model:
@@ -317,15 +331,26 @@ class BreakItGame:
         address = request.client.host if request.client else None
         self.rates.hit(rnd.number, rnd.rates, action, player=player.id if player else None, address=address)
 
-    async def score(self, example: Example, player_id: str) -> tuple[str, float, Label, float]:
-        """The deployed model's id, score, label and threshold, through the service's batcher (charged
-        to the player)."""
-        return await self.host.score_deployed(example, client=f"player:{player_id}")
+    async def score(
+        self, example: Example, player_id: str, *, explain: bool = False
+    ) -> tuple[str, float, Label, float, dict[str, Any] | None]:
+        """The deployed model's id, score, label and threshold for ``example`` through the service's one door
+        (charged to the player), and with ``explain`` the explanation ``/v1/classify`` gives (history too)."""
+        scored = await self.host.score(
+            [example], client=f"player:{player_id}", explain=DEFAULT_METHOD if explain else None, explain_history=True
+        )
+        assert scored is not None  # no hang-up is watched here: the door always answers
+        [outcome] = scored.outcomes[:1]
+        if isinstance(outcome, InvalidInput):
+            raise outcome
+        decided = self.host.decide(outcome, None, served=scored.served)
+        label, threshold = Label(decided["label"]), float(decided["threshold"])
+        return scored.model_id, float(decided["score"]), label, threshold, scored.explanation
 
     async def score_attack(self, rnd: Round, example: Example, player_id: str) -> Scores:
         from dialogue_safety.breakit.store import Scores
 
-        model_id, score, label, threshold = await self.score(example, player_id)
+        model_id, score, label, threshold, _ = await self.score(example, player_id)
         references = await self.references.scores(rnd.references, example)
         return Scores(model_id, score, label, threshold, references)
 
@@ -433,13 +458,11 @@ async def live_score(
     game.host.check_item(body.utterance, [t.text for t in body.history])
     await game.limit(await game.round(number), "score", request, me)
     example = _example(body.history, body.utterance)
-    if not body.explain:
-        model_id, score, label, threshold = await game.score(example, me.id)
-        return {"model": model_id, "score": score, "label": label.value, "threshold": threshold}
-    model_id, score, label, threshold, explanation = await game.host.explain_deployed(
-        example, history=True, client=f"player:{me.id}"
-    )
-    return {"model": model_id, "score": score, "label": label.value, "threshold": threshold, "explanation": explanation}
+    model_id, score, label, threshold, explanation = await game.score(example, me.id, explain=body.explain)
+    answer = {"model": model_id, "score": score, "label": label.value, "threshold": threshold}
+    if explanation is not None:
+        answer["explanation"] = explanation
+    return answer
 
 
 @router.post("/tasks/{task_id}/attacks", summary="Submit a try: scored by every model of the round, then stored")

@@ -283,7 +283,7 @@ class CostBound:
     """What examples cost admission at most and at least (model tokens: tokens x windows x passes, the unit of
     :attr:`dialogue_safety.core.encoding.EncodedExample.tokens`), from their characters, before they are
     tokenised: what the admission rule decides on before tokenising
-    (:meth:`dialogue_safety.service.admission.AdmissionGate.refusal_unread`): a request that costs more than
+    (:meth:`dialogue_safety.service.admission.AdmissionGate.refusal`): a request that costs more than
     it may at least is refused untokenised; any other is tokenised and charged its real cost. ``max_windows``:
     windows read per utterance at most (an utterance that needs more is refused, not charged); ``words``:
     the tokenizer's (:class:`TokenizerWords`; None: no lower bound but 0, and a looser upper one)."""

@@ -28,19 +28,24 @@ item as answers are made, or as soon as the caller hangs up.
 A client is the caller's address for the HTTP API (one API key serves every client, so it names
 none), a player for the break-it game. :meth:`AdmissionGate.refusal` is the same rule for a
 request whose cost is not known yet (one more token), cheap enough to answer from the request
-head (:class:`dialogue_safety.service.app.EarlyRefusalMiddleware`); :meth:`AdmissionGate.refusal_unread`
-adds the 413 of what a request costs at least, before it is tokenised (in the one place admission is called from:
-:meth:`dialogue_safety.service.batcher.MicroBatcher.enqueue`).
+head (:class:`EarlyRefusalMiddleware`), with the 413 of what a request costs at least, before it is tokenised.
+The rule is called from one place, :meth:`dialogue_safety.service.batcher.MicroBatcher.admission`: before a
+request's body is read (through :meth:`dialogue_safety.service.state.ServiceState.early_refusal`), before it is
+tokenised, and once, to charge it, when it is encoded (both in
+:meth:`dialogue_safety.service.batcher.MicroBatcher.enqueue`, inside the service's one door to the model,
+:meth:`dialogue_safety.service.state.ServiceState.score`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from starlette.types import ASGIApp, Receive, Scope, Send
+
 from dialogue_safety.core.errors import ServiceError
-from dialogue_safety.service.errors import Overloaded, RequestTooCostly
+from dialogue_safety.service.errors import Overloaded, RequestTooCostly, error_response
 
 LaneName = Literal["classify", "explain"]
 CLASSIFY: LaneName = "classify"
@@ -112,24 +117,21 @@ class AdmissionGate:
     def lane(self, name: LaneName) -> Lane:
         return self.lanes[name]
 
-    def refusal(self, client: str, lane: LaneName = CLASSIFY) -> Overloaded | None:
-        """The 429 a request of ``client`` gets now whatever it costs (its lane or its share is full), or None."""
-        return self._refusal(self.lanes[lane], client, 1)
-
-    def refusal_unread(self, client: str, lane: LaneName, at_least: int | None) -> ServiceError | None:
-        """The refusal a request of ``client`` gets before it is tokenised, or None: 413 when ``at_least`` (what
-        it costs at least, from its characters: :meth:`dialogue_safety.core.limits.CostBound.at_least`; None:
-        not known) is more than one request may cost, else :meth:`refusal`."""
+    def refusal(self, client: str, lane: LaneName = CLASSIFY, at_least: int | None = None) -> ServiceError | None:
+        """The refusal a request of ``client`` gets before its cost is known, or None: 413 when ``at_least``
+        (what it costs at least: :meth:`dialogue_safety.core.limits.CostBound.at_least` from its characters, or
+        an explanation's two sequences; None: not known) is more than one request may cost, else 429 when its
+        lane or its share is full even for one more token."""
         if at_least is not None and at_least > self.lanes[lane].max_request_tokens:
-            return self.too_costly(lane, at_least, bounded=True)
-        return self.refusal(client, lane)
+            return self._too_costly(lane, at_least, bounded=True)
+        return self._refusal(self.lanes[lane], client, 1)
 
     def admit(self, client: str, lane: LaneName, cost: int) -> Charge:
         """Charge ``cost`` tokens to ``client`` in ``lane``, or raise the refusal (413 or 429)."""
         chosen = self.lanes[lane]
         refusal: ServiceError | None = None
         if cost > chosen.max_request_tokens:
-            refusal = self.too_costly(lane, cost)
+            refusal = self._too_costly(lane, cost)
         else:
             refusal = self._refusal(chosen, client, cost)
         if refusal is not None:
@@ -141,19 +143,22 @@ class AdmissionGate:
             self._observer.observe_charged(lane, chosen.charged)
         return Charge(self, chosen, client, cost)
 
-    def too_costly(self, lane: LaneName, cost: int, *, bounded: bool = False) -> RequestTooCostly:
+    def _too_costly(self, lane: LaneName, cost: int, *, bounded: bool = False) -> RequestTooCostly:
         """The 413 of a request costing ``cost`` (``bounded``: at least that much, by its characters)."""
         chosen = self.lanes[lane]
         if self._observer is not None:
             self._observer.observe_refused(lane, "too_costly")
         what = "explanation" if lane == EXPLAIN else "request"
         fix = "explain a shorter text" if lane == EXPLAIN else "send fewer or shorter items per request"
-        costs = (
-            f"costs at least {cost} model tokens by its characters (tokens x windows x passes; a token per "
-            "word at least)"
-            if bounded
-            else f"costs {cost} model tokens (tokens x windows x passes)"
-        )
+        if not bounded:
+            costs = f"costs {cost} model tokens (tokens x windows x passes)"
+        elif lane == EXPLAIN:
+            costs = f"costs at least {cost} model tokens (two sequences of its text, tokens x windows x passes)"
+        else:
+            costs = (
+                f"costs at least {cost} model tokens by its characters (tokens x windows x passes; a token per "
+                "word at least)"
+            )
         return RequestTooCostly(
             f"this {what} {costs}; one {what} may cost at most {chosen.max_request_tokens}, half of "
             f"{SETTING[lane]} ({chosen.budget}): {fix}"
@@ -212,3 +217,34 @@ def http_client(scope: Mapping[str, Any]) -> str:
     unless the server is told to trust its forwarding headers)."""
     peer = scope.get("client")
     return f"address:{peer[0]}" if peer else "address:unknown"
+
+
+@dataclass(frozen=True)
+class _RouteLabel:
+    """What :class:`dialogue_safety.service.telemetry.RequestMetricsMiddleware` reads from ``scope["route"]``."""
+
+    path: str
+
+
+class EarlyRefusalMiddleware:
+    """Answer the refusal ``refusal(scope)`` gives (the service's
+    :meth:`dialogue_safety.service.state.ServiceState.early_refusal`: the 429 of the rule above for one more
+    token of work from the request's client) before the request's body is read or parsed: the one early-refusal
+    entry point, portable to any ASGI server.
+
+    Under overload most requests are refused: a refusal must cost far less than an answer, or refusing alone
+    takes the CPU that the accepted requests need. The connection stays open (the unread body is skipped).
+    """
+
+    def __init__(self, app: ASGIApp, refusal: Callable[[Scope], ServiceError | None]) -> None:
+        self.app = app
+        self.refusal = refusal
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            refusal = self.refusal(scope)
+            if refusal is not None:
+                scope["route"] = _RouteLabel(scope["path"])  # counted under its route, not "unmatched"
+                await error_response(refusal)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)

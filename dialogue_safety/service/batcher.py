@@ -216,38 +216,57 @@ class MicroBatcher:
         return await self._encode(examples)
 
     async def enqueue(
-        self, examples: Sequence[Example], *, client: str = "", lane: LaneName = CLASSIFY
+        self,
+        examples: Sequence[Example],
+        *,
+        client: str = "",
+        lane: LaneName = CLASSIFY,
+        at_least: int | None = None,
     ) -> list[asyncio.Future[Prediction]]:
         """Encode ``examples``, charge their work to ``client`` in ``lane`` and queue them together: one
         future each, to :meth:`release` when no longer awaited. An utterance longer than the window cap
-        is not queued: its future holds the ``too_many_windows`` :class:`InvalidInput` at once."""
+        is not queued: its future holds the ``too_many_windows`` :class:`InvalidInput` at once.
+        ``at_least``: what they cost at least, if the caller knows (an explanation: two sequences of its
+        text); else, for the classify lane, the cost bound's figure from their characters."""
         arrived = asyncio.get_running_loop().time()  # for the batch deadline: encoding is waiting too
         if not examples:
             return []
         self._check_running()
         # before encoding: refusing must stay cheap under overload, and a request surely too costly by its
-        # characters is never tokenised (an explanation's plan is sized to fit by its item's real cost instead)
-        at_least = None
-        if self._bound is not None and lane == CLASSIFY:
+        # characters is never tokenised
+        if at_least is None and self._bound is not None and lane == CLASSIFY:
             enough = self.gate.lane(lane).max_request_tokens
             if sum(len(e.utterance) for e in examples) > OFF_LOOP_BYTES:  # a regex pass over each character
                 at_least = await asyncio.to_thread(self._bound, examples, enough)
             else:
                 at_least = self._bound(examples, enough)
-        refusal = self.gate.refusal_unread(client, lane, at_least)
-        if refusal is not None:
-            raise refusal
+        self.admission(client, lane, at_least=at_least)
         encoded = await self._encode(examples)
         self._check_running(admitted=True)  # encoding awaited: the batcher may have stopped meanwhile
         # an utterance cut at the window cap is refused now, before its inference is paid for
         cut = {i for i, e in enumerate(encoded) if e.read.windows_needed > e.read.windows}
         kept = [e for i, e in enumerate(encoded) if i not in cut]
-        queued = iter(
-            self._enqueue(kept, self.gate.admit(client, lane, sum(e.tokens for e in kept)), lane, arrived)
-            if kept
-            else ()
-        )
+        if kept:
+            charge = self.admission(client, lane, cost=sum(e.tokens for e in kept))
+            assert charge is not None
+            queued = iter(self._enqueue(kept, charge, lane, arrived))
         return [_refused(e) if i in cut else next(queued) for i, e in enumerate(encoded)]
+
+    def admission(
+        self, client: str, lane: LaneName = CLASSIFY, *, at_least: int | None = None, cost: int | None = None
+    ) -> Charge | None:
+        """The one place the admission rule (:class:`AdmissionGate`) is called from. With ``cost`` (the real
+        cost, once encoded): charge it to ``client`` in ``lane`` (the :class:`Charge`), or raise 413/429. Without:
+        raise the refusal a request of ``client`` gets before it is tokenised (413 when ``at_least``, what it
+        costs at least, is more than one request may cost; 429 when its lane or its share is full even for one
+        more token), else None. The service asks the same before a request's body is read
+        (:meth:`dialogue_safety.service.state.ServiceState.early_refusal`)."""
+        if cost is not None:
+            return self.gate.admit(client, lane, cost)
+        refusal = self.gate.refusal(client, lane, at_least)
+        if refusal is not None:
+            raise refusal
+        return None
 
     async def _encode(self, examples: Sequence[Example]) -> list[EncodedExample]:
         n = len(examples)

@@ -102,7 +102,10 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety serve")
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     server: uvicorn.Server | None = None
 
-    def stop_on_fatal() -> None:  # the model cannot load: exit instead of answering 503 forever
+    failed: list[str] = []
+
+    def stop_on_fatal(error: str) -> None:  # the model cannot load: exit instead of answering 503 forever
+        failed.append(error)
         if server is not None:
             server.should_exit = True
 
@@ -117,10 +120,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety serve")
     config = uvicorn_config(app, settings)
     server = uvicorn.Server(config)
     server.run()
-    if app.state.safety.load_error is not None:
-        print(
-            f"{prog}: the model in {settings.model_dir} failed to load: {app.state.safety.load_error}", file=sys.stderr
-        )
+    if failed:
+        print(f"{prog}: the model in {settings.model_dir} failed to load: {failed[-1]}", file=sys.stderr)
         return MODEL_FAILED
     return 0
 

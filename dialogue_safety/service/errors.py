@@ -8,6 +8,12 @@ The service raises the domain exceptions (:mod:`dialogue_safety.core.errors`, an
 from the limits, the batcher, the API;
 :func:`install_error_handlers` maps them — and FastAPI's own validation and HTTP errors — into
 that shape in one place. Error bodies never echo request texts.
+
+``/v1/moderations`` (:data:`OPENAI_ERROR_PATHS`) speaks OpenAI's error shape instead,
+``{"error": {"message", "type", "param", "code"}}`` (``code`` ours, ``param`` the field at fault), and
+answers 400 where the table says 422, as OpenAI answers an invalid request: every error answer is made by
+:func:`error_response`, whoever refuses (a route, request validation, the API key check, the body guard,
+admission), and takes that shape when it is sent on such a path.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, Response
+from starlette.types import Receive, Scope, Send
 
 from dialogue_safety.core.errors import (
     Conflict,
@@ -212,17 +219,38 @@ _STATUS: dict[type[ServiceError], int] = {row.exception: row.status for row in E
 _HTTP_ERRORS: dict[int, type[ServiceError]] = {404: NotFound, 405: MethodNotAllowed}
 
 
-def openapi_responses(model: type[BaseModel]) -> dict[int | str, dict[str, Any]]:
+CLIENT_CLOSED = 499  # nginx's "client closed request": the caller left, nobody reads the answer
+MODERATIONS_PATH = "/v1/moderations"
+#: the paths whose errors are answered in OpenAI's shape (and 422 as 400)
+OPENAI_ERROR_PATHS = frozenset({MODERATIONS_PATH})
+#: OpenAI's error ``type`` by HTTP status (anything else: invalid_request_error)
+OPENAI_ERROR_TYPES: dict[int, str] = {429: "requests", 500: "server_error", 503: "server_error"}
+
+
+class OpenAIError(BaseModel):
+    message: str
+    type: str
+    param: str | None
+    code: str | None
+
+
+class OpenAIErrorResponse(BaseModel):
+    error: OpenAIError
+
+
+def openapi_responses(model: type[BaseModel], *, openai: bool = False) -> dict[int | str, dict[str, Any]]:
     """OpenAPI ``responses`` for the API routes, generated from :data:`ERROR_TABLE` (one entry per
-    status; rows sharing a status are joined)."""
+    status; rows sharing a status are joined); ``openai``: as the paths of :data:`OPENAI_ERROR_PATHS`
+    answer them (422 as 400)."""
     whens: dict[int, list[str]] = {}
     for row in ERROR_TABLE:
-        whens.setdefault(row.status, []).append(row.when)
+        whens.setdefault(400 if openai and row.status == 422 else row.status, []).append(row.when)
     return {status: {"model": model, "description": "; ".join(w)} for status, w in sorted(whens.items())}
 
 
 #: the error responses of every API route in OpenAPI (the service adds them to the routers it mounts)
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = openapi_responses(ErrorResponse)
+OPENAI_ERROR_RESPONSES: dict[int | str, dict[str, Any]] = openapi_responses(OpenAIErrorResponse, openai=True)
 
 
 def status_of(exc: ServiceError) -> int:
@@ -236,15 +264,44 @@ def error_body(code: str, message: str, field: str | None = None) -> dict[str, A
     return {"error": {"code": code, "message": message, "field": field}}
 
 
+def openai_error(status: int, body: dict[str, Any]) -> dict[str, Any]:
+    """The service's error body (``{"error": {"code", "message", "field"}}``) in OpenAI's shape."""
+    found = body.get("error")
+    error: dict[str, Any] = found if isinstance(found, dict) else {}
+    return {
+        "error": {
+            "message": str(error.get("message", "")),
+            "type": OPENAI_ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error"),
+            "param": error.get("field"),
+            "code": error.get("code"),
+        }
+    }
+
+
+class ErrorAnswer(JSONResponse):
+    """An error answer: the service's JSON error body, or OpenAI's shape (422 as 400) when it is sent on a
+    path of :data:`OPENAI_ERROR_PATHS` (decided when it is sent, from the request's path)."""
+
+    def __init__(self, content: dict[str, Any], status_code: int, headers: dict[str, str] | None = None) -> None:
+        super().__init__(content, status_code=status_code, headers=headers)
+        self.content = content
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope.get("path") in OPENAI_ERROR_PATHS:
+            self.status_code = 400 if self.status_code == 422 else self.status_code
+            self.body = self.render(openai_error(self.status_code, self.content))
+            self.raw_headers = [(k, v) for k, v in self.raw_headers if k != b"content-length"]
+            self.raw_headers.append((b"content-length", str(len(self.body)).encode("latin-1")))
+        await super().__call__(scope, receive, send)
+
+
 def error_response(exc: ServiceError, *, close: bool = False) -> JSONResponse:
-    """The JSON error response for ``exc``; ``close`` also ends the connection (for answers sent
-    before the body was read: what is left of it is never read)."""
+    """The JSON error response for ``exc`` (:class:`ErrorAnswer`); ``close`` also ends the connection (for
+    answers sent before the body was read: what is left of it is never read)."""
     headers = dict(exc.headers)
     if close:
         headers["Connection"] = "close"
-    return JSONResponse(
-        error_body(exc.code, exc.message, exc.field), status_code=status_of(exc), headers=headers or None
-    )
+    return ErrorAnswer(error_body(exc.code, exc.message, exc.field), status_of(exc), headers or None)
 
 
 def error_response_bytes(
@@ -411,9 +468,7 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     if known is not None:
         error = known(str(exc.detail), headers=exc.headers)
         return error_response(error)
-    return JSONResponse(
-        error_body("http_error", str(exc.detail)), status_code=exc.status_code, headers=dict(exc.headers or {}) or None
-    )
+    return ErrorAnswer(error_body("http_error", str(exc.detail)), exc.status_code, dict(exc.headers or {}) or None)
 
 
 async def _unexpected(request: Request, exc: Exception) -> Response:

@@ -5,7 +5,7 @@ Each limit is a setting (``SAFETY_<NAME>``); breaking one is an error (422 for a
 says what to change. :class:`BodyGuardMiddleware` guards the body while it arrives: its size (413,
 from Content-Length at once, else while streaming), its time (408 after ``body_timeout_s``:
 slow or unfinished bodies), the bytes all unfinished bodies may hold together (429 beyond
-``max_inflight_body_bytes``), and compressed bodies (415). :func:`apply_to_openapi` writes the
+``max_inflight_body_bytes``), and compressed bodies (415). :mod:`dialogue_safety.service.openapi` writes the
 same limits into the OpenAPI schema, so that the schema says what the server enforces.
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from dialogue_safety.core.errors import InvalidInput
-from dialogue_safety.core.limits import VISIBLE_PATTERN, Limits
+from dialogue_safety.core.limits import Limits
 from dialogue_safety.service.errors import (
     Overloaded,
     PayloadTooLarge,
@@ -269,33 +269,3 @@ def _field(path: tuple[str | int, ...]) -> str | None:
     for part in path:
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else part)
     return out or None
-
-
-def apply_to_openapi(schema: dict[str, Any], limits: Limits) -> dict[str, Any]:
-    """Write the enforced limits into the generated OpenAPI schema (lengths, counts, the visible
-    character an utterance needs), in place; returns ``schema``."""
-    components = schema.get("components", {}).get("schemas", {})
-    request = components.get("ClassifyRequest", {}).get("properties", {})
-    if "utterance" in request:
-        request["utterance"].update(minLength=1, maxLength=limits.max_utterance_chars, pattern=VISIBLE_PATTERN)
-    if "history" in request:
-        request["history"]["maxItems"] = limits.max_request_history_turns
-        for branch in request["history"].get("items", {}).get("oneOf", []):
-            if branch.get("type") == "string":
-                branch["maxLength"] = limits.max_turn_chars
-    turn = components.get("TurnIn", {}).get("properties", {})
-    if "text" in turn:
-        turn["text"]["maxLength"] = limits.max_turn_chars
-    batch = components.get("BatchRequest", {}).get("properties", {})
-    if "items" in batch:
-        # Each item is checked on its own: one that is not a dialogue item or a string, or breaks a limit
-        # (empty, invisible, too long...), gets {"error": ...} in its slot (item_errors=report, the default),
-        # so the schema leaves the items open (anything else: 200 with that slot's error).
-        batch["items"].update(minItems=1, maxItems=limits.max_batch_items)
-        shapes = batch["items"].get("items", {}).get("oneOf", [])
-        batch["items"]["items"] = {
-            "anyOf": [*shapes, {"description": "any other value: refused in its own slot of results"}],
-            "description": "a dialogue item (object) or a comment (string); an item that is neither, or that "
-            "breaks a limit, gets {'error': ...} in its own slot",
-        }
-    return schema

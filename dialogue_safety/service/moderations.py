@@ -32,116 +32,44 @@ The request and response follow OpenAI's shapes; what differs is documented in d
   (what ``unsafe_in_context`` needs). Without it each input is judged alone.
 * ``model`` may be sent (any name): the answer names the model that judged (``<name>@<version>``).
 * **Errors** have OpenAI's shape, ``{"error": {"message", "type", "param", "code"}}``, on this
-  endpoint only (:class:`OpenAIErrorShape` translates the service's one error table: ``code`` is
-  ours, ``param`` the field at fault); a request the table answers with 422 gets 400 here, as
-  OpenAI answers an invalid request.
+  endpoint only (the service's one error table answers them so on this path:
+  :data:`dialogue_safety.service.errors.OPENAI_ERROR_PATHS`; ``code`` is ours, ``param`` the field at
+  fault); a request the table answers with 422 gets 400 here, as OpenAI answers an invalid request.
+
+The router is module-level, as :mod:`dialogue_safety.service.routes`'s; its route reaches the service
+through the one dependency (:data:`dialogue_safety.service.state.State`) and the model through its one
+door (:meth:`dialogue_safety.service.state.ServiceState.score`).
 """
 
 from __future__ import annotations
 
-import json
 import math
 import uuid
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any
 
 from fastapi import APIRouter, Request
-from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import JSONResponse, Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from dialogue_safety.core.errors import InvalidInput
-from dialogue_safety.core.limits import VISIBLE_PATTERN, Limits
+from dialogue_safety.core.limits import Limits
 from dialogue_safety.core.messages import history_of, message_text, read_messages
 from dialogue_safety.core.model_card import ModelCard
 from dialogue_safety.core.policy import CATEGORIES_TABLE, Policy
-from dialogue_safety.core.schema import Example, Prediction, Turn
-from dialogue_safety.service.chat import ChatMessage
-from dialogue_safety.service.errors import ERROR_TABLE
+from dialogue_safety.core.schema import Example, Turn
+from dialogue_safety.service.admission import http_client
+from dialogue_safety.service.errors import CLIENT_CLOSED, MODERATIONS_PATH, OPENAI_ERROR_RESPONSES
+from dialogue_safety.service.schemas import ModerationRequest, ModerationResponse, TextInput
+from dialogue_safety.service.state import State
 
-if TYPE_CHECKING:
-    from dialogue_safety.service.state import ServedModel, ServiceState
-
-MODERATIONS_PATH = "/v1/moderations"
 ID_PREFIX = "modr-"
 #: our head (label family) → OpenAI's moderation category that means the same; other heads keep their names
 OPENAI_NAMES: dict[str, str] = {"offensive": "harassment", "hateful": "hate", "violence": "violence"}
 #: the category an operator's block rule adds (true) to the result of an input it matched
 POLICY_CATEGORY = "policy"
-#: OpenAI's error ``type`` by HTTP status (anything else: invalid_request_error)
-OPENAI_ERROR_TYPES: dict[int, str] = {429: "requests", 500: "server_error", 503: "server_error"}
-
-Predict = Callable[[Any, Request, list[Example]], Awaitable[tuple[list[Prediction | InvalidInput], Any] | None]]
 
 
 def openai_name(head: str) -> str:
     return OPENAI_NAMES.get(head, head)
-
-
-class TextInput(BaseModel):
-    """A text part, as OpenAI's multi-modal moderation input has them (other kinds are refused)."""
-
-    model_config = ConfigDict(extra="allow")
-    type: str = Field(description="'text' (other part types are refused: we judge text only)")
-    text: str | None = None
-
-
-class ModerationRequest(BaseModel):
-    model_config = ConfigDict(
-        extra="forbid",
-        json_schema_extra={
-            "examples": [
-                {"input": "you are a clown"},
-                {"input": ["have a nice day", "you are all idiots"], "model": "dialogue-safety"},
-                {
-                    "input": "so what",
-                    "conversation": [{"role": "user", "content": "my dog died this morning"}],
-                },
-            ]
-        },
-    )
-    input: str | list[str] | list[TextInput] = Field(
-        description="a text, a list of texts (one result each), or a list of text parts (one result, parts joined)"
-    )
-    model: str | None = Field(None, description="accepted for compatibility; the answer names the model that judged")
-    conversation: list[ChatMessage] | None = Field(
-        None,
-        description="extension: chat messages said before the input; each input is judged as the next message",
-    )
-    include_system: bool = Field(False, strict=True, description="with conversation: keep system messages")
-
-
-class ModerationResult(BaseModel):
-    flagged: bool = Field(description="true exactly when a category is")
-    categories: dict[str, bool] = Field(
-        description="per category: its score is at or above its own threshold (GET /v1/model: category_thresholds, "
-        "or the operator policy's)"
-    )
-    category_scores: dict[str, float] = Field(description="per category: the calibrated probability")
-    category_applied_input_types: dict[str, list[Literal["text"]]]
-    scores_only: dict[str, float] | None = Field(
-        None,
-        description="extension: the heads too weak to decide (no category threshold), under their own names: a "
-        "score, never a category",
-    )
-    policy: str | None = Field(None, description="extension: the operator policy rule that decided or changed it")
-
-
-class ModerationResponse(BaseModel):
-    id: str = Field(description="modr-<hex>")
-    model: str = Field(description="<name>@<version> of the model that judged")
-    results: list[ModerationResult]
-
-
-class OpenAIError(BaseModel):
-    message: str
-    type: str
-    param: str | None
-    code: str | None
-
-
-class OpenAIErrorResponse(BaseModel):
-    error: OpenAIError
 
 
 def _inputs(body: ModerationRequest) -> list[str]:
@@ -230,158 +158,49 @@ def moderation_result(answer: dict[str, Any], card: ModelCard, policy: Policy | 
     return result
 
 
-def openai_responses() -> dict[int | str, dict[str, Any]]:
-    """The error responses of this endpoint: the error table's statuses (422 answered as 400), OpenAI's shape."""
-    whens: dict[int, list[str]] = {}
-    for row in ERROR_TABLE:
-        whens.setdefault(400 if row.status == 422 else row.status, []).append(row.when)
-    return {s: {"model": OpenAIErrorResponse, "description": "; ".join(w)} for s, w in sorted(whens.items())}
+router = APIRouter(tags=["openai-compatible"])
 
 
-def build_router(state: ServiceState, predict: Predict, client_closed: int) -> APIRouter:
-    """The ``/v1/moderations`` route on ``state``; ``predict``: how the API runs examples through the
-    serving model's batcher (per item its prediction or why it was refused, and the model that made
-    them; None: the caller left, who is then answered with the status ``client_closed``, as the API
-    answers them)."""
-    router = APIRouter(tags=["openai-compatible"])
-
-    @router.post(
-        MODERATIONS_PATH,
-        response_model=ModerationResponse,
-        summary="OpenAI-compatible moderation (errors in OpenAI's shape)",
-        responses=openai_responses(),
-    )
-    async def moderations(body: ModerationRequest, request: Request) -> Response:
-        texts = _inputs(body)
-        if not texts:
-            raise InvalidInput("input is empty; send a text or a list of texts", field="input")
-        if len(texts) > state.limits.max_batch_items:
-            raise InvalidInput(
-                f"input has {len(texts)} texts; at most {state.limits.max_batch_items} are accepted "
-                "(SAFETY_MAX_BATCH_ITEMS)",
-                code="too_many_items",
-                field="input",
-            )
-        history = _history(body, state.limits)
-        examples = [Example(utterance=t, history=history) for t in texts]
-        single = isinstance(body.input, str) or len(texts) == 1 and not isinstance(body.input[0], str)
-        for i, example in enumerate(examples):
-            where = "input" if single else f"input[{i}]"
-            try:
-                state.limits.check_example(example)
-            except InvalidInput as exc:  # the item rules name our fields; here they are OpenAI's (and ours)
-                exc.field = _openai_field(exc.field, where)
-                raise
-        answer = await predict(state, request, examples)
-        if answer is None:
-            return Response(status_code=client_closed)
-        outcomes, served = answer
-        served_model: ServedModel = served
-        predictions = []
-        for i, outcome in enumerate(outcomes):
-            if isinstance(outcome, InvalidInput):  # more windows than SAFETY_MAX_WINDOWS: refused unread
-                outcome.field = _openai_field(outcome.field, "input" if single else f"input[{i}]")
-                raise outcome
-            predictions.append(outcome)
-        decided = await state.decide_all(
-            [(p, e, None) for p, e in zip(predictions, examples, strict=True)], served=served_model
+@router.post(
+    MODERATIONS_PATH,
+    response_model=ModerationResponse,
+    summary="OpenAI-compatible moderation (errors in OpenAI's shape)",
+    responses=OPENAI_ERROR_RESPONSES,
+)
+async def moderations(body: ModerationRequest, request: Request, state: State) -> Response:
+    texts = _inputs(body)
+    if not texts:
+        raise InvalidInput("input is empty; send a text or a list of texts", field="input")
+    if len(texts) > state.limits.max_batch_items:
+        raise InvalidInput(
+            f"input has {len(texts)} texts; at most {state.limits.max_batch_items} are accepted "
+            "(SAFETY_MAX_BATCH_ITEMS)",
+            code="too_many_items",
+            field="input",
         )
-        card = served_model.card or ModelCard()
-        results = [moderation_result(answer, card, state.policy) for answer in decided]
-        state.metrics.count_labels(["OFFENSIVE" if r["flagged"] else "SAFE" for r in results])
-        state.metrics.count_reads(p.read for p in predictions)
-        return JSONResponse({"id": ID_PREFIX + uuid.uuid4().hex, "model": served_model.model_id, "results": results})
-
-    return router
-
-
-def apply_to_openapi(schema: dict[str, Any], limits: Limits) -> dict[str, Any]:
-    """Write the limits a moderation request must keep into the generated OpenAPI schema, in place."""
-    components = schema.get("components", {}).get("schemas", {})
-    chars = min(limits.max_turn_chars, limits.max_utterance_chars)
-    text = {"type": "string", "minLength": 1, "maxLength": limits.max_utterance_chars, "pattern": VISIBLE_PATTERN}
-    if "TextInput" in components:
-        components["TextInput"] = {
-            "type": "object",
-            "properties": {
-                "type": {"type": "string", "enum": ["text"]},
-                "text": {**text, "maxLength": chars},
-            },
-            "required": ["type", "text"],
-            "description": TextInput.__doc__,
-        }
-    request = components.get("ModerationRequest", {}).get("properties", {})
-    if "input" in request:
-        for branch in request["input"].get("anyOf", []):
-            if branch.get("type") == "string":
-                branch.update(text)
-            elif branch.get("items", {}).get("type") == "string":
-                branch.update(minItems=1, maxItems=limits.max_batch_items)
-                branch["items"].update(text)
-            elif branch.get("type") == "array":
-                branch.update(minItems=1)
-    if "conversation" in request:
-        for branch in request["conversation"].get("anyOf", []):
-            if branch.get("type") == "array":
-                branch["maxItems"] = limits.max_request_history_turns
-    return schema
-
-
-# -- errors in OpenAI's shape ----------------------------------------------------------------------
-def openai_error(status: int, body: dict[str, Any]) -> dict[str, Any]:
-    """The service's error body (``{"error": {"code", "message", "field"}}``) in OpenAI's shape."""
-    found = body.get("error")
-    error: dict[str, Any] = found if isinstance(found, dict) else {}
-    return {
-        "error": {
-            "message": str(error.get("message", "")),
-            "type": OPENAI_ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error"),
-            "param": error.get("field"),
-            "code": error.get("code"),
-        }
-    }
-
-
-class OpenAIErrorShape:
-    """Rewrite the error answers of ``/v1/moderations`` into OpenAI's shape, whoever produced them (the
-    route, request validation, the API key check, the body guard), and 422 into 400. Other paths
-    pass through untouched; successful answers stream through without being buffered."""
-
-    def __init__(self, app: ASGIApp, path: str = MODERATIONS_PATH) -> None:
-        self.app = app
-        self.path = path
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] != self.path:
-            await self.app(scope, receive, send)
-            return
-        start: Message | None = None
-        chunks: list[bytes] = []
-
-        async def translate(message: Message) -> None:
-            nonlocal start
-            if message["type"] == "http.response.start" and message["status"] >= 400:
-                start = message
-                return
-            if start is None or message["type"] != "http.response.body":
-                await send(message)
-                return
-            chunks.append(message.get("body", b""))
-            if message.get("more_body", False):
-                return
-            status = int(start["status"])
-            raw = b"".join(chunks)
-            try:
-                body = json.loads(raw) if raw else {}
-            except ValueError:
-                body = {"error": {"message": raw.decode("utf-8", "replace"), "code": None, "field": None}}
-            status = 400 if status == 422 else status
-            out = json.dumps(openai_error(status, body if isinstance(body, dict) else {}), ensure_ascii=False).encode()
-            headers = [
-                (k, v) for k, v in start.get("headers", []) if k.lower() not in (b"content-length", b"content-type")
-            ]
-            headers += [(b"content-type", b"application/json"), (b"content-length", str(len(out)).encode())]
-            await send({**start, "status": status, "headers": headers})
-            await send({"type": "http.response.body", "body": out})
-
-        await self.app(scope, receive, translate)
+    history = _history(body, state.limits)
+    examples = [Example(utterance=t, history=history) for t in texts]
+    single = isinstance(body.input, str) or len(texts) == 1 and not isinstance(body.input[0], str)
+    for i, example in enumerate(examples):
+        where = "input" if single else f"input[{i}]"
+        try:
+            state.limits.check_example(example)
+        except InvalidInput as exc:  # the item rules name our fields; here they are OpenAI's (and ours)
+            exc.field = _openai_field(exc.field, where)
+            raise
+    scored = await state.score(examples, client=http_client(request.scope), hangup=request.receive)
+    if scored is None:
+        return Response(status_code=CLIENT_CLOSED)
+    predictions = []
+    for i, outcome in enumerate(scored.outcomes):
+        if isinstance(outcome, InvalidInput):  # more windows than SAFETY_MAX_WINDOWS: refused unread
+            outcome.field = _openai_field(outcome.field, "input" if single else f"input[{i}]")
+            raise outcome
+        predictions.append(outcome)
+    served = scored.served
+    decided = await state.decide_all([(p, e, None) for p, e in zip(predictions, examples, strict=True)], served=served)
+    card = served.card or ModelCard()
+    results = [moderation_result(answer, card, state.policy) for answer in decided]
+    state.metrics.count_labels(["OFFENSIVE" if r["flagged"] else "SAFE" for r in results])
+    state.metrics.count_reads(p.read for p in predictions)
+    return JSONResponse({"id": ID_PREFIX + uuid.uuid4().hex, "model": served.model_id, "results": results})

@@ -23,7 +23,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from dialogue_safety.core.errors import InvalidInput
@@ -32,6 +32,7 @@ from dialogue_safety.service.auth import ADMIN_PREFIX
 from dialogue_safety.service.hot_swap import plain_path
 from dialogue_safety.service.log_values import printable
 from dialogue_safety.service.settings import ServiceSettings
+from dialogue_safety.service.state import State
 
 log = logging.getLogger("dialogue_safety.service.policy_admin")
 
@@ -94,8 +95,7 @@ def _load(path: str, heads: list[str] | None, card: Any) -> Policy:
 
 
 @router.post("/policy", response_model=PolicyResult, summary="Reload the operator policy (refused if it is invalid)")
-async def reload_policy(request: Request, body: PolicyRequest | None = None) -> PolicyResult:
-    state = request.app.state.safety
+async def reload_policy(state: State, body: PolicyRequest | None = None) -> PolicyResult:
     settings: ServiceSettings = state.settings
     current = state.policy
     asked = body.path if body is not None else None

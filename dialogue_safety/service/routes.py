@@ -1,33 +1,31 @@
 """The classification API's routes: module-level routers, as the break-it game's (:mod:`dialogue_safety.breakit.api`).
 
-Every route reaches the app's :class:`~dialogue_safety.service.state.ServiceState` through the dependency
-:func:`state_of` (``app.state.safety``, set by :func:`dialogue_safety.service.app.create_app`), which also
-puts :data:`v1` behind the API key's declaration when it includes it. Texts are never logged unless
-``log_texts`` is set.
+Every route reaches the app's :class:`~dialogue_safety.service.state.ServiceState` through the one dependency
+(:data:`dialogue_safety.service.state.State`), and the model through its one door
+(:meth:`~dialogue_safety.service.state.ServiceState.score`); the app puts :data:`v1` behind the API key's
+declaration when it includes it. Texts are never logged unless ``log_texts`` is set.
 """
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response
-from starlette.types import Receive
 
 from dialogue_safety.core.errors import InvalidInput
 from dialogue_safety.core.limits import Limits
-from dialogue_safety.core.messages import JudgedMessages, every_turn, every_turn_of_turns
+from dialogue_safety.core.messages import JudgedMessages, every_turn, every_turn_of_turns, parse_messages
 from dialogue_safety.core.model_card import public_card
 from dialogue_safety.core.schema import Example, Prediction, Turn
-from dialogue_safety.service import chat
-from dialogue_safety.service.admission import CLASSIFY, EXPLAIN, LaneName, http_client
-from dialogue_safety.service.errors import ERROR_RESPONSES, ErrorResponse, error_body
+from dialogue_safety.service.admission import http_client
+from dialogue_safety.service.errors import CLIENT_CLOSED, ERROR_RESPONSES, ErrorResponse, error_body
 from dialogue_safety.service.schemas import (
     BatchRequest,
     BatchResponse,
+    ChatFields,
     ClassifyRequest,
     ClassifyResponse,
     ConversationRequest,
@@ -36,20 +34,10 @@ from dialogue_safety.service.schemas import (
     InvalidItem,
     Status,
 )
-from dialogue_safety.service.state import ServedModel, ServiceState
+from dialogue_safety.service.state import State, predictions_of
 
 log = logging.getLogger("dialogue_safety.service.routes")
 HEALTH_PATH = "/health"  # liveness: answered without the model (the HTTP benchmarks' floor)
-CLIENT_CLOSED = 499  # nginx's "client closed request": the caller left, nobody reads the answer
-
-
-def state_of(request: Request) -> ServiceState:
-    """The app's service state (``app.state.safety``)."""
-    state: ServiceState = request.app.state.safety
-    return state
-
-
-State = Annotated[ServiceState, Depends(state_of)]
 
 
 def _to_example(item: DialogueItem | str, limits: Limits, prefix: str) -> tuple[Example, dict[str, Any] | None]:
@@ -58,7 +46,7 @@ def _to_example(item: DialogueItem | str, limits: Limits, prefix: str) -> tuple[
     judged = None
     if isinstance(item, str):
         example = Example(utterance=item)
-    elif (messages := chat.judged_messages(item, item.utterance, item.history, prefix, limits)) is not None:
+    elif (messages := judged_messages(item, item.utterance, item.history, prefix, limits)) is not None:
         example, judged = messages.example, messages.judged()
     else:
         turns = tuple(Turn(h) if isinstance(h, str) else Turn(h.text, h.speaker) for h in item.history)
@@ -67,62 +55,35 @@ def _to_example(item: DialogueItem | str, limits: Limits, prefix: str) -> tuple[
     return example, judged
 
 
-async def _until_disconnect(receive: Receive) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
-
-
-def _retrieved(future: asyncio.Future[Any]) -> None:
-    """Mark the outcome of a future nobody awaits any more as seen (asyncio logs an unseen exception)."""
-    if not future.cancelled():
-        future.exception()
-
-
-async def predict(
-    state: ServiceState,
-    request: Request,
-    examples: list[Example],
-    lane: LaneName = CLASSIFY,
-    served: ServedModel | None = None,
-) -> tuple[list[Prediction | InvalidInput], ServedModel] | None:
-    """Run ``examples`` through the serving model's batcher (``served``: the one already chosen), charged
-    to the caller in ``lane``: per item its prediction, or the :class:`InvalidInput` it was refused with
-    (``too_many_windows``; its ``field`` names the item's own utterance, the caller adds where the item sits
-    in its request), and the model that made them (a hot swap may have installed another since); None if
-    the client disconnected first (its items are then dropped before inference, and their charge given
-    back)."""
-    served = served or state.require_served()
-    batcher = served.batcher
-    futures = await batcher.enqueue(examples, client=http_client(request.scope), lane=lane)
-    # a lone item is awaited as it is (the lone request's path adds no gather)
-    waiter: asyncio.Future[Any] = futures[0] if len(futures) == 1 else asyncio.gather(*futures, return_exceptions=True)
-    watcher = asyncio.ensure_future(_until_disconnect(request.receive))
-    try:
-        await asyncio.wait((waiter, watcher), return_when=asyncio.FIRST_COMPLETED)
-        answered = waiter.done()  # decided here: a cancelled gather() is not done() until a later loop turn
-    finally:
-        watcher.cancel()
-        if not waiter.done():
-            waiter.cancel()
-            waiter.add_done_callback(_retrieved)  # a cancelled gather() ends with CancelledError as its exception
-        batcher.release(futures)
-    if not answered or waiter.cancelled():
+def judged_messages(
+    item: ChatFields, utterance: str | None, history: list[Any], prefix: str, limits: Limits
+) -> JudgedMessages | None:
+    """The example ``item``'s messages ask about, checked by the item rules (None: the item has no
+    messages); raises :class:`InvalidInput` for messages sent with history or utterance, or that
+    cannot be read, naming the message at fault (``messages[3].content``). A request may hold at most
+    ``max_request_history_turns + 1`` messages, system messages included."""
+    if item.messages is None:
+        if utterance is None:
+            raise InvalidInput(f"{prefix}utterance is required", field=f"{prefix}utterance")
         return None
-    outcomes: list[Prediction | InvalidInput] = []
-    results = [waiter.exception() or waiter.result()] if len(futures) == 1 else waiter.result()
-    for outcome in results:
-        if isinstance(outcome, BaseException) and not isinstance(outcome, InvalidInput):
-            raise outcome  # the batch failed (503) or the service stopped: the request fails as before
-        outcomes.append(outcome)
-    return outcomes, served
-
-
-def predictions_of(outcomes: list[Prediction | InvalidInput]) -> list[Prediction]:
-    """The predictions of a request whose items stand or fall together: the first refusal is raised."""
-    for outcome in outcomes:
-        if isinstance(outcome, InvalidInput):
-            raise outcome
-    return [o for o in outcomes if not isinstance(o, InvalidInput)]
+    field = f"{prefix}messages"
+    if utterance is not None or history:
+        raise InvalidInput(f"{field} replaces history and utterance: send one or the other", field=field)
+    if len(item.messages) > limits.max_request_history_turns + 1:
+        raise InvalidInput(
+            f"{field} has {len(item.messages)} messages; send at most the {limits.max_request_history_turns + 1} most "
+            "recent (or raise SAFETY_MAX_REQUEST_HISTORY_TURNS)",
+            code="too_many_history_turns",
+            field=field,
+        )
+    raw = [m.as_sent() for m in item.messages]
+    judged = parse_messages(raw, include_system=item.include_system, field=field)
+    try:
+        limits.check_example(judged.example, prefix)
+    except InvalidInput as exc:
+        exc.field = judged.message_field(exc.field, prefix)
+        raise
+    return judged
 
 
 #: ``/v1/*``: the app adds the API key's declaration when it includes it (the key is a setting)
@@ -134,25 +95,22 @@ ops = APIRouter(tags=["operations"])
 @v1.post("/classify", response_model=ClassifyResponse, summary="Classify the last utterance of a dialogue")
 async def classify(body: ClassifyRequest, request: Request, state: State) -> Response:
     example, judged = _to_example(body, state.limits, "")
-    if body.explain:
-        served = state.require_served()
-        occlusions = await state.plan_explanation(
-            served, example, history=body.explain_history, method=body.explain_method
-        )
-        answer = await predict(state, request, occlusions.examples(), EXPLAIN, served)
-    else:
-        occlusions = None
-        answer = await predict(state, request, [example])
-    if answer is None:
+    scored = await state.score(
+        [example],
+        client=http_client(request.scope),
+        explain=body.explain_method if body.explain else None,
+        explain_history=body.explain_history,
+        hangup=request.receive,
+    )
+    if scored is None:
         return Response(status_code=CLIENT_CLOSED)
-    outcomes, served = answer
-    predictions = predictions_of(outcomes)
-    [result] = await state.decide_all([(predictions[0], example, None)], body.threshold, served=served)
-    result["model"] = served.model_id
+    predictions = predictions_of(scored.outcomes)
+    [result] = await state.decide_all([(predictions[0], example, None)], body.threshold, served=scored.served)
+    result["model"] = scored.served.model_id
     if judged is not None:
         result["judged"] = judged
-    if occlusions is not None:
-        result["explanation"] = occlusions.explanation([p.score for p in predictions])
+    if scored.explanation is not None:
+        result["explanation"] = scored.explanation
     state.metrics.count_labels([result["label"]])
     state.metrics.count_reads([predictions[0].read])
     if state.settings.log_texts:
@@ -182,10 +140,10 @@ async def classify_batch(body: BatchRequest, request: Request, state: State) -> 
                 raise
             results[i] = error_body(exc.code, exc.message, exc.field)
     # no item to classify: still only a ready service answers 200
-    answer = await predict(state, request, list(examples.values())) if examples else ([], state.require_served())
-    if answer is None:
+    scored = await state.score(list(examples.values()), client=http_client(request.scope), hangup=request.receive)
+    if scored is None:
         return Response(status_code=CLIENT_CLOSED)
-    outcomes, served = answer
+    outcomes, served = scored.outcomes, scored.served
     read = {}
     decided: dict[int, tuple[Prediction, Example, float | None]] = {}
     for i, prediction in zip(list(examples), outcomes, strict=True):
@@ -266,10 +224,11 @@ def _conversation_turns(body: ConversationRequest, limits: Limits) -> tuple[list
 async def classify_conversation(body: ConversationRequest, request: Request, state: State) -> Response:
     judged, where, text = _conversation_turns(body, state.limits)
     examples = [one.example for one in judged]
-    answer = await predict(state, request, examples)  # one request: admitted as the sum of its rows
-    if answer is None:
+    # one request: admitted as the sum of its rows
+    scored = await state.score(examples, client=http_client(request.scope), hangup=request.receive)
+    if scored is None:
         return Response(status_code=CLIENT_CLOSED)
-    outcomes, served = answer
+    outcomes, served = scored.outcomes, scored.served
     predictions: list[Prediction] = []
     for one, outcome in zip(judged, outcomes, strict=True):
         if isinstance(outcome, InvalidInput):  # more windows than SAFETY_MAX_WINDOWS: refused unread

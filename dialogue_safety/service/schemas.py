@@ -1,8 +1,15 @@
-"""The request and response schemas of the classification API (``/v1/classify``, ``/v1/classify/batch``).
+"""The request and response schemas of the API: classification (``/v1/classify``, ``/v1/classify/batch``,
+``/v1/classify/conversation``), OpenAI chat messages in them, and OpenAI's moderation (``/v1/moderations``).
 
-Pydantic models only: :mod:`dialogue_safety.service.routes` answers with them and
-:mod:`dialogue_safety.service.app` names :data:`REQUEST_FIELDS` to the error table (an unknown field is
-answered with the closest known one).
+Pydantic models only: :mod:`dialogue_safety.service.routes` and :mod:`dialogue_safety.service.moderations`
+answer with them, :mod:`dialogue_safety.service.app` names :data:`REQUEST_FIELDS` to the error table (an unknown
+field is answered with the closest known one), and :mod:`dialogue_safety.service.openapi` writes the request
+limits into their OpenAPI schemas.
+
+``/v1/classify`` and each object item of ``/v1/classify/batch`` accept ``messages`` (OpenAI chat format,
+:class:`ChatFields`) instead of ``history`` + ``utterance``; the rules (which message is judged, what becomes
+history, which parts are text) are :mod:`dialogue_safety.core.messages`'s, shared with ``score`` and the Python
+API. The answer says which message was judged (``judged``: index and role).
 """
 
 from __future__ import annotations
@@ -18,11 +25,57 @@ from pydantic import (
     ValidationError,
     ValidatorFunctionWrapHandler,
     WrapValidator,
+    field_validator,
 )
 
 from dialogue_safety.core.errors import InvalidInput
-from dialogue_safety.service import chat
+from dialogue_safety.core.messages import ROLES
 from dialogue_safety.service.errors import ErrorInfo, from_errors
+
+
+class ChatMessage(BaseModel):
+    """One OpenAI chat message; other keys (``name``, ``tool_call_id``...) are read past. ``developer`` is read as
+    ``system``; an assistant message that only calls tools (``tool_calls``, null content) and ``tool`` messages
+    are skipped as context (:mod:`dialogue_safety.core.messages`, which checks role and content: its errors name
+    the field as sent, ``messages[1].content``)."""
+
+    model_config = ConfigDict(extra="allow")
+    role: Any = Field(description=f"one of {', '.join(ROLES)}")
+    content: Any = Field(
+        None,
+        description="a string, or a list of text parts {'type': 'text', 'text': ...} (other parts are refused); "
+        "it must show some text (null only in an assistant message with tool_calls)",
+    )
+
+    def as_sent(self) -> dict[str, Any]:
+        """The message as the client sent it (role, content and the other keys), for the readers of messages."""
+        return self.model_dump()
+
+
+class ChatFields(BaseModel):
+    """The request fields of chat messages (a dialogue item has these or history + utterance)."""
+
+    messages: list[ChatMessage] | None = Field(
+        None,
+        description="instead of history + utterance: OpenAI chat messages; the last one is judged, the earlier ones "
+        "are its history (system messages only with include_system)",
+    )
+    include_system: bool = Field(False, strict=True, description="with messages: keep system messages in the history")
+
+    @field_validator("utterance", "messages", mode="before", check_fields=False)
+    @classmethod
+    def _not_null(cls, value: Any) -> Any:
+        # left out, these default to None; sent as null they would say nothing of which one was meant
+        if value is None:
+            raise ValueError("null is not accepted; leave the field out instead")
+        return value
+
+
+class Judged(BaseModel):
+    """Which message of ``messages`` was judged."""
+
+    index: int = Field(ge=0, description="its index in messages")
+    role: str
 
 
 def _object_or_string(value: Any) -> str:
@@ -51,7 +104,7 @@ Threshold = Annotated[
 ]
 
 
-class DialogueItem(chat.ChatFields):
+class DialogueItem(ChatFields):
     """The utterance to judge and the dialogue before it (oldest turn first), or chat ``messages``."""
 
     model_config = ConfigDict(extra="forbid")
@@ -186,7 +239,7 @@ class ConversationRequest(BaseModel):
             ]
         },
     )
-    messages: list[chat.ChatMessage] | None = Field(
+    messages: list[ChatMessage] | None = Field(
         None,
         description="OpenAI chat messages, oldest first (or turns); system and developer messages are history only "
         "with include_system, tool calls and tool results are skipped",
@@ -303,7 +356,7 @@ class ClassifyResponse(Classification):
     )
     model: str = Field(description="<name>@<version> of the model that answered")
     explanation: Explanation | None = Field(None, description="only when the request set explain")
-    judged: chat.Judged | None = Field(None, description="only for messages: the message judged")
+    judged: Judged | None = Field(None, description="only for messages: the message judged")
     policy: str | None = Field(None, description="only when an operator policy rule decided or changed the label")
 
 
@@ -375,3 +428,59 @@ class ConversationResponse(BaseModel):
 class Status(BaseModel):
     status: str
     model: str | None = None
+
+
+# -- OpenAI's moderation (/v1/moderations) -------------------------------------------------------------
+class TextInput(BaseModel):
+    """A text part, as OpenAI's multi-modal moderation input has them (other kinds are refused)."""
+
+    model_config = ConfigDict(extra="allow")
+    type: str = Field(description="'text' (other part types are refused: we judge text only)")
+    text: str | None = None
+
+
+class ModerationRequest(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {"input": "you are a clown"},
+                {"input": ["have a nice day", "you are all idiots"], "model": "dialogue-safety"},
+                {
+                    "input": "so what",
+                    "conversation": [{"role": "user", "content": "my dog died this morning"}],
+                },
+            ]
+        },
+    )
+    input: str | list[str] | list[TextInput] = Field(
+        description="a text, a list of texts (one result each), or a list of text parts (one result, parts joined)"
+    )
+    model: str | None = Field(None, description="accepted for compatibility; the answer names the model that judged")
+    conversation: list[ChatMessage] | None = Field(
+        None,
+        description="extension: chat messages said before the input; each input is judged as the next message",
+    )
+    include_system: bool = Field(False, strict=True, description="with conversation: keep system messages")
+
+
+class ModerationResult(BaseModel):
+    flagged: bool = Field(description="true exactly when a category is")
+    categories: dict[str, bool] = Field(
+        description="per category: its score is at or above its own threshold (GET /v1/model: category_thresholds, "
+        "or the operator policy's)"
+    )
+    category_scores: dict[str, float] = Field(description="per category: the calibrated probability")
+    category_applied_input_types: dict[str, list[Literal["text"]]]
+    scores_only: dict[str, float] | None = Field(
+        None,
+        description="extension: the heads too weak to decide (no category threshold), under their own names: a "
+        "score, never a category",
+    )
+    policy: str | None = Field(None, description="extension: the operator policy rule that decided or changed it")
+
+
+class ModerationResponse(BaseModel):
+    id: str = Field(description="modr-<hex>")
+    model: str = Field(description="<name>@<version> of the model that judged")
+    results: list[ModerationResult]

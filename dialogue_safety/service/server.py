@@ -27,7 +27,7 @@ an access-log filter that drops query strings; and the proxy headers (``X-Forwar
 ``X-Forwarded-Proto``) trusted only from ``forwarded_allow_ips`` (off when unset). Memory (garbage
 collector and allocator) tuning lives in :mod:`dialogue_safety.service.memory`; request bodies are guarded by
 :class:`dialogue_safety.service.limits.BodyGuardMiddleware` (size, time, in-flight bytes); the 429 of an
-overloaded service is the app's (:class:`dialogue_safety.service.app.EarlyRefusalMiddleware`).
+overloaded service is the app's (:class:`dialogue_safety.service.admission.EarlyRefusalMiddleware`).
 """
 
 from __future__ import annotations

@@ -12,15 +12,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Annotated, Any, Protocol
 
-from dialogue_safety.core import explain
+from fastapi import Depends, Request
+from starlette.types import Receive, Scope
+
 from dialogue_safety.core.encoding import EncodedExample
-from dialogue_safety.core.errors import NotReady
-from dialogue_safety.core.explain import DEFAULT_METHOD, Method, Plan
+from dialogue_safety.core.errors import InvalidInput, NotReady, ServiceError
+from dialogue_safety.core.explain import Method, Plan
+from dialogue_safety.core.explain import plan_within as explain_plan
 from dialogue_safety.core.limits import CostBound, TokenizerWords
 from dialogue_safety.core.model_card import ModelCard
 from dialogue_safety.core.policy import Policy, load_policy
@@ -29,13 +32,14 @@ from dialogue_safety.core.schema import Example, Label, Prediction
 from dialogue_safety.core.scoring import RowLogits, is_offensive, threshold_in_force
 from dialogue_safety.service.admission import CLASSIFY, EXPLAIN, AdmissionGate, http_client
 from dialogue_safety.service.batcher import MicroBatcher, RowModel
-from dialogue_safety.service.errors import Overloaded
+from dialogue_safety.service.errors import MODERATIONS_PATH
 from dialogue_safety.service.priority import build_at_lower_priority
 from dialogue_safety.service.settings import ServiceSettings
 from dialogue_safety.service.telemetry import ServiceMetrics
 
 log = logging.getLogger("dialogue_safety.service.state")
-CLASSIFY_PATHS = frozenset({"/v1/classify", "/v1/classify/batch"})  # what an overloaded service refuses early
+#: the endpoints that reach the model, refused early (before their body is read) by an overloaded service
+EARLY_REFUSED_PATHS = frozenset({"/v1/classify", "/v1/classify/batch", "/v1/classify/conversation", MODERATIONS_PATH})
 
 
 class Classifier(Protocol):
@@ -124,6 +128,39 @@ class ServedModel:
     card: ModelCard | None = None  # the classifier's card (what an operator policy reads: heads, normalisation)
 
 
+@dataclass(frozen=True)
+class Scored:
+    """What :meth:`ServiceState.score` returns: per example its prediction or why it was refused, the model
+    that made them, and the explanation asked for (None without)."""
+
+    outcomes: list[Prediction | InvalidInput]
+    served: ServedModel
+    explanation: dict[str, Any] | None = None
+
+    @property
+    def model_id(self) -> str:
+        return self.served.model_id
+
+
+def predictions_of(outcomes: Sequence[Prediction | InvalidInput]) -> list[Prediction]:
+    """The predictions of a request whose items stand or fall together: the first refusal is raised."""
+    for outcome in outcomes:
+        if isinstance(outcome, InvalidInput):
+            raise outcome
+    return [o for o in outcomes if not isinstance(o, InvalidInput)]
+
+
+async def _until_disconnect(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+def _retrieved(future: asyncio.Future[Any]) -> None:
+    """Mark the outcome of a future nobody awaits any more as seen (asyncio logs an unseen exception)."""
+    if not future.cancelled():
+        future.exception()
+
+
 class _InForce:
     """The policy in force when the answer is decided (:meth:`ServiceState.decide`'s default)."""
 
@@ -138,11 +175,12 @@ class ServiceState:
         self,
         settings: ServiceSettings,
         factory: ClassifierFactory,
-        on_fatal: Callable[[], None] | None = None,
+        on_fatal: Callable[[str], None] | None = None,
         on_ready: Callable[[], None] | None = None,
     ) -> None:
         self.settings = settings
-        self.on_fatal = on_fatal  # called when the model cannot load: the CLI stops the server (exit status 3)
+        # called with the load error when the model cannot load: the CLI stops the server (exit status 3)
+        self.on_fatal = on_fatal
         self.on_ready = (
             on_ready  # called once the first model serves: the CLI freezes the heap (dialogue_safety.service.memory)
         )
@@ -188,7 +226,7 @@ class ServiceState:
             log.error("the model failed to load from %s: %s", self.settings.model_dir, self.load_error)
             self.metrics.ready.set(0)
             if self.on_fatal is not None:
-                self.on_fatal()
+                self.on_fatal(self.load_error)
             return
         await self.install(classifier, self.settings)
         if self.on_ready is not None:
@@ -267,53 +305,91 @@ class ServiceState:
             raise NotReady(f"the model is not ready yet{doing}; retry later", retry_after_s=self.settings.retry_after_s)
         return self.served
 
-    def early_refusal(self, method: str, path: str, scope: Mapping[str, Any]) -> Overloaded | None:
-        """The 429 a classification request (``POST`` to ``CLASSIFY_PATHS``) to a ready service gets before
-        its body is read: the admission rule for one more token of work from its client (the classify lane
-        or the client's share of it is full). None: the request goes on (and is charged once encoded)."""
-        if method != "POST" or path not in CLASSIFY_PATHS or not self.ready:
+    def early_refusal(self, scope: Scope) -> ServiceError | None:
+        """The 429 a classification request (``POST`` to :data:`EARLY_REFUSED_PATHS`) to a ready service gets
+        before its body is read: the admission rule for one more token of work from its client (the classify
+        lane or the client's share of it is full). None: the request goes on, to :meth:`score`."""
+        if scope["method"] != "POST" or scope["path"] not in EARLY_REFUSED_PATHS or not self.ready:
             return None
-        return self.gate.refusal(http_client(scope), CLASSIFY)
+        served = self.served
+        if served is None:
+            return None
+        try:
+            served.batcher.admission(http_client(scope))
+        except ServiceError as refusal:
+            return refusal
+        return None
 
-    async def plan_explanation(
-        self, served: ServedModel, example: Example, *, history: bool, method: Method = DEFAULT_METHOD
-    ) -> Plan:
-        """The explanation of ``example`` that fits one request of the explain lane: as many sequences as
-        half its budget holds at this example's cost (a masked sequence costs no more than the example);
-        a text too long to be explained even by two sequences is refused (413)."""
+    async def score(
+        self,
+        examples: Sequence[Example],
+        *,
+        client: str,
+        explain: Method | None = None,
+        explain_history: bool = False,
+        hangup: Receive | None = None,
+    ) -> Scored | None:
+        """The one door to the model: every endpoint (classify, batch, messages, conversation, moderations,
+        explanations, the break-it game's live score) scores its examples here. They go to the serving
+        model's batcher, charged once to ``client`` (the batcher's admission: 413 or 429 before anything is
+        queued), in the classify lane, or, with ``explain`` (a method, one example), as the sequences of its
+        explanation in the explain lane (``explain_history``: the history's words explained too). Per example
+        its prediction, or the :class:`InvalidInput` it was refused with (``too_many_windows``: its ``field``
+        names the item's own utterance, the caller adds where it sits), and the model that made them (a hot
+        swap may install another meanwhile; the request keeps this one).
+        ``hangup``: the HTTP request's ``receive``: when the client disconnects first, its items are dropped
+        before inference (their charge given back) and None is returned."""
+        served = self.require_served()
+        if not examples:
+            return Scored([], served)
+        plan: Plan | None = None
+        lane, at_least = CLASSIFY, None
+        if explain is not None:
+            [example] = examples
+            plan, at_least = await self._plan(served, example, explain, explain_history)
+            examples, lane = plan.examples(), EXPLAIN
+        batcher = served.batcher
+        futures = await batcher.enqueue(examples, client=client, lane=lane, at_least=at_least)
+        # a lone item is awaited as it is (the lone request's path adds no gather)
+        waiter: asyncio.Future[Any] = (
+            futures[0] if len(futures) == 1 else asyncio.gather(*futures, return_exceptions=True)
+        )
+        watcher = asyncio.ensure_future(_until_disconnect(hangup)) if hangup is not None else None
+        try:
+            await asyncio.wait([waiter] if watcher is None else (waiter, watcher), return_when=asyncio.FIRST_COMPLETED)
+            answered = waiter.done()  # decided here: a cancelled gather() is not done() until a later loop turn
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+            if not waiter.done():
+                waiter.cancel()
+                waiter.add_done_callback(_retrieved)  # a cancelled gather() ends with CancelledError as its exception
+            batcher.release(futures)
+        if not answered or waiter.cancelled():
+            return None
+        outcomes: list[Prediction | InvalidInput] = []
+        results = [waiter.exception() or waiter.result()] if len(futures) == 1 else waiter.result()
+        for outcome in results:
+            if isinstance(outcome, BaseException) and not isinstance(outcome, InvalidInput):
+                raise outcome  # the batch failed (503) or the service stopped: the request fails as before
+            outcomes.append(outcome)
+        if plan is None:
+            return Scored(outcomes, served)
+        predictions = predictions_of(outcomes)  # an explanation's sequences stand or fall together
+        return Scored(outcomes, served, plan.explanation([p.score for p in predictions]))
+
+    async def _plan(self, served: ServedModel, example: Example, method: Method, history: bool) -> tuple[Plan, int]:
+        """The explanation of ``example`` that fits one request of the explain lane (as many sequences as half
+        its budget holds at this example's cost: a masked sequence costs no more than the example, two at
+        least), and what it costs at least (two sequences: more than one request may cost is a 413)."""
         [encoded] = await served.batcher.encode([example])
-        lane = self.gate.lane(EXPLAIN)
-        sequences = lane.max_request_tokens // max(1, encoded.tokens)
-        if sequences < 2:
-            raise self.gate.too_costly(EXPLAIN, 2 * encoded.tokens)
-        return explain.plan_within(example, sequences, history=history, method=method)
+        sequences = served.batcher.gate.lane(EXPLAIN).max_request_tokens // max(1, encoded.tokens)
+        plan = explain_plan(example, max(2, sequences), history=history, method=method)
+        return plan, 2 * encoded.tokens
 
-    # -- what the break-it game asks of its host (dialogue_safety.breakit.api.Host) -----------------
     def check_item(self, utterance: str, turns: Sequence[str]) -> None:
-        """The request limits for one message (raises InvalidInput)."""
+        """The request limits for one message (raises InvalidInput): what the break-it game checks a draft by."""
         self.limits.check_item(utterance, turns)
-
-    async def score_deployed(self, example: Example, *, client: str = "") -> tuple[str, float, Label, float]:
-        """The serving model's id, score, label and threshold for ``example``, through its batcher (the
-        path of ``/v1/classify``, charged to ``client``; the model, id and threshold stay together across a
-        hot swap)."""
-        served = self.require_served()
-        [prediction] = await served.batcher.submit([example], client=client)
-        decided = self.decide(prediction, None, served=served)
-        return served.model_id, float(decided["score"]), Label(decided["label"]), float(decided["threshold"])
-
-    async def explain_deployed(
-        self, example: Example, *, history: bool, client: str = ""
-    ) -> tuple[str, float, Label, float, Any]:
-        """:meth:`score_deployed` with the explanation of ``/v1/classify``'s ``explain`` (the same method
-        and plan, every sequence through the batcher, charged to the explain lane)."""
-        served = self.require_served()
-        plan = await self.plan_explanation(served, example, history=history)
-        predictions = await served.batcher.submit(plan.examples(), client=client, lane=EXPLAIN)
-        decided = self.decide(predictions[0], None, served=served)
-        explanation = plan.explanation([p.score for p in predictions])
-        label, threshold = Label(decided["label"]), float(decided["threshold"])
-        return served.model_id, float(decided["score"]), label, threshold, explanation
 
     def load_model(self, model_dir: Path) -> Classifier:
         """Another model directory, loaded like the served one (the same factory and settings; call in a thread)."""
@@ -381,6 +457,17 @@ class ServiceState:
         if prediction.policy is not None:
             answer["policy"] = prediction.policy
         return answer
+
+
+def state_of(request: Request) -> ServiceState:
+    """The app's service state: the one way every route reaches it, as the FastAPI dependency :data:`State`
+    (``app.state.safety``, set by :func:`dialogue_safety.service.app.create_app`)."""
+    state: ServiceState = request.app.state.safety
+    return state
+
+
+#: a route's parameter annotated with it receives the app's :class:`ServiceState`
+State = Annotated[ServiceState, Depends(state_of)]
 
 
 #: the detail of a 503 while the first start derives the variant it serves (``dialogue_safety.core.variants``)

@@ -1,7 +1,7 @@
 """Experiment: the overloaded service's 429 answered by the HTTP protocol from the request head.
 
 The service has one early-refusal entry point, the app's ASGI middleware
-(:class:`dialogue_safety.service.app.EarlyRefusalMiddleware`): portable to any ASGI server, but each
+(:class:`dialogue_safety.service.admission.EarlyRefusalMiddleware`): portable to any ASGI server, but each
 refusal still costs uvicorn's request cycle (an ASGI task, the middleware stack). This experiment
 serves the same app with a protocol that asks the same rule
 (:meth:`dialogue_safety.service.state.ServiceState.early_refusal`) as soon as a request head is
@@ -35,7 +35,7 @@ def head_door(protocol: type[Any], state: ServiceState) -> type[Any]:
             if idle and not self.parser.should_upgrade():
                 method = self.parser.get_method().decode("ascii", "replace")
                 path = self.url.partition(b"?")[0].decode("ascii", "replace")  # uvicorn sets scope["path"] later
-                refusal = state.early_refusal(method, path, self.scope)
+                refusal = state.early_refusal({**self.scope, "method": method, "path": path})
                 if refusal is not None:
                     self._disarm_head_timer()
                     self._in_head = False
