@@ -409,6 +409,38 @@ def test_an_overloaded_service_answers_429_before_the_body_and_keeps_the_connect
     assert fake.batches == [fake.batches[0]]  # only the first request reached the model
 
 
+@pytest.mark.parametrize(
+    ("path", "sent"),
+    [
+        ("/v1/moderations", {"input": "you are an idiot"}),
+        ("/v1/classify/conversation", {"turns": ["hi", "you are an idiot"]}),
+    ],
+)
+def test_every_endpoint_that_reaches_the_model_gets_the_early_429(
+    overloaded: tuple[LiveServer, FakeClassifier], path: str, sent: dict[str, Any]
+) -> None:
+    live, fake = overloaded
+    body = json.dumps(sent).encode()
+    sock = connect(live)
+    try:
+        sock.sendall(head(path, len(body), "X-API-Key: s3cret\r\n"))  # the head only: no body sent
+        status, headers, error = read_response(sock)
+        assert status == 429 and headers["retry-after"] == "1" and "connection" not in headers
+        if path == "/v1/moderations":  # in OpenAI's shape, as every error of that endpoint
+            assert error["error"]["type"] == "requests" and error["error"]["code"] == "overloaded"
+        else:
+            assert error["error"]["code"] == "overloaded"
+        assert "fair share" in error["error"]["message"]
+        sock.sendall(body + b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")  # skipped; the connection serves on
+        status, _, health = read_response(sock)
+        assert status == 200 and health["status"] == "ok"
+    finally:
+        sock.close()
+    with live.client() as c:
+        assert f'safety_requests_total{{route="{path}",status="429"}} 1.0' in c.get("/metrics").text
+    assert fake.batches == [fake.batches[0]]  # only the first request reached the model
+
+
 def test_overload_does_not_hide_a_wrong_api_key(overloaded: tuple[LiveServer, FakeClassifier]) -> None:
     live, _ = overloaded
     with live.client(headers={"X-API-Key": "wrong"}) as c:
