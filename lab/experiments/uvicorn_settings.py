@@ -61,7 +61,7 @@ def _config(kind: str, port: int) -> uvicorn.Config:
             max_header_bytes=HEADER_LIMIT, header_timeout_s=HEAD_TIMEOUT_S, max_connections=CONNECTIONS
         )
         return uvicorn_config(_app, settings, **common)
-    options = dict(limit_concurrency=CONNECTIONS, timeout_keep_alive=HEAD_TIMEOUT_S)
+    options: dict[str, Any] = dict(limit_concurrency=CONNECTIONS, timeout_keep_alive=HEAD_TIMEOUT_S)
     if kind == "h11":
         return uvicorn.Config(_app, http="h11", h11_max_incomplete_event_size=HEADER_LIMIT, **options, **common)
     return uvicorn.Config(_app, http="httptools", **options, **common)
@@ -191,19 +191,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--kinds", nargs="+", default=["service", "h11", "httptools"])
     parser.add_argument("--json", type=Path, default=None, help="also write the JSON report here")
     args = parser.parse_args(argv)
+    results = {kind: probe(kind, args.idle, args.slow_s) for kind in args.kinds}
     report = {
         "uvicorn": uvicorn.__version__,
         "header_limit_bytes": HEADER_LIMIT,
         "head_timeout_s": HEAD_TIMEOUT_S,
         "connections": CONNECTIONS,
-        "results": {kind: probe(kind, args.idle, args.slow_s) for kind in args.kinds},
+        "results": results,
     }
     rows = [
         "| configuration | 100 KB header: status | closed | idle opened | idle closed by server | new client | "
         "slowloris closed after |",
         "|---|---|---|---|---|---|---|",
     ]
-    for kind, r in report["results"].items():
+    for kind, r in results.items():
         h, i = r["head_100kb"], r["idle"]
         rows.append(
             f"| {kind} | {h['status']} | {h['closed']} | {i['opened']} | {i['closed_by_server']} | "
