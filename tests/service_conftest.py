@@ -6,6 +6,7 @@ Import the fixtures you use into the test module: ``from service_conftest import
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -22,7 +23,9 @@ import uvicorn
 from dialogue_safety.core.encoding import EncodedExample
 from dialogue_safety.core.model_card import ModelCard
 from dialogue_safety.core.schema import Example, Label, Prediction
+from dialogue_safety.service.admission import CLASSIFY, LaneName
 from dialogue_safety.service.app import create_app
+from dialogue_safety.service.batcher import MicroBatcher
 from dialogue_safety.service.server import uvicorn_config
 from dialogue_safety.service.settings import ServiceSettings
 from dialogue_safety.service.state import Classifier
@@ -35,6 +38,21 @@ GUARD_S = 120.0
 
 BAD_WORDS = frozenset({"idiot", "idiots", "stupid", "hate"})
 BAD_ID, SEP_ID, CLS_ID = 7, 3, 2
+
+
+async def submit(
+    batcher: MicroBatcher, examples: Sequence[Example], *, client: str = "", lane: LaneName = CLASSIFY
+) -> list[Prediction]:
+    """Predict ``examples`` through ``batcher`` as the service's door does (``ServiceState.score``, without its
+    hang-up watch): enqueue, await every future, release them; raises what the batcher raises (Overloaded,
+    RequestTooCostly, NotReady, InferenceFailed)."""
+    futures = await batcher.enqueue(examples, client=client, lane=lane)
+    if len(futures) == 1:
+        return [await futures[0]]  # cancelling the caller cancels the future: dropped
+    try:
+        return list(await asyncio.gather(*futures))
+    finally:
+        batcher.release(futures)
 
 
 class FakeClassifier:

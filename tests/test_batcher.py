@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from service_conftest import GUARD_S  # only against hangs; never asserted on
+from service_conftest import GUARD_S, submit  # GUARD_S only against hangs; never asserted on
 
 from dialogue_safety.core.encoding import EncodedExample
 from dialogue_safety.core.errors import NotReady
@@ -183,8 +183,8 @@ async def wait_entered(model: FakeModel) -> None:
 
 def test_single_submission_and_order() -> None:
     async def body(b: MicroBatcher, m: FakeModel, o: RecordingObserver) -> list[float]:
-        one = await b.submit([item(7)])
-        many = await b.submit([item(i) for i in (3, 1, 2)])
+        one = await submit(b, [item(7)])
+        many = await submit(b, [item(i) for i in (3, 1, 2)])
         return [p.score for p in one + many]
 
     scores, model, obs = run(body)
@@ -198,9 +198,9 @@ def test_concurrent_submissions_share_a_batch_and_results_go_to_their_callers() 
     model.gate.clear()
 
     async def body(b: MicroBatcher, m: FakeModel, o: RecordingObserver) -> list[list[float]]:
-        first = asyncio.create_task(b.submit([item(1)]))
+        first = asyncio.create_task(submit(b, [item(1)]))
         await wait_entered(m)  # batch [1] is running; the rest queue up behind it
-        others = [asyncio.create_task(b.submit([item(i), item(i + 100)])) for i in (2, 3, 4)]
+        others = [asyncio.create_task(submit(b, [item(i), item(i + 100)])) for i in (2, 3, 4)]
         await asyncio.sleep(0)
         m.gate.set()
         return [[p.score for p in r] for r in await asyncio.gather(first, *others)]
@@ -213,7 +213,7 @@ def test_concurrent_submissions_share_a_batch_and_results_go_to_their_callers() 
 
 def test_batches_close_at_max_batch_size() -> None:
     async def body(b: MicroBatcher, m: FakeModel, o: RecordingObserver) -> list[Prediction]:
-        return await b.submit([item(i) for i in range(10)])
+        return await submit(b, [item(i) for i in range(10)])
 
     preds, model, _ = run(body, max_batch_size=4)
     assert [p.score for p in preds] == [i / 1000 for i in range(10)]
@@ -225,7 +225,7 @@ def test_a_batch_runs_in_length_sorted_calls_under_the_token_budget_padded_to_th
         # a batch holds at most one call's work (50 tokens; a first item always goes in): [1, 2, 3] (50),
         # [4] (10 + 60 > 50), [5] (60 alone: too much, still runs), [6]; inside a batch the calls are
         # sorted longest first and padded to their longest: 30 with a 10 would make 2 x 30 = 60 > 50
-        return await b.submit([item(1, 10), item(2, 10), item(3, 30), item(4, 10), item(5, 60), item(6, 10)])
+        return await submit(b, [item(1, 10), item(2, 10), item(3, 30), item(4, 10), item(5, 60), item(6, 10)])
 
     preds, model, obs = run(body, max_batch_tokens=50)
     assert [p.score for p in preds] == [0.001, 0.002, 0.003, 0.004, 0.005, 0.006]  # the caller's order
@@ -236,14 +236,14 @@ def test_a_batch_runs_in_length_sorted_calls_under_the_token_budget_padded_to_th
 def test_lone_request_does_not_wait_but_concurrent_traffic_waits_for_company() -> None:
     async def body(b: MicroBatcher, m: FakeModel, o: RecordingObserver) -> None:
         # A lone request with a huge max_wait comes back at once (the guard would fail otherwise).
-        await asyncio.wait_for(b.submit([item(1)]), GUARD_S / 2)
+        await asyncio.wait_for(submit(b, [item(1)]), GUARD_S / 2)
         # After a batch of several items the batcher expects company: a request that arrives a
         # few loop turns after another joins its batch (closed by size, not by the deadline).
-        await b.submit([item(2), item(3)])
-        first = asyncio.create_task(b.submit([item(4)]))
+        await submit(b, [item(2), item(3)])
+        first = asyncio.create_task(submit(b, [item(4)]))
         for _ in range(5):
             await asyncio.sleep(0)
-        second = asyncio.create_task(b.submit([item(5)]))
+        second = asyncio.create_task(submit(b, [item(5)]))
         await asyncio.gather(first, second)
 
     _, model, _ = run(body, max_batch_size=2, max_wait_s=GUARD_S * 10)
@@ -255,11 +255,11 @@ def test_cancelled_requests_are_dropped_before_inference() -> None:
     model.gate.clear()
 
     async def body(b: MicroBatcher, m: FakeModel, o: RecordingObserver) -> list[float]:
-        running = asyncio.create_task(b.submit([item(1)]))
+        running = asyncio.create_task(submit(b, [item(1)]))
         await wait_entered(m)
-        gone = asyncio.create_task(b.submit([item(2), item(3)]))
-        stays = asyncio.create_task(b.submit([item(4)]))
-        gone_single = asyncio.create_task(b.submit([item(5)]))
+        gone = asyncio.create_task(submit(b, [item(2), item(3)]))
+        stays = asyncio.create_task(submit(b, [item(4)]))
+        gone_single = asyncio.create_task(submit(b, [item(5)]))
         await asyncio.sleep(0)
         gone.cancel()
         gone_single.cancel()
@@ -279,13 +279,13 @@ def test_enqueued_futures_released_by_the_caller_are_dropped() -> None:
     model.gate.clear()
 
     async def body(b: MicroBatcher, m: FakeModel, o: RecordingObserver) -> None:
-        running = asyncio.create_task(b.submit([item(1)]))
+        running = asyncio.create_task(submit(b, [item(1)]))
         await wait_entered(m)
         futures = await b.enqueue([item(2), item(3)])
         b.release(futures)  # the HTTP client disconnected
         m.gate.set()
         await running
-        await b.submit([item(4)])
+        await submit(b, [item(4)])
 
     _, model, obs = run(body, model)
     assert model.batches == [[1], [4]]
@@ -298,13 +298,13 @@ def test_a_failing_batch_fails_only_its_requests_and_the_batcher_keeps_serving()
     model.fail_ident = 3
 
     async def body(b: MicroBatcher, m: FakeModel, o: RecordingObserver) -> list[object]:
-        before = asyncio.create_task(b.submit([item(1)]))
+        before = asyncio.create_task(submit(b, [item(1)]))
         await wait_entered(m)
-        doomed = [asyncio.create_task(b.submit([item(i)])) for i in (2, 3)]  # one batch: [2, 3]
+        doomed = [asyncio.create_task(submit(b, [item(i)])) for i in (2, 3)]  # one batch: [2, 3]
         await asyncio.sleep(0)
         m.gate.set()
         results = await asyncio.gather(before, *doomed, return_exceptions=True)
-        after = await b.submit([item(4), item(5)])
+        after = await submit(b, [item(4), item(5)])
         return [*results, after]
 
     results, model, obs = run(body, model, max_batch_size=2)
@@ -322,11 +322,11 @@ def test_stop_fails_pending_requests_and_refuses_new_ones() -> None:
     async def main() -> None:
         b = batcher(model.encode, model, inline=True)
         with pytest.raises(NotReady):
-            await b.submit([item(0)])  # not started
+            await submit(b, [item(0)])  # not started
         await b.start()
-        running = asyncio.create_task(b.submit([item(1)]))
+        running = asyncio.create_task(submit(b, [item(1)]))
         await wait_entered(model)
-        queued = asyncio.create_task(b.submit([item(2), item(3)]))
+        queued = asyncio.create_task(submit(b, [item(2), item(3)]))
         await asyncio.sleep(0)
         await b.stop()
         model.gate.set()
@@ -335,14 +335,14 @@ def test_stop_fails_pending_requests_and_refuses_new_ones() -> None:
                 await asyncio.wait_for(task, GUARD_S)
             assert info.value.code == "shutting_down"
         with pytest.raises(NotReady):
-            await b.submit([item(4)])
+            await submit(b, [item(4)])
 
     asyncio.run(main())
 
 
 def test_large_submissions_are_encoded_off_the_loop_with_the_same_results() -> None:
     async def body(b: MicroBatcher, m: FakeModel, o: RecordingObserver) -> list[float]:
-        return [p.score for p in await b.submit([item(i) for i in range(40)])]
+        return [p.score for p in await submit(b, [item(i) for i in range(40)])]
 
     scores, _, _ = run(body, inline=False)
     assert scores == [i / 1000 for i in range(40)]
@@ -360,8 +360,8 @@ def test_stop_while_a_batch_waits_for_company_fails_its_items() -> None:
     async def main() -> None:
         b = batcher(model.encode, model, max_batch_size=8, max_wait_s=GUARD_S * 10, inline=True)
         await b.start()
-        await b.submit([item(1), item(2)])  # concurrent traffic: the next batch waits for company
-        waiting = asyncio.create_task(b.submit([item(3)]))
+        await submit(b, [item(1), item(2)])  # concurrent traffic: the next batch waits for company
+        waiting = asyncio.create_task(submit(b, [item(3)]))
         for _ in range(5):
             await asyncio.sleep(0)
         assert not waiting.done()
@@ -381,14 +381,14 @@ def test_drain_finishes_queued_and_running_work_then_refuses_new_work() -> None:
     async def main() -> None:
         b = batcher(model.encode, model, max_batch_size=2)
         await b.start()
-        running = asyncio.create_task(b.submit([item(1)]))
+        running = asyncio.create_task(submit(b, [item(1)]))
         await wait_entered(model)
-        queued = asyncio.create_task(b.submit([item(2), item(3), item(4)]))
+        queued = asyncio.create_task(submit(b, [item(2), item(3), item(4)]))
         await asyncio.sleep(0)
         draining = asyncio.create_task(b.drain(GUARD_S))
         await asyncio.sleep(0)
         with pytest.raises(NotReady):
-            await b.submit([item(5)])  # new work goes elsewhere (the hot swap's new batcher)
+            await submit(b, [item(5)])  # new work goes elsewhere (the hot swap's new batcher)
         assert not draining.done()
         model.gate.set()
         assert await asyncio.wait_for(draining, GUARD_S) is True
@@ -412,12 +412,12 @@ def test_drain_lets_a_submission_still_being_encoded_finish_on_this_batcher() ->
     async def main() -> None:
         b = batcher(slow_encode, model)  # the default: several items are encoded in the helper thread
         await b.start()
-        in_flight = asyncio.create_task(b.submit([item(1), item(2)]))
+        in_flight = asyncio.create_task(submit(b, [item(1), item(2)]))
         await asyncio.to_thread(encoding.wait, GUARD_S)
         draining = asyncio.create_task(b.drain(GUARD_S))
         await asyncio.sleep(0)
         with pytest.raises(NotReady):
-            await b.submit([item(2)])  # new work is refused before encoding
+            await submit(b, [item(2)])  # new work is refused before encoding
         assert not draining.done()
         release.set()
         assert await asyncio.wait_for(draining, GUARD_S) is True
@@ -439,9 +439,9 @@ def test_stop_fails_submissions_still_waiting_to_be_encoded() -> None:
     async def main() -> list[object]:
         b = batcher(slow_encode, model)
         await b.start()
-        in_thread = asyncio.create_task(b.submit([item(1), item(3)]))
+        in_thread = asyncio.create_task(submit(b, [item(1), item(3)]))
         await asyncio.to_thread(encoding.wait, GUARD_S)
-        waiting = asyncio.create_task(b.submit([item(2)]))  # waits for the busy encoding thread
+        waiting = asyncio.create_task(submit(b, [item(2)]))  # waits for the busy encoding thread
         await asyncio.sleep(0)
         await b.stop()
         release.set()
@@ -458,9 +458,9 @@ def test_drain_gives_up_after_its_timeout_and_fails_what_is_left() -> None:
     async def main() -> None:
         b = batcher(model.encode, model)
         await b.start()
-        running = asyncio.create_task(b.submit([item(1)]))
+        running = asyncio.create_task(submit(b, [item(1)]))
         await wait_entered(model)
-        queued = asyncio.create_task(b.submit([item(2)]))
+        queued = asyncio.create_task(submit(b, [item(2)]))
         await asyncio.sleep(0)
         assert await b.drain(0.01) is False
         model.gate.set()
@@ -484,7 +484,7 @@ def test_a_submission_of_several_items_is_encoded_off_the_event_loop() -> None:
         b = batcher(recording_encode, model)
         await b.start()
         try:
-            return [p.score for p in await b.submit([item(1), item(2)])]
+            return [p.score for p in await submit(b, [item(1), item(2)])]
         finally:
             await b.stop()
 
@@ -509,17 +509,17 @@ def test_a_lone_short_request_to_an_idle_batcher_is_encoded_on_the_loop() -> Non
         b = batcher(recording_encode, model)
         await b.start()
         try:
-            await b.submit([item(1)])  # idle and short: on the loop
+            await submit(b, [item(1)])  # idle and short: on the loop
             await finished(b)
-            await b.submit([long_one])  # too long
+            await submit(b, [long_one])  # too long
             await finished(b)
-            await b.submit([item(2), item(3)])  # not alone
+            await submit(b, [item(2), item(3)])  # not alone
             await finished(b)
             model.gate.clear()
             model.entered.clear()
-            running = asyncio.create_task(b.submit([item(4)]))  # idle again: on the loop, then held
+            running = asyncio.create_task(submit(b, [item(4)]))  # idle again: on the loop, then held
             await wait_entered(model)
-            behind = asyncio.create_task(b.submit([item(5)]))  # a batch runs: the encoding thread
+            behind = asyncio.create_task(submit(b, [item(5)]))  # a batch runs: the encoding thread
             await until(lambda: b.depth == 1)
             model.gate.set()
             await asyncio.wait_for(asyncio.gather(running, behind), GUARD_S)
@@ -557,7 +557,7 @@ def test_predict_raising_what_a_future_cannot_hold_fails_that_batch_only(raised:
         try:
             for ident in (1, 2):
                 try:
-                    await asyncio.wait_for(b.submit([item(ident)]), GUARD_S)
+                    await asyncio.wait_for(submit(b, [item(ident)]), GUARD_S)
                     outcomes.append("answered")
                 except InferenceFailed:
                     outcomes.append("failed")
@@ -580,7 +580,7 @@ def test_a_batcher_dropped_without_stop_ends_its_inference_thread() -> None:
         for _ in range(5):
             b = batcher(model.encode, model)
             await b.start()
-            await b.submit([item(1)])
+            await submit(b, [item(1)])
             assert b._task is not None
             b._task.cancel()  # never stopped: only dropped
             await asyncio.gather(b._task, return_exceptions=True)
@@ -599,7 +599,7 @@ def test_queue_depth_gauge_drops_when_waiting_callers_leave() -> None:
     model.gate.clear()
 
     async def body(b: MicroBatcher, m: FakeModel, o: RecordingObserver) -> None:
-        running = asyncio.create_task(b.submit([item(1)]))
+        running = asyncio.create_task(submit(b, [item(1)]))
         await wait_entered(m)
         futures = await b.enqueue([item(2), item(3)])
         assert o.depths[-1] == 2
@@ -626,8 +626,8 @@ def test_concurrent_submissions_are_encoded_together_and_a_failing_one_is_isolat
         b = batcher(counting_encode, model)
         await b.start()
         try:
-            subs = [b.submit([item(i)]) for i in range(1, 9)]
-            subs.append(b.submit([Example(utterance="poison")]))
+            subs = [submit(b, [item(i)]) for i in range(1, 9)]
+            subs.append(submit(b, [Example(utterance="poison")]))
             return list(await asyncio.gather(*subs, return_exceptions=True))
         finally:
             await b.stop()
@@ -658,7 +658,7 @@ class WindowedModel(FakeModel):
 
 def test_the_token_budget_counts_every_row_and_a_long_items_windows_are_spread_over_batches() -> None:
     async def body(b: MicroBatcher, m: FakeModel, o: RecordingObserver) -> list[Prediction]:
-        return await b.submit([Example(utterance="1:10:3"), Example(utterance="2:10:1"), Example(utterance="3:10:1")])
+        return await submit(b, [Example(utterance="1:10:3"), Example(utterance="2:10:1"), Example(utterance="3:10:1")])
 
     # 3 windows of 10 + 1 row of 10 = 40 tokens fit a budget of 40; the third item goes on
     preds, model, obs = run(body, WindowedModel(), max_batch_tokens=40)
@@ -675,7 +675,8 @@ def test_the_token_budget_counts_every_row_and_a_long_items_windows_are_spread_o
 
 def test_the_utterance_alone_rows_are_rows_of_the_batch_padded_per_call() -> None:
     async def body(b: MicroBatcher, m: FakeModel, o: RecordingObserver) -> list[Prediction]:
-        return await b.submit([Example(utterance="1:10:1:4"), Example(utterance="2:6:1"), Example(utterance="3:8:1:7")])
+        items = [Example(utterance="1:10:1:4"), Example(utterance="2:6:1"), Example(utterance="3:8:1:7")]
+        return await submit(b, items)
 
     preds, model, obs = run(body, WindowedModel())
     # one batch, one call, sorted longest first: 5 rows padded to 10
@@ -695,11 +696,11 @@ def test_another_clients_row_goes_between_the_windows_of_a_long_request() -> Non
     model.gate.clear()
 
     async def body(b: MicroBatcher, m: FakeModel, o: RecordingObserver) -> list[str]:
-        running = asyncio.create_task(b.submit([Example(utterance="1:10:1")], client="a"))
+        running = asyncio.create_task(submit(b, [Example(utterance="1:10:1")], client="a"))
         await wait_entered(m)
-        long = asyncio.create_task(b.submit([Example(utterance="2:10:6")], client="a"))
+        long = asyncio.create_task(submit(b, [Example(utterance="2:10:6")], client="a"))
         await until(lambda: b.depth == 1)
-        short = asyncio.create_task(b.submit([Example(utterance="3:10:1")], client="b"))
+        short = asyncio.create_task(submit(b, [Example(utterance="3:10:1")], client="b"))
         await until(lambda: b.depth == 2)
         m.gate.set()
         first, _ = await asyncio.wait({long, short}, return_when=asyncio.FIRST_COMPLETED)
@@ -719,14 +720,14 @@ def test_busy_clients_take_turns_row_by_row_and_a_newcomer_waits_for_one_row_of_
     model.hold_ident = 21  # the inference thread holds the batch of a's second window
 
     async def body(b: MicroBatcher, m: FakeModel, o: RecordingObserver) -> None:
-        running = asyncio.create_task(b.submit([Example(utterance="1:10:1")], client="x"))
+        running = asyncio.create_task(submit(b, [Example(utterance="1:10:1")], client="x"))
         await wait_entered(m)
-        a = asyncio.create_task(b.submit([Example(utterance="2:10:4")], client="a"))
-        b_ = asyncio.create_task(b.submit([Example(utterance="3:10:4")], client="b"))
+        a = asyncio.create_task(submit(b, [Example(utterance="2:10:4")], client="a"))
+        b_ = asyncio.create_task(submit(b, [Example(utterance="3:10:4")], client="b"))
         await until(lambda: b.depth == 2)
         m.gate.set()
         await asyncio.to_thread(m.held.wait, GUARD_S)  # [1], [2], [3] ran; a and b are both busy
-        c = asyncio.create_task(b.submit([Example(utterance="4:10:1")], client="c"))
+        c = asyncio.create_task(submit(b, [Example(utterance="4:10:1")], client="c"))
         await until(lambda: b.depth == 3)
         m.resume.set()
         await asyncio.gather(running, a, b_, c)
@@ -751,7 +752,7 @@ def test_a_long_request_whose_caller_goes_away_is_dropped_between_its_rows_and_g
         await asyncio.sleep(0)
         charged = lane.charged
         m.gate.set()
-        answer = await b.submit([Example(utterance="3:10:1")], client="b")
+        answer = await submit(b, [Example(utterance="3:10:1")], client="b")
         assert [p.score for p in answer] == [0.003]
         return charged, lane.charged
 
@@ -767,10 +768,10 @@ def test_a_failing_row_fails_its_request_and_the_rest_of_its_rows_never_run() ->
     model.gate.clear()
 
     async def body(b: MicroBatcher, m: FakeModel, o: RecordingObserver) -> list[object]:
-        running = asyncio.create_task(b.submit([Example(utterance="1:10:1")], client="x"))
+        running = asyncio.create_task(submit(b, [Example(utterance="1:10:1")], client="x"))
         await wait_entered(m)
-        doomed = asyncio.create_task(b.submit([Example(utterance="2:10:5")], client="a"))
-        other = asyncio.create_task(b.submit([Example(utterance="3:10:3")], client="b"))
+        doomed = asyncio.create_task(submit(b, [Example(utterance="2:10:5")], client="a"))
+        other = asyncio.create_task(submit(b, [Example(utterance="3:10:3")], client="b"))
         await until(lambda: b.depth == 2)
         m.gate.set()
         return list(await asyncio.gather(running, doomed, other, return_exceptions=True))
@@ -793,8 +794,8 @@ def test_stop_fails_a_request_whose_rows_were_partly_scored() -> None:
     async def main() -> None:
         b = batcher(model.encode, model, max_batch_tokens=10, inline=True)
         await b.start()
-        long = asyncio.create_task(b.submit([Example(utterance="2:10:4")]))
-        queued = asyncio.create_task(b.submit([Example(utterance="3:10:3")], client="b"))
+        long = asyncio.create_task(submit(b, [Example(utterance="2:10:4")]))
+        queued = asyncio.create_task(submit(b, [Example(utterance="3:10:3")], client="b"))
         await wait_entered(model)
         model.gate.set()
         await asyncio.to_thread(model.held.wait, GUARD_S)
@@ -817,7 +818,7 @@ def test_a_submission_is_charged_its_tokens_windows_and_passes_until_answered() 
 
     async def body(b: MicroBatcher, m: FakeModel, o: RecordingObserver) -> list[int]:
         lane = b.gate.lane("classify")
-        running = asyncio.create_task(b.submit([Example(utterance="1:10:3"), Example(utterance="2:5:1")]))
+        running = asyncio.create_task(submit(b, [Example(utterance="1:10:3"), Example(utterance="2:5:1")]))
         await wait_entered(m)
         charged = [lane.charged]  # 3 windows of 10 tokens + 1 row of 5
         m.gate.set()
@@ -844,19 +845,19 @@ def test_a_full_lane_refuses_with_retry_after_then_admits_again() -> None:
     model.gate.clear()
 
     async def body(b: MicroBatcher, m: FakeModel, o: RecordingObserver) -> list[float]:
-        running = asyncio.create_task(b.submit([item(1, 10)], client="a"))
+        running = asyncio.create_task(submit(b, [item(1, 10)], client="a"))
         await wait_entered(m)
-        queued = asyncio.create_task(b.submit([item(2, 10)], client="b"))
+        queued = asyncio.create_task(submit(b, [item(2, 10)], client="b"))
         await until(lambda: b.depth == 1)
-        third = asyncio.create_task(b.submit([item(3, 10)], client="c"))  # 30 of 40: fits c's share (13)
+        third = asyncio.create_task(submit(b, [item(3, 10)], client="c"))  # 30 of 40: fits c's share (13)
         await until(lambda: b.depth == 2)
         with pytest.raises(Overloaded) as full:
-            await b.submit([item(4, 12)], client="d")  # 30 + 12 > 40
+            await submit(b, [item(4, 12)], client="d")  # 30 + 12 > 40
         assert full.value.headers["Retry-After"] == "1" and "SAFETY_MAX_PENDING_TOKENS" in full.value.message
         assert b.gate.refusal("e") is None  # one more token still fits
         m.gate.set()
         await asyncio.gather(running, queued, third)
-        return [p.score for p in await b.submit([item(4, 12)], client="d")]
+        return [p.score for p in await submit(b, [item(4, 12)], client="d")]
 
     scores, model, _ = run(body, model, max_pending_tokens=40)
     assert scores == [0.004]
@@ -866,9 +867,9 @@ def test_a_full_lane_refuses_with_retry_after_then_admits_again() -> None:
 def test_a_request_costing_more_than_half_a_lane_is_refused_for_good_with_413() -> None:
     async def body(b: MicroBatcher, m: FakeModel, o: RecordingObserver) -> None:
         with pytest.raises(RequestTooCostly) as info:
-            await b.submit([item(1, 10), item(2, 11)])  # 21 tokens, an idle batcher: still refused
+            await submit(b, [item(1, 10), item(2, 11)])  # 21 tokens, an idle batcher: still refused
         assert "at most 20" in info.value.message and "SAFETY_MAX_PENDING_TOKENS (40)" in info.value.message
-        assert [p.score for p in await b.submit([item(1, 10), item(2, 10)])] == [0.001, 0.002]
+        assert [p.score for p in await submit(b, [item(1, 10), item(2, 10)])] == [0.001, 0.002]
 
     _, model, _ = run(body, max_pending_tokens=40)
     assert model.batches == [[1, 2]]
@@ -880,16 +881,16 @@ def test_one_client_holds_at_most_a_fair_share_and_another_client_is_admitted() 
 
     async def body(b: MicroBatcher, m: FakeModel, o: RecordingObserver) -> None:
         lane = b.gate.lane("classify")
-        greedy = [asyncio.create_task(b.submit([item(i, 10)], client="greedy")) for i in (1, 2)]
+        greedy = [asyncio.create_task(submit(b, [item(i, 10)], client="greedy")) for i in (1, 2)]
         await wait_entered(m)
         await until(lambda: lane.charged == 20)
         with pytest.raises(Overloaded) as share:  # alone, it may hold half the lane (20 of 40)
-            await b.submit([item(3, 5)], client="greedy")
+            await submit(b, [item(3, 5)], client="greedy")
         assert "fair share" in share.value.message
-        polite = asyncio.create_task(b.submit([item(4, 10)], client="polite"))  # admitted, not 429
+        polite = asyncio.create_task(submit(b, [item(4, 10)], client="polite"))  # admitted, not 429
         await until(lambda: lane.charged == 30)
         with pytest.raises(Overloaded):  # two clients hold work: 40 / 2 each, and the greedy one holds 20
-            await b.submit([item(5, 1)], client="greedy")
+            await submit(b, [item(5, 1)], client="greedy")
         m.gate.set()
         await asyncio.gather(*greedy, polite)
 
@@ -914,16 +915,16 @@ def test_explanations_are_charged_to_their_own_lane_and_never_refuse_a_classific
     model.gate.clear()
 
     async def body(b: MicroBatcher, m: FakeModel, o: RecordingObserver) -> None:
-        running = asyncio.create_task(b.submit([item(1, 4)], client="x"))
+        running = asyncio.create_task(submit(b, [item(1, 4)], client="x"))
         await wait_entered(m)
-        explained = asyncio.create_task(b.submit([item(i, 10) for i in (10, 11)], client="x", lane=EXPLAIN))
+        explained = asyncio.create_task(submit(b, [item(i, 10) for i in (10, 11)], client="x", lane=EXPLAIN))
         await until(lambda: b.depth == 2)
-        other = asyncio.create_task(b.submit([item(20, 20)], client="z", lane=EXPLAIN))
+        other = asyncio.create_task(submit(b, [item(20, 20)], client="z", lane=EXPLAIN))
         await until(lambda: b.depth == 3)
         assert b.gate.lane("explain").charged == 40 and b.gate.lane("classify").charged == 4
         with pytest.raises(Overloaded):
-            await b.submit([item(12, 4)], client="y", lane=EXPLAIN)  # the explain lane is full
-        classified = asyncio.create_task(b.submit([item(2, 10)], client="y"))  # the classify lane is not
+            await submit(b, [item(12, 4)], client="y", lane=EXPLAIN)  # the explain lane is full
+        classified = asyncio.create_task(submit(b, [item(2, 10)], client="y"))  # the classify lane is not
         await until(lambda: b.depth == 4)
         m.gate.set()
         await asyncio.gather(running, explained, other, classified)
@@ -938,7 +939,7 @@ def test_a_caller_that_goes_away_gives_its_charge_back_at_once() -> None:
     model.gate.clear()
 
     async def body(b: MicroBatcher, m: FakeModel, o: RecordingObserver) -> int:
-        running = asyncio.create_task(b.submit([item(1, 10)], client="a"))
+        running = asyncio.create_task(submit(b, [item(1, 10)], client="a"))
         await wait_entered(m)
         futures = await b.enqueue([item(2, 10), item(3, 10)], client="b")
         assert b.gate.lane("classify").charged == 30
@@ -947,7 +948,7 @@ def test_a_caller_that_goes_away_gives_its_charge_back_at_once() -> None:
         charged = b.gate.lane("classify").charged
         m.gate.set()
         await running
-        await b.submit([item(4)])
+        await submit(b, [item(4)])
         return charged
 
     charged, model, obs = run(body, model)
@@ -971,11 +972,11 @@ def test_clients_take_turns_so_a_large_request_does_not_hold_back_another_client
     model.gate.clear()
 
     async def body(b: MicroBatcher, m: FakeModel, o: RecordingObserver) -> None:
-        running = asyncio.create_task(b.submit([item(1)], client="a"))
+        running = asyncio.create_task(submit(b, [item(1)], client="a"))
         await wait_entered(m)
-        large = asyncio.create_task(b.submit([item(i) for i in range(10, 16)], client="a"))
+        large = asyncio.create_task(submit(b, [item(i) for i in range(10, 16)], client="a"))
         await until(lambda: b.depth == 6)
-        other = asyncio.create_task(b.submit([item(20)], client="b"))
+        other = asyncio.create_task(submit(b, [item(20)], client="b"))
         await until(lambda: b.depth == 7)
         m.gate.set()
         await asyncio.gather(running, large, other)
@@ -992,11 +993,11 @@ def test_a_batch_holds_at_most_one_calls_work_so_another_client_waits_one_call_n
     model.gate.clear()
 
     async def body(b: MicroBatcher, m: FakeModel, o: RecordingObserver) -> None:
-        running = asyncio.create_task(b.submit([item(1, 40)], client="a"))
+        running = asyncio.create_task(submit(b, [item(1, 40)], client="a"))
         await wait_entered(m)
-        large = asyncio.create_task(b.submit([item(i, 40) for i in range(10, 14)], client="a"))
+        large = asyncio.create_task(submit(b, [item(i, 40) for i in range(10, 14)], client="a"))
         await until(lambda: b.depth == 4)
-        other = asyncio.create_task(b.submit([item(20, 4)], client="b"))
+        other = asyncio.create_task(submit(b, [item(20, 4)], client="b"))
         await until(lambda: b.depth == 5)
         m.gate.set()
         await asyncio.gather(running, large, other)
@@ -1018,7 +1019,7 @@ def test_inference_runs_below_the_event_loops_priority_by_the_setting() -> None:
     loop_nice = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
 
     async def body(b: MicroBatcher, m: FakeModel, o: RecordingObserver) -> None:
-        await b.submit([item(1)])
+        await submit(b, [item(1)])
 
     run(body, Recording(), inference_nice=3)
     (thread, nice), *_ = seen

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from service_conftest import tiny_model_dir  # noqa: F401  (fixture)
+from service_conftest import submit, tiny_model_dir  # noqa: F401  (fixture)
 from tokenizers import Tokenizer
 
 from dialogue_safety.core.encoding import EncodedExample, EncodingConfig
@@ -97,10 +97,10 @@ def _serve(clf: OnnxClassifier, max_batch_tokens: int) -> tuple[list[Prediction]
         b = MicroBatcher(encode, recording, settings)
         await b.start()
         try:
-            long = asyncio.create_task(b.submit(LONG_REQUESTS, client="a"))
+            long = asyncio.create_task(submit(b, LONG_REQUESTS, client="a"))
             while not b.depth:
                 await asyncio.sleep(0.001)
-            short = [await b.submit([ex], client="b") for ex in SHORT_REQUESTS]
+            short = [await submit(b, [ex], client="b") for ex in SHORT_REQUESTS]
             return await asyncio.wait_for(long, GUARD_S), [p for [p] in short]
         finally:
             await b.stop()

@@ -198,18 +198,6 @@ class MicroBatcher:
             raise self._shutting_down() if self._stopped else NotReady("the batcher is not running")
 
     # -- submitting -----------------------------------------------------------------------------
-    async def submit(
-        self, examples: Sequence[Example], *, client: str = "", lane: LaneName = CLASSIFY
-    ) -> list[Prediction]:
-        """Predict ``examples`` (in order); raises Overloaded, RequestTooCostly, NotReady or InferenceFailed."""
-        futures = await self.enqueue(examples, client=client, lane=lane)
-        if len(futures) == 1:
-            return [await futures[0]]  # cancelling the caller cancels the future: dropped
-        try:
-            return list(await asyncio.gather(*futures))
-        finally:
-            self.release(futures)
-
     async def encode(self, examples: Sequence[Example]) -> list[EncodedExample]:
         """``examples`` encoded as a submission would be (what an explanation's plan is sized by)."""
         self._check_running()
