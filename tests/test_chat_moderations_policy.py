@@ -393,3 +393,23 @@ def test_the_client_retries_a_429_after_retry_after() -> None:
                 t.join(10)
         assert prediction.label is Label.OFFENSIVE
         assert _count_429(live) > refused  # it was refused first, then retried
+
+
+def test_every_refusal_on_moderations_comes_in_openai_shape_whoever_refuses() -> None:
+    """The body guard (413), the strict JSON reader (400), routing (405) and the route answer there in OpenAI's
+    shape, with a Content-Length that fits the rewritten body; other paths keep the service's shape."""
+    openai_keys = {"message", "type", "param", "code"}
+    with live_server(classifier=FakeClassifier(), max_body_bytes=4096) as live, live.client() as c:
+        json_type = {"content-type": "application/json"}
+        too_large = c.post("/v1/moderations", content=b'{"input": "' + b"a" * 5000 + b'"}', headers=json_type)
+        duplicate = c.post("/v1/moderations", content=b'{"input": "a", "input": "b"}', headers=json_type)
+        wrong_method = c.get("/v1/moderations")
+        elsewhere = c.post("/v1/classify", content=b'{"utterance": "a", "utterance": "b"}', headers=json_type)
+    assert too_large.status_code == 413 and too_large.json()["error"]["code"] == "payload_too_large"
+    assert duplicate.status_code == 400 and duplicate.json()["error"]["code"] == "duplicate_key"
+    assert wrong_method.status_code == 405
+    for answer in (too_large, duplicate, wrong_method):
+        assert set(answer.json()["error"]) == openai_keys, answer.text
+        assert answer.json()["error"]["type"] == "invalid_request_error"
+        assert int(answer.headers["content-length"]) == len(answer.content)
+    assert set(elsewhere.json()["error"]) == {"code", "message", "field"}
