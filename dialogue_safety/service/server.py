@@ -4,7 +4,9 @@ uvicorn (0.54; pinned to that minor version in pyproject.toml, because the answe
 protocol writes itself go through its private request-cycle API: tests/test_uvicorn_contract.py fails
 loudly when it changes)
 neither caps open connections nor times out a connection that never finishes its request head, so
-idle or slow clients could hold every file descriptor. In production a reverse proxy in front can do
+idle or slow clients could hold every file descriptor; its own settings (``limit_concurrency``,
+``timeout_keep_alive``, ``h11_max_incomplete_event_size``) do not do what the protocol below does
+(``python -m lab.experiments.uvicorn_settings``; lab/notes/runtime.md). In production a reverse proxy in front can do
 this work instead (docs/api.md, "Behind a reverse proxy"). :func:`uvicorn_config`
 builds the one configuration the CLI and the tests use, with a protocol class that
 
