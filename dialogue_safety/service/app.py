@@ -120,7 +120,7 @@ def create_app(
     # overloaded service (before any body byte is read), then the API key (checked before that),
     # then the request metrics (outermost: they see every answer).
     # innermost: reads the body through the guard below; checks /v1/* counts before any route validates
-    app.add_middleware(StrictJsonMiddleware, limits=state.limits)
+    app.add_middleware(StrictJsonMiddleware, limits=state.limits, refused_body_share=settings.refused_body_share)
     app.add_middleware(
         BodyGuardMiddleware,
         max_body_bytes=settings.max_body_bytes,
