@@ -10,12 +10,14 @@ import json
 import math
 import socket
 import threading
+import time
 from typing import Any
 
 import httpx
 import pytest
 from service_conftest import GUARD_S, FakeClassifier, LiveServer, live_server
 
+from dialogue_safety.service.json_body import StrictJsonMiddleware
 from dialogue_safety.service.limits import MAX_PAUSE_S, SMALL_BODY_BYTES, LargeBodies
 
 CLASSIFY, BATCH, MODERATIONS = "/v1/classify", "/v1/classify/batch", "/v1/moderations"
@@ -46,6 +48,15 @@ def _post(live: LiveServer, path: str, body: bytes, source: str | None = None) -
     transport = httpx.HTTPTransport(local_address=source) if source else None
     with httpx.Client(base_url=live.url, timeout=GUARD_S, transport=transport) as c:
         return c.post(path, content=body, headers={"content-type": "application/json"})
+
+
+def _large_bodies(live: LiveServer) -> LargeBodies:
+    """The running app's :class:`LargeBodies` (held by its StrictJsonMiddleware)."""
+    app: Any = live.app.middleware_stack
+    while app is not None and not isinstance(app, StrictJsonMiddleware):
+        app = getattr(app, "app", None)
+    assert app is not None, "no StrictJsonMiddleware in the app"
+    return app.large_bodies
 
 
 def _assert_paused(r: httpx.Response) -> dict[str, Any]:
@@ -162,6 +173,11 @@ def test_a_second_hostile_body_sent_while_the_first_is_read_is_refused_429() -> 
                 f"Content-Length: {len(MILLION_ZEROS)}\r\n\r\n"
             ).encode()
             first.sendall(head + MILLION_ZEROS[: SMALL_BODY_BYTES * 2])  # being read: the rest held back
+            bodies = _large_bodies(live)
+            deadline = time.monotonic() + GUARD_S
+            while "address:127.0.0.1" not in bodies.reading:  # the first holds its client's place
+                assert time.monotonic() < deadline, "the first body never took its client's place"
+                time.sleep(0.01)
             answers: dict[str, httpx.Response] = {}
             second = threading.Thread(target=lambda: answers.update(r=_post(live, BATCH, MILLION_ZEROS)))
             second.start()
