@@ -337,7 +337,8 @@ def test_admission_refuses_only_what_surely_costs_too_much_and_tokenises_nothing
     assert CostBound(config, settings.max_windows, words).at_least([item] * fits) <= limit
     assert CostBound(config, settings.max_windows, words).at_least([item] * LIMITS.max_batch_items) > limit
     texts = [_prose(LIMITS.max_utterance_chars, seed=i) for i in range(LIMITS.max_batch_items)]
-    with live_server(classifier=classifier) as live, live.client() as c:
+    # one client sends several refused large bodies in a row here: no pause between them (LargeBodies)
+    with live_server(classifier=classifier, refused_body_share=1.0) as live, live.client() as c:
         ok = c.post("/v1/classify/batch", json={"items": [text] * fits})
         assert ok.status_code == 200, ok.text
         assert len(ok.json()["results"]) == fits and all("label" in r for r in ok.json()["results"])

@@ -86,7 +86,8 @@ def create_app(
     install_error_handlers(app, REQUEST_FIELDS)
     # The middlewares, innermost first. Each does what nothing else does, before the route runs:
     # - StrictJsonMiddleware: refuses duplicate keys, deep nesting and counts past a limit on the raw body
-    #   (FastAPI's parser keeps the last of two keys and only checks counts after validating every element);
+    #   (FastAPI's parser keeps the last of two keys and only checks counts after validating every element),
+    #   and reads a client's large bodies one at a time, pausing them after one is refused (lab/notes/abuse.md);
     # - BodyGuardMiddleware: the body's size, time and in-flight bytes while it arrives (FastAPI has none
     #   of these but a plain-text size limit);
     # - EarlyRefusalMiddleware: the 429 of an overloaded service before any body byte is read (a refusal
@@ -94,7 +95,7 @@ def create_app(
     # - ApiKeyMiddleware: 401 before any body byte is read (a FastAPI dependency runs after the body is
     #   parsed), and the admin endpoints turned away without a key (so it is always installed);
     # - RequestMetricsMiddleware (outermost): counts and times every answer, those of the middlewares too.
-    app.add_middleware(StrictJsonMiddleware, limits=state.limits)
+    app.add_middleware(StrictJsonMiddleware, limits=state.limits, refused_body_share=settings.refused_body_share)
     app.add_middleware(
         BodyGuardMiddleware,
         max_body_bytes=settings.max_body_bytes,

@@ -12,7 +12,10 @@ same limits into the OpenAPI schema, so that the schema says what the server enf
 from __future__ import annotations
 
 import asyncio
+import math
 import re
+import time
+from collections.abc import Callable
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -29,6 +32,92 @@ from dialogue_safety.service.errors import (
 )
 
 SMALL_BODY_BYTES = 64 * 1024  # = uvicorn's per-connection read buffer high-water mark
+MAX_PAUSE_S = 60.0  # the longest a client's large bodies are paused after one is refused
+# a paused client's large body waits (unread) this long at most before its 429: a client that retries at once
+# costs the event loop a few skipped bodies a second, not one per round trip (and is answered within the
+# 200 ms issue 55 asks of a refusal)
+PAUSED_ANSWER_DELAY_S = 0.15
+_PAUSES_KEPT = 4096  # clients with a pause on record before the ended ones are swept
+
+
+class LargeBodies:
+    """One client's share of the event loop's body work: what bounds how much of it a client can cause.
+
+    Reading a body larger than ``SMALL_BODY_BYTES`` and counting it costs the event loop work in proportion
+    to its bytes (uvicorn's reads, the hand-off of each chunk), which a refusal does not give back: a client
+    sending hostile 2 MB bodies back to back took the loop for as long as it liked, and the others waited.
+    Per client (by address, as admission charges: :func:`dialogue_safety.service.admission.http_client`):
+
+    * **one at a time**: a large body arriving while another of the same client's is being read or counted
+      waits for it (unread: the server reads no more of it than its buffer holds), then goes on, or is
+      refused if that one was;
+    * **a pause after a refusal**: once one of its large bodies has been answered 4xx (a count past its limit,
+      too costly, malformed...), the client's next large body is refused 429 before it is read, for
+      ``1/share - 1`` times as long as the refused one took, from its first byte to its answer (at most
+      :data:`MAX_PAUSE_S`): a client's refused large bodies take at most ``share`` of the service's time.
+      Its small bodies (what an ordinary request is) pass meanwhile, and bodies answered 2xx (or 429: nothing
+      was counted) pause nothing. A body that arrives in a pause waits for its end, unread, for
+      :data:`PAUSED_ANSWER_DELAY_S` at most, then is read or refused: the connection stays open (the server
+      skips the unread body), and a client retrying at once is answered a few times a second, not as fast as it sends.
+    """
+
+    def __init__(
+        self, share: float = 1.0, clock: Callable[[], float] = time.monotonic, delay_s: float = PAUSED_ANSWER_DELAY_S
+    ) -> None:
+        self.share = share
+        self.clock = clock
+        self.delay_s = delay_s
+        self.reading: dict[str, asyncio.Event] = {}  # client -> set when its large body being read is counted
+        self.paused: dict[str, tuple[float, int, float]] = {}  # client -> (until, refused status, its seconds)
+
+    async def start(self, client: str) -> Overloaded | None:
+        """The 429 for ``client``'s large body about to be read, or None once it may be read (after the
+        client's large body being read now, if any): then call :meth:`done` when it is counted or given up."""
+        while True:
+            if self._paused(client) is not None:  # wait (unread) for the pause's end, or delay_s at most
+                await asyncio.sleep(min(self.delay_s, self.paused[client][0] - self.clock()))
+                refusal = self._paused(client)
+                if refusal is not None:
+                    return refusal
+                continue
+            reading = self.reading.get(client)
+            if reading is None:
+                self.reading[client] = asyncio.Event()
+                return None
+            await reading.wait()
+
+    def done(self, client: str) -> None:
+        """``client``'s large body is counted (or given up): its next may be read."""
+        reading = self.reading.pop(client, None)
+        if reading is not None:
+            reading.set()
+
+    def refused(self, client: str, status: int, took_s: float) -> None:
+        """``client``'s large body was answered ``status`` (4xx) ``took_s`` after its first byte: pause its
+        large bodies for ``1/share - 1`` times that."""
+        if self.share >= 1.0:
+            return
+        now = self.clock()
+        if len(self.paused) >= _PAUSES_KEPT:
+            self.paused = {c: p for c, p in self.paused.items() if p[0] > now}
+        self.paused[client] = (now + min(MAX_PAUSE_S, took_s * (1.0 / self.share - 1.0)), status, took_s)
+
+    def _paused(self, client: str) -> Overloaded | None:
+        pause = self.paused.get(client)
+        if pause is None:
+            return None
+        until, status, took = pause
+        wait = until - self.clock()
+        if wait <= 0:
+            del self.paused[client]
+            return None
+        return Overloaded(
+            f"this client's last request body over {SMALL_BODY_BYTES} bytes was refused ({status}) after "
+            f"{took * 1000:.0f} ms of the service's work; send another such body in {wait:.1f} s "
+            "(SAFETY_REFUSED_BODY_SHARE), or fix what that answer names first; requests of at most "
+            f"{SMALL_BODY_BYTES} bytes are read meanwhile",
+            retry_after_s=max(1, math.ceil(wait)),
+        )
 
 
 class BodyGuardMiddleware:
@@ -73,7 +162,7 @@ class BodyGuardMiddleware:
             )
             await error_response(refusal, close=True)(scope, receive, send)
             return
-        declared = _content_length(scope)
+        declared = content_length(scope)
         if declared is not None and declared > self.max_body_bytes:
             await error_response(_too_large(self.max_body_bytes, declared), close=True)(scope, receive, send)
             return
@@ -145,7 +234,7 @@ def _header(scope: Scope, name: bytes) -> bytes | None:
     return None
 
 
-def _content_length(scope: Scope) -> int | None:
+def content_length(scope: Scope) -> int | None:
     for name, value in scope["headers"]:
         if name == b"content-length":
             try:

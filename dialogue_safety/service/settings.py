@@ -141,6 +141,14 @@ class ServiceSettings(BaseSettings):
         description="bytes all unfinished request bodies may hold together (Content-Length counts at once); "
         "beyond: 429",
     )
+    refused_body_share: float = Field(
+        default=0.01,
+        gt=0.0,
+        le=1.0,
+        description="the share of the service's time one client's refused large bodies (over 64 KiB) may take: "
+        "after one is answered 4xx, that client's next large body is refused 429 for (1/share - 1) x the time the "
+        "refused one took (at most 60 s); its small bodies pass; 1: no pause",
+    )
 
     # request limits (see docs/api.md, "Limits and errors")
     max_request_history_turns: int = Field(
