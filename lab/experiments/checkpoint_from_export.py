@@ -8,7 +8,8 @@ and only the exported model is committed; this is how a release is continued fro
 
 Names: the export keeps the module names of every parameter except the linear layers' weights, which the graph
 stores transposed as ``MatMul`` inputs under generated names. Each such ``MatMul`` feeds an ``Add`` whose other input
-is the layer's named bias, which names the weight. The recovered model is then run beside the graph on a few
+is the layer's named bias, which names the weight (equal tensors are stored once, the other names being
+``Identity`` copies of it). The recovered model is then run beside the graph on a few
 dialogues and must give the same logits (to fp32 rounding), or nothing is written.
 """
 
@@ -23,6 +24,7 @@ import onnx
 import onnxruntime as ort
 import torch
 from onnx import numpy_helper
+from tokenizers import Tokenizer
 from transformers import BertForSequenceClassification
 
 from dialogue_safety.core.encoding import DialogueEncoder
@@ -45,7 +47,14 @@ def fp32_graph(model_dir: Path) -> Path:
 def recovered_state(graph: onnx.ModelProto) -> dict[str, torch.Tensor]:
     """Every parameter of the graph under its module name (linear weights un-transposed)."""
     tensors = {t.name: numpy_helper.to_array(t) for t in graph.graph.initializer}
-    state = {name: torch.from_numpy(np.array(a, dtype=np.float32)) for name, a in tensors.items() if "::" not in name}
+    for node in graph.graph.node:  # the export shares equal tensors (zero biases): one initializer, Identity copies
+        if node.op_type == "Identity" and node.input[0] in tensors:
+            tensors[node.output[0]] = tensors[node.input[0]]
+    state = {
+        name: torch.from_numpy(np.array(a, dtype=np.float32))
+        for name, a in tensors.items()
+        if "::" not in name and not name.startswith("/")
+    }
     consumers: dict[str, list[onnx.NodeProto]] = {}
     for node in graph.graph.node:
         for name in node.input:
@@ -68,7 +77,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     card = ModelCard.load(args.model_dir)
     graph_path = fp32_graph(args.model_dir)
-    model: BertForSequenceClassification = build_model(card.base_model, list(card.heads), vocab_size=0)
+    vocab_size = Tokenizer.from_file(str(args.model_dir / TOKENIZER_FILE)).get_vocab_size()
+    model: BertForSequenceClassification = build_model(card.base_model, list(card.heads), vocab_size)
     missing, unexpected = model.load_state_dict(recovered_state(onnx.load(str(graph_path))), strict=False)
     missing = [m for m in missing if not m.endswith("position_ids")]
     if missing or unexpected:
