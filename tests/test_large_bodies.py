@@ -19,6 +19,7 @@ from service_conftest import GUARD_S, FakeClassifier, LiveServer, live_server
 
 from dialogue_safety.service.json_body import StrictJsonMiddleware
 from dialogue_safety.service.limits import MAX_PAUSE_S, SMALL_BODY_BYTES, LargeBodies
+from lab.bench.abuse import can_bind
 
 CLASSIFY, BATCH, MODERATIONS = "/v1/classify", "/v1/classify/batch", "/v1/moderations"
 MILLION_ZEROS = json.dumps({"items": [0] * 1_000_000}, separators=(",", ":")).encode()  # 2 MB: 422 from its count
@@ -33,15 +34,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-def _can_bind(address: str) -> bool:
-    try:
-        with socket.socket() as s:
-            s.bind((address, 0))
-    except OSError:
-        return False
-    return True
 
 
 def _post(live: LiveServer, path: str, body: bytes, source: str | None = None) -> httpx.Response:
@@ -157,7 +149,7 @@ def test_after_a_refused_large_body_the_next_is_refused_429_and_small_requests_s
         with live.client() as c:  # the same client's small requests are served meanwhile
             assert c.post(CLASSIFY, json={"utterance": "hello there"}).status_code == 200
             assert c.get("/health").status_code == 200
-        if _can_bind(OTHER_ADDRESS):  # another client's large body is not paused
+        if can_bind(OTHER_ADDRESS):  # another client's large body is not paused
             other = _post(live, BATCH, VALID_LARGE, source=OTHER_ADDRESS)
             assert other.status_code == 200 and len(other.json()["results"]) == 256
 

@@ -9,6 +9,7 @@ import re
 import tracemalloc
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from service_conftest import FakeClassifier, live_server
@@ -268,14 +269,20 @@ def test_a_million_invalid_items_are_refused_without_looking_at_them() -> None:
     assert Counting.looked == 0  # no element was looked at
 
 
-def test_a_million_invalid_items_allocate_about_what_their_body_holds() -> None:
-    body = json.dumps({"input": [0] * 1_000_000}).encode()
+def _problem_and_peak(body: bytes) -> tuple[Any, int]:
+    """``problem_of(body)`` and the peak of the memory it allocated (tracemalloc)."""
     tracemalloc.start()
     try:
         problem = problem_of(body, LIMITS)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
+    return problem, peak
+
+
+def test_a_million_invalid_items_allocate_about_what_their_body_holds() -> None:
+    body = json.dumps({"input": [0] * 1_000_000}).encode()
+    problem, peak = _problem_and_peak(body)
     assert problem is not None and problem.code == "too_many_items"
     assert peak < 5 * len(body)  # the parsed list (8 bytes an element), never an error object per element
 
@@ -398,12 +405,7 @@ def test_a_request_level_list_of_a_million_scalars_is_refused_from_the_bytes_unp
         ({"messages": [{}] * 600_000}, ("too_many_history_turns", "messages")),
     ]:
         raw = json.dumps(body, separators=(",", ":")).encode()
-        tracemalloc.start()
-        try:
-            problem = problem_of(raw, LIMITS)
-            _, peak = tracemalloc.get_traced_memory()
-        finally:
-            tracemalloc.stop()
+        problem, peak = _problem_and_peak(raw)
         assert problem is not None and (problem.code, problem.field) == refused
         assert str(len(next(iter(v for v in body.values() if isinstance(v, list))))) in problem.message
         assert peak < 64 * 1024  # nothing the size of the body was built

@@ -34,8 +34,7 @@ from dialogue_safety.service.errors import (
 SMALL_BODY_BYTES = 64 * 1024  # = uvicorn's per-connection read buffer high-water mark
 MAX_PAUSE_S = 60.0  # the longest a client's large bodies are paused after one is refused
 # a paused client's large body waits (unread) this long at most before its 429: a client that retries at once
-# costs the event loop a few skipped bodies a second, not one per round trip (and is answered within the
-# 200 ms issue 55 asks of a refusal)
+# costs the event loop a few skipped bodies a second, not one per round trip (the figures: lab/notes/abuse.md)
 PAUSED_ANSWER_DELAY_S = 0.15
 _PAUSES_KEPT = 4096  # clients with a pause on record before the ended ones are swept
 
@@ -44,8 +43,8 @@ class LargeBodies:
     """One client's share of the event loop's body work: what bounds how much of it a client can cause.
 
     Reading a body larger than ``SMALL_BODY_BYTES`` and counting it costs the event loop work in proportion
-    to its bytes (uvicorn's reads, the hand-off of each chunk), which a refusal does not give back: a client
-    sending hostile 2 MB bodies back to back took the loop for as long as it liked, and the others waited.
+    to its bytes (uvicorn's reads, the hand-off of each chunk), which a refusal does not give back: without a
+    bound, a client sending hostile large bodies back to back takes the loop for as long as it likes.
     Per client (by address, as admission charges: :func:`dialogue_safety.service.admission.http_client`):
 
     * **one at a time**: a large body arriving while another of the same client's is being read or counted

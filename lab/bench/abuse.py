@@ -563,15 +563,20 @@ DEEP = 3000  # brackets: the nesting that crashed the JSON parsers of round one
 COST = re.compile(r"cost(?:s| up to) (\d+) model tokens")
 
 
+def can_bind(address: str) -> bool:
+    """Whether this machine can open a connection from ``address`` (a loopback address other than 127.0.0.1)."""
+    try:
+        with socket.socket() as s:
+            s.bind((address, 0))
+    except OSError:
+        return False
+    return True
+
+
 def attacker_source() -> str | None:
     """:data:`ATTACKER_HOST` if this machine can connect from it, else None (the attacker then shares the
     well-behaved client's address, and its fair share: the details say which)."""
-    try:
-        with socket.socket() as s:
-            s.bind((ATTACKER_HOST, 0))
-    except OSError:
-        return None
-    return ATTACKER_HOST
+    return ATTACKER_HOST if can_bind(ATTACKER_HOST) else None
 
 
 def _auth(key: str | None) -> bytes:
