@@ -105,22 +105,12 @@ def main(argv: list[str] | None = None) -> None:
     for lane in lanes:
         lane.row_logits(list(lane.encode([SHORT])[0].model_rows))
 
-    class _Lock:
-        def __init__(self) -> None:
-            self._lock = threading.Lock()
-
-        def __enter__(self) -> object:
-            return self._lock.acquire()
-
-        def __exit__(self, *exc: object) -> None:
-            self._lock.release()
-
     cases = {
         "quiet": _case(served, None, nullcontext, args.seconds),
         "quiet, one thread": _case(lanes[0], None, nullcontext, args.seconds),
         "long alone (served threads)": _case(None, served, nullcontext, args.seconds),
         "long alone (one thread)": _case(None, lanes[1], nullcontext, args.seconds),
-        "one lane (served threads)": _case(served, served, _Lock, args.seconds),
+        "one lane (served threads)": _case(served, served, threading.Lock, args.seconds),
         "two lanes (one thread each)": _case(lanes[0], lanes[1], nullcontext, args.seconds),
     }
     quiet_p99 = float(np.percentile(cases["quiet"][0], 99))
