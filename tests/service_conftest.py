@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -63,6 +64,12 @@ class FakeClassifier:
     blocks warmup (both open by default), ``fail_if`` makes a batch raise, ``batches`` records what was predicted.
     """
 
+    workers = 1
+
+    @staticmethod
+    def cancel_token() -> SimpleNamespace:
+        return SimpleNamespace(terminate=False)
+
     def __init__(self, *, heads: Sequence[str] = ("offensive", "hateful"), threshold: float = 0.5) -> None:
         self.card = ModelCard(
             name="fake", version="1.2.3", heads=list(heads), score_heads=[heads[0]], threshold=threshold
@@ -98,7 +105,7 @@ class FakeClassifier:
             out.append(EncodedExample(tuple(a + b), (0,) * len(a) + (1,) * len(b), (1,) * (len(a) + len(b))))
         return out
 
-    def row_logits(self, rows: Sequence[EncodedExample]) -> np.ndarray:
+    def row_logits(self, rows: Sequence[EncodedExample], worker: int = 0, cancel: object = None) -> np.ndarray:
         """One call of the model: each row's score (the batcher's calls are recorded in ``batches``)."""
         self.entered.set()
         if not self.gate.wait(10):

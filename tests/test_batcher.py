@@ -10,6 +10,7 @@ import os
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -19,7 +20,7 @@ from service_conftest import GUARD_S, submit  # GUARD_S only against hangs; neve
 from dialogue_safety.core.encoding import EncodedExample
 from dialogue_safety.core.errors import NotReady
 from dialogue_safety.core.schema import Example, Label, Prediction
-from dialogue_safety.service.admission import EXPLAIN, AdmissionGate
+from dialogue_safety.service.admission import CLASSIFY, EXPLAIN, AdmissionGate
 from dialogue_safety.service.batcher import LONE_INLINE_CHARS, MicroBatcher
 from dialogue_safety.service.errors import InferenceFailed, Overloaded, RequestTooCostly
 from dialogue_safety.service.settings import ServiceSettings
@@ -73,6 +74,12 @@ def item(ident: int, n_tokens: int = 4) -> Example:
 
 
 class FakeModel:
+    workers = 1
+
+    @staticmethod
+    def cancel_token() -> SimpleNamespace:
+        return SimpleNamespace(terminate=False)
+
     def __init__(self) -> None:
         self.batches: list[list[int]] = []
         self.gate = threading.Event()  # predict waits for it: clear() to hold batches, set() to release
@@ -91,7 +98,7 @@ class FakeModel:
             out.append(EncodedExample(ids, (0,) * len(ids), (1,) * len(ids)))
         return out
 
-    def row_logits(self, rows: Sequence[EncodedExample]) -> np.ndarray:
+    def row_logits(self, rows: Sequence[EncodedExample], worker: int = 0, cancel: object = None) -> np.ndarray:
         """One inference call: each row's ident (recorded per call in ``batches``)."""
         self.entered.set()
         assert self.gate.wait(GUARD_S)
@@ -542,7 +549,7 @@ def test_predict_raising_what_a_future_cannot_hold_fails_that_batch_only(raised:
     class Raising(FakeModel):
         calls = 0
 
-        def row_logits(self, rows: Sequence[EncodedExample]) -> np.ndarray:
+        def row_logits(self, rows: Sequence[EncodedExample], worker: int = 0, cancel: object = None) -> np.ndarray:
             self.calls += 1
             if self.calls == 1:
                 raise raised
@@ -581,9 +588,10 @@ def test_a_batcher_dropped_without_stop_ends_its_inference_thread() -> None:
             b = batcher(model.encode, model)
             await b.start()
             await submit(b, [item(1)])
-            assert b._task is not None
-            b._task.cancel()  # never stopped: only dropped
-            await asyncio.gather(b._task, return_exceptions=True)
+            assert b._tasks
+            for task in b._tasks:
+                task.cancel()  # never stopped: only dropped
+            await asyncio.gather(*b._tasks, return_exceptions=True)
             del b
 
     asyncio.run(main())
@@ -1012,7 +1020,7 @@ def test_inference_runs_below_the_event_loops_priority_by_the_setting() -> None:
     seen: list[tuple[int, int]] = []
 
     class Recording(FakeModel):
-        def row_logits(self, rows: Sequence[EncodedExample]) -> np.ndarray:
+        def row_logits(self, rows: Sequence[EncodedExample], worker: int = 0, cancel: object = None) -> np.ndarray:
             seen.append((threading.get_native_id(), os.getpriority(os.PRIO_PROCESS, threading.get_native_id())))
             return super().row_logits(rows)
 
@@ -1029,3 +1037,122 @@ def test_inference_runs_below_the_event_loops_priority_by_the_setting() -> None:
     seen.clear()
     run(body, Recording(), inference_nice=0)
     assert seen[0][1] == loop_nice
+
+
+class TwoWorkers(WindowedModel):
+    """Two inference workers: each call records its worker (``on``: idents per worker). A call holding
+    ``hold_ident`` waits for ``resume``; a borrowed call (one with a cancel token) holding ``borrow_ident``
+    waits until its token is set and then raises, as onnxruntime does for a terminated run."""
+
+    workers = 2
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.on: dict[int, list[int]] = {0: [], 1: []}
+        self.borrow_ident: int | None = None
+        self.borrowed = threading.Event()
+
+    def row_logits(self, rows: Sequence[EncodedExample], worker: int = 0, cancel: Any = None) -> np.ndarray:
+        idents = [e.input_ids[1] if len(e) >= 3 else e.input_ids[0] for e in rows]
+        if cancel is not None and self.borrow_ident in idents:
+            self.borrowed.set()
+            deadline = time.monotonic() + GUARD_S
+            while not cancel.terminate:
+                assert time.monotonic() < deadline
+                time.sleep(0.001)
+            raise RuntimeError("Exiting due to terminate flag being set to true")
+        out = super().row_logits(rows, worker, cancel)
+        self.on[worker].append(idents[0] if len(idents) == 1 else idents)  # type: ignore[arg-type]
+        return out
+
+
+def test_a_short_request_runs_on_the_second_worker_beside_a_long_one() -> None:
+    """With two workers, a client's long request holds one of them; another client's short request runs on
+    the other and is answered while the long one's batch is still running."""
+    model = TwoWorkers()
+    model.hold_ident = 1  # worker 0 holds the long request's first window
+
+    async def body(b: MicroBatcher, m: TwoWorkers, o: RecordingObserver) -> None:
+        long = asyncio.create_task(submit(b, [Example(utterance="1:10:3")], client="a"))
+        await asyncio.to_thread(m.held.wait, GUARD_S)
+        short = await submit(b, [Example(utterance="7:10:1")], client="b")
+        assert short[0].score == 0.007 and not long.done()  # answered while the long request's batch is held
+        m.resume.set()
+        assert [p.score for p in await long] == [0.012]  # all its windows scored, on whichever worker
+
+    _, model, _ = run(body, model, max_batch_tokens=10)
+    assert 7 in model.on[1] and model.on[0][0] == 1
+
+
+def test_an_idle_worker_borrows_a_busy_clients_rows_and_gives_them_back_when_another_client_comes() -> None:
+    """Alone, a client's rows fill both workers (the second as a borrowed batch); when another client's rows
+    arrive and no worker is free, the borrowed batch is stopped, its rows go back unscored, the newcomer runs,
+    and the long request is still answered from all its rows."""
+    model = TwoWorkers()
+    model.hold_ident = 1  # worker 0: the long request's first window, held
+    model.borrow_ident = 11  # worker 1 borrows the second window and runs until stopped
+
+    async def body(b: MicroBatcher, m: TwoWorkers, o: RecordingObserver) -> None:
+        long = asyncio.create_task(submit(b, [Example(utterance="1:10:3")], client="a"))
+        await asyncio.to_thread(m.held.wait, GUARD_S)
+        await asyncio.to_thread(m.borrowed.wait, GUARD_S)
+        m.borrow_ident = None  # the second time, window 11 runs
+        short = await submit(b, [Example(utterance="7:10:1")], client="b")
+        assert short[0].score == 0.007 and not long.done()
+        m.resume.set()
+        assert [p.score for p in await long] == [0.012]
+        assert o.failures == 0
+
+    _, model, _ = run(body, model, max_batch_tokens=10)
+    ran = sorted(i for rows in model.on.values() for i in rows)  # type: ignore[type-var]
+    assert ran == [1, 7, 11, 12]  # every row once: the stopped window again, nothing lost or doubled
+
+
+def test_the_queue_passes_over_busy_clients_and_lends_their_rows_only_when_nobody_else_waits() -> None:
+    """The row queue, for one worker: the clients with rows in flight on another worker wait while any other
+    client's rows do; when only theirs are left, they make a borrowed batch; rows put back go first again."""
+    from dialogue_safety.service.batch_queue import BatchQueue, Pending
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        model = WindowedModel()
+        queue = BatchQueue(lambda n: None)
+        gate = AdmissionGate(10_000, 10_000)
+
+        def put(utterance: str, client: str) -> Pending:
+            (enc,) = model.encode([Example(utterance=utterance)])
+            pending = Pending(enc, loop.create_future(), 0.0, gate.admit(client, CLASSIFY, enc.tokens))
+            queue.put(pending)
+            return pending
+
+        put("1:10:3", "a")
+        put("2:10:2", "c")
+
+        async def take(busy: set[str]) -> tuple[list[int], bool]:
+            rows, borrowed = await queue.next_batch(8, 0.0, lambda rows: None, 20, lambda: busy)
+            return [row.encoded.input_ids[1] for row in rows], borrowed
+
+        assert await take({"a"}) == ([2, 21], False)  # a is busy elsewhere: c's rows
+        rows, borrowed = await queue.next_batch(8, 0.0, lambda rows: None, 20, lambda: {"a"})
+        assert [r.encoded.input_ids[1] for r in rows] == [1, 11] and borrowed  # only a's rows wait: lent
+        queue.put_back(rows)  # stopped for a newcomer: back, first in a's turn
+        put("3:10:1", "d")
+        assert await take({"a"}) == ([3], False)
+        assert await take(set()) == ([1, 11], False)
+        assert await take(set()) == ([12], False) and not len(queue)
+
+    asyncio.run(main())
+
+
+def test_a_lone_requests_rows_are_shared_out_between_the_free_workers() -> None:
+    """Both workers free: a lone request's two rows run one on each, side by side, and its answer comes from
+    both rows."""
+    model = TwoWorkers()
+
+    async def body(b: MicroBatcher, m: TwoWorkers, o: RecordingObserver) -> None:
+        [p] = await submit(b, [Example(utterance="1:10:2")], client="a")
+        assert p.score == 0.011
+
+    _, model, _ = run(body, model)
+    assert len(model.on[0]) == 1 and len(model.on[1]) == 1
+    assert sorted([*model.on[0], *model.on[1]]) == [1, 11]  # type: ignore[type-var]

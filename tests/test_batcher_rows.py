@@ -66,6 +66,8 @@ class Recording:
 
     def __init__(self, clf: OnnxClassifier) -> None:
         self.clf = clf
+        self.workers = clf.workers
+        self.cancel_token = clf.cancel_token
         self.owner: dict[int, str] = {}  # id(row) -> request name
         self.calls: list[list[str]] = []
 
@@ -73,9 +75,10 @@ class Recording:
         for row in encoded.model_rows:
             self.owner[id(row)] = name
 
-    def row_logits(self, rows: Sequence[EncodedExample]) -> np.ndarray:
+    def row_logits(self, rows: Sequence[EncodedExample], worker: int = 0, cancel: object = None) -> np.ndarray:
+        logits = self.clf.row_logits(rows, worker, cancel)  # a stopped run raises: not recorded
         self.calls.append([self.owner.get(id(row), "?") for row in rows])
-        return self.clf.row_logits(rows)
+        return logits
 
     def predict_scored(self, encoded: Sequence[EncodedExample], scored: object) -> list[Prediction]:
         return self.clf.predict_scored(encoded, scored)  # type: ignore[arg-type]
@@ -115,14 +118,16 @@ def _same_verdict(got: Prediction, want: Prediction) -> None:
     assert got.categories == pytest.approx(want.categories, abs=1e-5)
 
 
+@pytest.mark.parametrize("workers", [1, 2])
 @pytest.mark.parametrize("which", ["segments", "decomposed"])
 def test_rows_spread_over_batches_give_the_verdict_of_the_request_scored_whole(
     which: str,
+    workers: int,
     tiny_model_dir: Path,  # noqa: F811
     request: pytest.FixtureRequest,
 ) -> None:
     model_dir = tiny_model_dir if which == "segments" else request.getfixturevalue("decomposed_model_dir")
-    clf = OnnxClassifier(model_dir, variant="fp32")
+    clf = OnnxClassifier(model_dir, variant="fp32", workers=workers)
     encoded = clf.encode(LONG_REQUESTS)
     assert all(len(e.rows) > 1 for e in encoded)  # long: several windows each
     assert (encoded[0].alone is not None) == (which == "decomposed")  # with history: an utterance-alone row too
@@ -138,5 +143,23 @@ def test_rows_spread_over_batches_give_the_verdict_of_the_request_scored_whole(
     calls_with_long = [i for i, call in enumerate(recording.calls) if "long" in call]
     calls_with_short = [i for i, call in enumerate(recording.calls) if "short" in call]
     n_long_rows = sum(len(e.model_rows) for e in encoded)
-    assert len(calls_with_long) == n_long_rows  # one long row a call
-    assert calls_with_short and all(calls_with_long[0] < i < calls_with_long[-1] for i in calls_with_short)
+    assert len(calls_with_long) == n_long_rows  # one long row a call (a stopped borrowed run is not a call)
+    if workers == 1:
+        assert calls_with_short and all(calls_with_long[0] < i < calls_with_long[-1] for i in calls_with_short)
+    else:  # the short rows ran on the other worker, before the long requests' last rows
+        assert calls_with_short and calls_with_short[0] < calls_with_long[-1]
+
+
+def test_each_worker_has_its_own_session_with_the_same_logits_and_a_set_token_stops_a_run(
+    tiny_model_dir: Path,  # noqa: F811
+) -> None:
+    clf = OnnxClassifier(tiny_model_dir, variant="fp32", workers=2, intra_op_threads=2)
+    assert clf.workers == 2 and clf.intra_op_threads == 1  # the threads shared out
+    rows = [row for e in clf.encode(LONG_REQUESTS + SHORT_REQUESTS) for row in e.model_rows]
+    np.testing.assert_allclose(clf.row_logits(rows, 1), clf.row_logits(rows, 0), atol=1e-5)
+    token = clf.cancel_token()
+    np.testing.assert_allclose(clf.row_logits(rows, 1, token), clf.row_logits(rows), atol=1e-5)  # not set: runs
+    token.terminate = True
+    with pytest.raises(Exception, match="(?i)terminate"):
+        clf.row_logits(rows, 1, token)
+    np.testing.assert_allclose(clf.row_logits(rows, 1), clf.row_logits(rows, 0), atol=1e-5)  # the session still serves

@@ -42,7 +42,9 @@ def own_nice() -> int:
 def test_onnxruntime_threads_start_at_the_inference_priority(tiny_model_dir: Path, nice: int) -> None:
     base = own_nice()
     before = thread_nices()
-    settings = ServiceSettings(model_dir=tiny_model_dir, variant="fp32", intra_op_threads=2, inference_nice=nice)
+    settings = ServiceSettings(
+        model_dir=tiny_model_dir, variant="fp32", intra_op_threads=2, inference_workers=1, inference_nice=nice
+    )
     classifier = load_onnx_classifier(settings)
     started = {tid: n for tid, n in thread_nices().items() if tid not in before}
     assert started, "onnxruntime started no thread of its own (its intra-op pool, 2 threads asked)"

@@ -247,6 +247,7 @@ class OnnxClassifier:
         derive_in_subprocess: bool = False,
         int8_check: bool = True,
         thresholds: Sequence[float] = (),
+        workers: int = 1,
     ) -> None:
         if max_batch_tokens < 1 or max_batch_size < 1:
             raise ValueError(
@@ -266,10 +267,19 @@ class OnnxClassifier:
         self.model_id = self.card.model_id
         self._n_heads = len(self.card.heads)
         self._context_cols = context_columns(self.card)
+        if workers < 1:
+            raise ValueError(f"workers must be >= 1, got {workers}")
+        # workers: sessions run side by side by the service's inference workers, the intra-op threads shared out
+        threads = intra_op_threads or physical_cores()
+        per_worker = max(1, threads // workers) if workers > 1 else intra_op_threads
         self.session, self.variant, self.provider, self.path = self._load_session(
-            variant, providers, intra_op_threads, allow_spinning
+            variant, providers, per_worker, allow_spinning
         )
-        self.intra_op_threads = intra_op_threads or physical_cores()
+        self.intra_op_threads = per_worker or threads  # a session's threads (each worker's)
+        self.workers = workers if self.provider == CPU else 1  # one device: one worker
+        self._worker_sessions = [self.session] + [
+            self._session(self.variant, [CPU], per_worker, allow_spinning)[0] for _ in range(self.workers - 1)
+        ]
         self._input_names = [i.name for i in self.session.get_inputs()]
         self._check_signature()
         # the int8 check (ModelCard.int8_check_band): an fp32 session for the dialogues int8 scores near a threshold
@@ -419,12 +429,13 @@ class OnnxClassifier:
             return iter([np.arange(len(encoded))])
         return token_budget_batches(lengths, self.max_batch_tokens, self.max_batch_size)
 
-    def run_batch(self, encoded: Sequence[EncodedExample], session: Any = None) -> np.ndarray:
-        """[n, heads] float32 logits of one batch, padded to its longest example."""
+    def run_batch(self, encoded: Sequence[EncodedExample], session: Any = None, cancel: Any = None) -> np.ndarray:
+        """[n, heads] float32 logits of one batch, padded to its longest example (``cancel``: a
+        :meth:`cancel_token` that stops the run when set)."""
         feeds = pad_batch(encoded, self.encoder.pad_id)
         if len(self._input_names) != len(feeds):
             feeds = {k: feeds[k] for k in self._input_names}
-        out = (session or self.session).run([OUTPUT_NAME], feeds)[0]
+        out = (session or self.session).run([OUTPUT_NAME], feeds, cancel)[0]
         return np.asarray(out, dtype=np.float32).reshape(len(encoded), self._n_heads)
 
     def logits_encoded(self, encoded: Sequence[EncodedExample], run: RowLogits | None = None) -> np.ndarray:
@@ -443,22 +454,31 @@ class OnnxClassifier:
             self.checked_items += int(idx.size)
         return logits
 
-    def _row_logits(self, encoded: Sequence[EncodedExample], session: Any = None) -> np.ndarray:
+    def _row_logits(self, encoded: Sequence[EncodedExample], session: Any = None, cancel: Any = None) -> np.ndarray:
         n = len(encoded)
         if n == 0:
             return np.zeros((0, self._n_heads), dtype=np.float32)
         if fits(n, max(len(e) for e in encoded), self.max_batch_tokens, self.max_batch_size):
-            return self.run_batch(encoded, session)  # one batch (the micro-batcher's always are)
+            return self.run_batch(encoded, session, cancel)  # one batch (the micro-batcher's always are)
         out = np.empty((n, self._n_heads), dtype=np.float32)
         for idx in self.batches(encoded):
-            out[idx] = self.run_batch([encoded[i] for i in idx], session)
+            out[idx] = self.run_batch([encoded[i] for i in idx], session, cancel)
         return out
 
     # -- rows: what the micro-batcher schedules (dialogue_safety.service.batcher) --
-    def row_logits(self, rows: Sequence[EncodedExample]) -> np.ndarray:
+    def row_logits(self, rows: Sequence[EncodedExample], worker: int = 0, cancel: Any = None) -> np.ndarray:
         """[len(rows), heads] logits of model rows, each run as it is (a window or an utterance-alone row of
-        any example: :attr:`EncodedExample.model_rows`), in the caller's order."""
-        return self._row_logits(rows)
+        any example: :attr:`EncodedExample.model_rows`), in the caller's order, on ``worker``'s session (one
+        of :attr:`workers`; each may run beside the others). ``cancel``: a :meth:`cancel_token`; once set, the
+        run stops and raises."""
+        return self._row_logits(rows, self._worker_sessions[worker], cancel)
+
+    @staticmethod
+    def cancel_token() -> Any:
+        """A token for :meth:`row_logits` that another thread may set (``token.terminate = True``) to stop the run."""
+        import onnxruntime as ort
+
+        return ort.RunOptions()
 
     def predict_scored(
         self, encoded: Sequence[EncodedExample], scored: RowLogits, threshold: float | None = None
@@ -506,6 +526,9 @@ class OnnxClassifier:
         for _ in range(rounds):
             self.predict([short])
             self.predict([long])
+            for worker in range(1, self.workers):  # the other workers' sessions too
+                for encoded in self.encode([short, long]):
+                    self.row_logits(encoded.model_rows, worker)
         return time.perf_counter() - started
 
     def __repr__(self) -> str:

@@ -16,6 +16,12 @@ of the row taken last. A client that sends one request at a time therefore goes 
 a client that keeps the queue busy, and two busy clients get the same tokens. Within a client, its items
 in the order they arrived. Used by :class:`dialogue_safety.service.batcher.MicroBatcher`; admission
 (:mod:`dialogue_safety.service.admission`) bounds what it holds.
+
+With several inference workers, a batch is formed for one worker while the others run theirs: the clients
+whose rows are in flight elsewhere (``busy``) are passed over, so a client's long request holds one worker
+while another client's rows run on the next. Only when nothing but busy clients' rows waits does a worker
+take them (a **borrowed** batch, which the batcher stops and gives back with :meth:`BatchQueue.put_back`
+as soon as another client's rows arrive and no worker is free).
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ import asyncio
 import heapq
 import itertools
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,8 +41,9 @@ from dialogue_safety.service.admission import CLASSIFY, EXPLAIN, Charge, LaneNam
 
 @dataclass(slots=True, eq=False)
 class Pending:
-    """One item of a request: its rows are handed to batches in order (``taken`` so far), their logits
-    (``logits``, [rows, heads]) written by the inference thread as they are scored."""
+    """One item of a request: its rows are handed to batches in order (``todo``: the indices not yet handed
+    out; a stopped batch's rows come back to its front), their logits (``logits``, [rows, heads]) written by
+    the inference workers as they are scored (``scored`` of them so far: the item is answered at all)."""
 
     encoded: EncodedExample
     future: asyncio.Future[Prediction]
@@ -44,12 +51,14 @@ class Pending:
     charge: Charge | None = None  # its request's admission charge; this item's tokens go back when it settles
     lane: LaneName = CLASSIFY
     rows: tuple[EncodedExample, ...] = field(init=False)
-    taken: int = field(default=0, init=False)
-    logits: Any = field(default=None, init=False)  # np.ndarray once a row is scored (inference thread only)
+    todo: deque[int] = field(init=False)
+    scored: int = field(default=0, init=False)  # rows scored (by the inference workers, under their lock)
+    logits: Any = field(default=None, init=False)  # np.ndarray once a row is scored (inference workers only)
     dropped: bool = field(default=False, init=False)  # its caller went away and its rows were dropped
 
     def __post_init__(self) -> None:
         self.rows = self.encoded.model_rows
+        self.todo = deque(range(len(self.rows)))
 
     @property
     def client(self) -> str:
@@ -66,11 +75,6 @@ class Row:
     @property
     def encoded(self) -> EncodedExample:
         return self.item.rows[self.index]
-
-    @property
-    def last(self) -> bool:
-        """The item's last row: the item is answered once it is scored."""
-        return self.index == len(self.item.rows) - 1
 
 
 class _Lane:
@@ -95,31 +99,48 @@ class _Lane:
         self.tags[client] = tag
         heapq.heappush(self._turns, (tag, next(self._arrival), client))
 
-    def next_client(self) -> str | None:
-        """The client whose row goes next (None: no client waits)."""
+    def next_client(self, busy: Collection[str] = ()) -> str | None:
+        """The client whose row goes next, passing over those in ``busy`` (None: no other client waits)."""
         while self._turns:
             tag, _, client = self._turns[0]
             if self.tags.get(client) == tag and client in self.clients:
-                return client
+                break
             heapq.heappop(self._turns)  # stale: the client's tag moved on, or it has nothing left
-        return None
+        else:
+            return None
+        if client not in busy:
+            return client
+        waiting = (t for t in sorted(self._turns) if self.tags.get(t[2]) == t[0] and t[2] in self.clients)
+        return next((c for _, _, c in waiting if c not in busy), None)
 
     def take(self, client: str) -> tuple[Row, bool]:
         """The next row of ``client``'s first item, and whether that item is now fully taken."""
         q = self.clients[client]
         item = q[0]
-        row = Row(item, item.taken)
-        item.taken += 1
-        finished = item.taken == len(item.rows)
+        row = Row(item, item.todo.popleft())
+        finished = not item.todo
         if finished:
             q.popleft()
-        heapq.heappop(self._turns)
         self.now = self.tags[client]
+        self.tags[client] = -1  # its turn entry is stale now, wherever it is in the heap
         if q:
             self._push(client, self.now + len(row.encoded))
         else:
             self.forget(client)
         return row, finished
+
+    def put_back(self, item: Pending, indices: list[int]) -> bool:
+        """Give ``item``'s rows ``indices`` (handed out, not scored) back, first in its client's turn; True if
+        the item was fully taken before (it waits again)."""
+        q = self.clients.get(item.client)
+        if q is None:
+            self.clients[item.client] = q = deque()
+            self._push(item.client, self.now)
+        again = not item.todo
+        item.todo.extendleft(reversed(indices))
+        if again:
+            q.appendleft(item)
+        return again
 
     def drop_first(self, client: str) -> Pending:
         """Remove ``client``'s first item (its caller is gone) without a turn passing."""
@@ -158,6 +179,10 @@ class BatchQueue:
     def _items(self) -> Iterator[Pending]:
         return (item for lane in self._lanes.values() for item in lane.items())
 
+    def rows(self) -> int:
+        """Rows waiting (not yet handed to a batch)."""
+        return sum(len(item.todo) for item in self._items())
+
     def live(self) -> int:
         """Items waiting whose caller still waits (cancelled ones are dropped when reached)."""
         return sum(1 for item in self._items() if not item.future.done())
@@ -185,20 +210,32 @@ class BatchQueue:
         if gone:
             self._on_dropped(gone)
 
-    def _fill(self, batch: list[Row], max_size: int, max_tokens: int | None = None) -> bool:
-        """Move rows into ``batch`` (classification first; the clients of a lane by turn) until it holds
-        ``max_size`` rows or, with ``max_tokens``, the next row's tokens would take it past that (a first row
-        always goes in); drop the items whose caller is gone. True when the batch is full."""
+    def put_back(self, rows: Iterable[Row]) -> None:
+        """Rows of a stopped batch, not scored: back to the front of their items (first in their clients'
+        turn), the items whose caller is gone left out."""
+        by_item: dict[int, tuple[Pending, list[int]]] = {}
+        for row in rows:
+            by_item.setdefault(id(row.item), (row.item, []))[1].append(row.index)
+        for item, indices in reversed(by_item.values()):  # each to the front: the first ends up first
+            if not item.future.done() and self._lanes[item.lane].put_back(item, sorted(indices)):
+                self._size += 1
+        if self._size:
+            self._arrived.set()
+
+    def _fill(self, batch: list[Row], max_size: int, max_tokens: int | None = None, busy: Collection[str] = ()) -> bool:
+        """Move rows into ``batch`` (classification first; the clients of a lane by turn, passing over those in
+        ``busy``) until it holds ``max_size`` rows or, with ``max_tokens``, the next row's tokens would take it
+        past that (a first row always goes in); drop the items whose caller is gone. True when the batch is full."""
         work = sum(len(row.encoded) for row in batch)  # the batch's tokens so far (it may be refilled)
         for lane in self._lanes.values():
-            while len(batch) < max_size and (client := lane.next_client()) is not None:
+            while len(batch) < max_size and (client := lane.next_client(busy)) is not None:
                 item = lane.clients[client][0]
                 if item.future.done():  # its caller is gone (or an earlier row failed): the rest is not run
                     lane.drop_first(client)
                     self._size -= 1
                     self.drop([item])
                     continue
-                tokens = len(item.rows[item.taken])
+                tokens = len(item.rows[item.todo[0]])
                 if max_tokens is not None and batch and work + tokens > max_tokens:
                     return True  # the next row waits for the next batch: no batch holds more than one call's work
                 row, finished = lane.take(client)
@@ -208,11 +245,10 @@ class BatchQueue:
                 work += tokens
         return len(batch) >= max_size
 
-    async def _fill_when_arrived(self, batch: list[Row], max_size: int, max_tokens: int | None) -> bool:
+    async def _arrival(self) -> None:
         while not len(self):
             self._arrived.clear()
             await self._arrived.wait()
-        return self._fill(batch, max_size, max_tokens)
 
     async def next_batch(
         self,
@@ -220,24 +256,37 @@ class BatchQueue:
         wait_s: float,
         on_cancel: Callable[[list[Row]], None],
         max_tokens: int | None = None,
-    ) -> list[Row]:
-        """The next live rows, then, with ``wait_s`` > 0, what arrives until the batch holds ``max_size``
-        rows (or ``max_tokens`` tokens: one inference call's budget) or ``wait_s`` after its first row's
-        item arrived. Cancelled while waiting for company: ``on_cancel(rows taken)`` (their callers must
-        not wait for ever), then raises."""
+        busy: Callable[[], Collection[str]] = frozenset,
+        free: Callable[[], int] = lambda: 1,
+    ) -> tuple[list[Row], bool]:
+        """The next live rows of the clients not ``busy()`` (with rows in flight on another worker), then, with
+        ``wait_s`` > 0, what arrives until the batch holds ``max_size`` rows (or ``max_tokens`` tokens: one
+        inference call's budget) or ``wait_s`` after its first row's item arrived; and whether it is borrowed:
+        when only busy clients' rows wait, a batch of theirs, at once. With ``free()`` workers free (this one
+        included), the rows waiting are shared out: this batch takes its share of them, so a lone request's
+        rows run on the free workers side by side. Cancelled while waiting for company: ``on_cancel(rows
+        taken)`` (their callers must not wait for ever), then raises."""
         batch: list[Row] = []
-        full = False
+        full = borrowed = False
         while not batch:
-            full = await self._fill_when_arrived(batch, max_size, max_tokens)
-        if full or wait_s <= 0:
-            return batch
+            await self._arrival()
+            if (workers := free()) > 1:
+                max_size = min(max_size, -(-self.rows() // workers))
+            full = self._fill(batch, max_size, max_tokens, busy())
+            if not batch and len(self):  # only busy clients' rows wait (or none is live any more)
+                full = self._fill(batch, max_size, max_tokens)
+                borrowed = True
+        if borrowed or full or wait_s <= 0:
+            return batch, borrowed
         try:
             async with asyncio.timeout_at(batch[0].item.enqueued + wait_s):
-                while not full:
-                    full = await self._fill_when_arrived(batch, max_size, max_tokens)
+                while not full:  # nothing more to take now (or only busy clients' rows): wait for an arrival
+                    self._arrived.clear()
+                    await self._arrived.wait()
+                    full = self._fill(batch, max_size, max_tokens, busy())
         except TimeoutError:
             pass
         except asyncio.CancelledError:
             on_cancel(batch)
             raise
-        return batch
+        return batch, borrowed

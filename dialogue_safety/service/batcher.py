@@ -3,18 +3,25 @@
 A queue of pending items (an encoded example and the future its caller awaits), bounded by
 admission (:mod:`dialogue_safety.service.admission`): a submission is encoded, charged its work
 (tokens x windows x passes) and queued, or refused (429 or 413) before anything is queued. One
-background task (started and stopped in the app's lifespan) forms batches and runs them, one at a
-time, in a single inference thread. The unit of scheduling is a **row**, not a request: an item is
-scored in rows (:attr:`dialogue_safety.core.encoding.EncodedExample.model_rows`: each window of a long
-utterance, each utterance-alone row), a batch is rows taken from the waiting items in turn
+background task per **inference worker** (started and stopped in the app's lifespan) forms batches and
+runs them, one at a time, in that worker's thread on its own session (the model's
+:attr:`RowModel.workers`, ``SAFETY_INFERENCE_WORKERS``; the cores shared out between them).
+
+The unit of scheduling is a **row**, not a request: an item is scored in rows
+(:attr:`dialogue_safety.core.encoding.EncodedExample.model_rows`: each window of a long utterance, each
+utterance-alone row), a batch is rows taken from the waiting items in turn
 (:mod:`dialogue_safety.service.batch_queue`: classification before explanation, the clients of a lane by
 turns of work), and it closes at ``max_batch_size`` rows, when the next row would take it past
 ``max_batch_tokens`` tokens (one inference call's worth), or at its deadline (``max_wait_s`` after its
 first item arrived). So a long request's windows are spread over successive batches with other
-clients' rows between them, and nobody waits behind more than one bounded batch. A batch runs in
-length-sorted inference calls of at most ``max_batch_tokens`` padded tokens each (rows x longest), cut
-by the one batching rule (:func:`dialogue_safety.core.batch_budget.token_budget_batches`); each row's
-logits are kept with its item, and an item is answered once its last row is scored: its rows are
+clients' rows between them, and nobody waits behind more than one bounded batch. With two or more
+workers, a client's rows run on one worker at a time while another client's rows wait, so a short
+request runs beside a long one instead of behind it; a worker left idle takes a busy client's rows
+only as a *borrowed* batch, stopped (its rows given back, unscored) the moment another client's rows
+arrive and no worker is free. A batch runs in length-sorted inference calls of at most
+``max_batch_tokens`` padded tokens each (rows x longest), cut by the one batching rule
+(:func:`dialogue_safety.core.batch_budget.token_budget_batches`); each row's logits are kept with its
+item, and an item is answered once all its rows are scored, on whichever workers: its rows are
 combined by the runtime as a whole request's would be (:meth:`RowModel.predict_scored`), so its
 verdict does not depend on how its rows were batched. The settings
 (:class:`dialogue_safety.service.settings.ServiceSettings`) hold every default.
@@ -43,6 +50,7 @@ import time
 import weakref
 from collections.abc import Callable, Sequence
 from contextlib import suppress
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
@@ -69,11 +77,20 @@ LONE_INLINE_CHARS = 2_000
 
 
 class RowModel(Protocol):
-    """What the batcher runs (:class:`dialogue_safety.core.runtime.OnnxClassifier` has both): rows of any
-    items in one call, and the predictions of items whose rows are all scored."""
+    """What the batcher runs (:class:`dialogue_safety.core.runtime.OnnxClassifier` has it all): rows of any
+    items in one call on one of its workers, and the predictions of items whose rows are all scored."""
 
-    def row_logits(self, rows: Sequence[EncodedExample]) -> np.ndarray:
-        """[len(rows), heads] logits, each row run as it is, in order."""
+    @property
+    def workers(self) -> int:
+        """Sessions that run side by side (one inference thread each)."""
+        ...
+
+    def row_logits(self, rows: Sequence[EncodedExample], worker: int = 0, cancel: Any = None) -> np.ndarray:
+        """[len(rows), heads] logits, each row run as it is, in order, on ``worker``; a set ``cancel`` stops it."""
+        ...
+
+    def cancel_token(self) -> Any:
+        """A token for :meth:`row_logits` whose ``terminate = True`` (from another thread) stops the run."""
         ...
 
     def predict_scored(self, encoded: Sequence[EncodedExample], scored: RowLogits) -> list[Prediction]:
@@ -119,11 +136,12 @@ class MicroBatcher:
         self._encoder: Encoder = encoder or EncodeCoalescer(encode, self._shutting_down)
         self._observer: BatchObserver = observer or NullObserver()
         self._queue: BatchQueue | None = None
-        self._task: asyncio.Task[None] | None = None
-        self._inference = _InferenceThread(settings.inference_nice)
+        self._tasks: list[asyncio.Task[None]] = []  # the workers' loops
+        self._workers = [_InferenceThread(k, settings.inference_nice) for k in range(max(1, model.workers))]
+        self._done_lock = threading.Lock()  # the workers count an item's scored rows under it
         self._encoding = 0  # items admitted and being (or waiting to be) encoded
         self._accepting = self._stopped = self._draining = False
-        self._running_batch = False
+        self._running_batch = 0  # batches being run (one a worker at most)
         self._arrived_while_running = 0
         self._expect_company = False
         self._outstanding = 0  # futures handed out and not yet settled (drain waits for 0)
@@ -131,30 +149,34 @@ class MicroBatcher:
 
     # -- lifecycle ----------------------------------------------------------------------------
     async def start(self) -> None:
-        if self._task is not None:
+        if self._tasks:
             raise RuntimeError("the batcher is already running")
         self._queue = BatchQueue(self._observer.observe_dropped)
         self._settled = asyncio.Event()
         self._settled.set()
-        self._inference.start()
+        for worker in self._workers:
+            worker.start()
         self._encoder.start()
-        self._task = asyncio.create_task(self._loop(), name="safety-micro-batcher")
-        self._task.add_done_callback(self._loop_ended)
+        for worker in self._workers:
+            task = asyncio.create_task(self._loop(worker), name=f"safety-micro-batcher-{worker.index}")
+            task.add_done_callback(self._loop_ended)
+            self._tasks.append(task)
         self._accepting = True
 
     async def stop(self) -> None:
         """Refuse new work, stop the loop, fail every pending future with ``shutting_down``."""
         self._accepting = False
         self._stopped = True
-        task, self._task = self._task, None
-        if task is not None:
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
             task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         if self._queue is not None:
             _fail_all(self._queue.take_all(), self._shutting_down())
         self._observer.observe_queue_depth(0)
         self._encoder.stop()  # what was not handed to the encoding thread yet fails too
-        self._inference.stop()
+        for worker in self._workers:
+            worker.stop()
 
     async def drain(self, timeout_s: float) -> bool:
         """Let every admitted item finish, refusing new work, then :meth:`stop`; True if all did in time."""
@@ -179,7 +201,7 @@ class MicroBatcher:
 
     @property
     def running(self) -> bool:
-        return self._accepting and self._task is not None and not self._task.done()
+        return self._accepting and bool(self._tasks) and not any(task.done() for task in self._tasks)
 
     @property
     def depth(self) -> int:
@@ -193,7 +215,7 @@ class MicroBatcher:
     # -- admitting ------------------------------------------------------------------------------
     def _check_running(self, *, admitted: bool = False) -> None:
         # admitted: items charged before encoding; a draining batcher still takes them (in flight)
-        in_flight = admitted and self._draining and self._task is not None and not self._task.done()
+        in_flight = admitted and self._draining and bool(self._tasks) and not any(t.done() for t in self._tasks)
         if not (self._accepting or in_flight) or self._queue is None:
             raise self._shutting_down() if self._stopped else NotReady("the batcher is not running")
 
@@ -310,15 +332,27 @@ class MicroBatcher:
         self._outstanding += len(encoded)
         if self._running_batch:
             self._arrived_while_running += len(encoded)
+            self._make_room(charge.client)
         self._observer.observe_queue_depth(self.depth)
         return futures
 
+    def _make_room(self, client: str) -> None:
+        """``client``'s rows just arrived: if no worker is free for them, the client has no rows in flight (else
+        they wait for its turn anyway) and a worker runs a borrowed batch, stop that batch (the latest started;
+        its rows go back, unscored)."""
+        if any(w.job is None for w in self._workers) or client in self._busy_clients():
+            return
+        borrowed = [w for w in self._workers if w.job is not None and w.job.borrowed]
+        if borrowed:
+            max(borrowed, key=lambda w: w.job.started if w.job is not None else 0.0).stop_job()
+
     # -- the loop ---------------------------------------------------------------------------------
-    async def _loop(self) -> None:
+    async def _loop(self, worker: _InferenceThread) -> None:
+        """One worker's loop: form a batch for it, run it, again."""
         while True:
-            batch = await self._next_batch()
+            batch, borrowed = await self._next_batch()
             try:
-                await self._run(batch)
+                await self._run(batch, worker, borrowed)
             except asyncio.CancelledError:
                 self._fail_stopped(batch)
                 raise
@@ -326,12 +360,22 @@ class MicroBatcher:
                 log.exception("micro-batcher: unexpected error; failing one batch and continuing")
                 _fail_all(_items_of(batch), InferenceFailed())
 
-    async def _next_batch(self) -> list[Row]:
+    async def _next_batch(self) -> tuple[list[Row], bool]:
         assert self._queue is not None
         wait_s = self.max_wait_s if self._expect_company else 0.0  # company only when traffic is concurrent
-        return await self._queue.next_batch(self.max_batch_size, wait_s, self._fail_stopped, self.max_batch_tokens)
+        return await self._queue.next_batch(
+            self.max_batch_size, wait_s, self._fail_stopped, self.max_batch_tokens, self._busy_clients, self._free
+        )
 
-    async def _run(self, batch: list[Row]) -> None:
+    def _free(self) -> int:
+        """Workers free (no batch running): the rows waiting are shared out between them."""
+        return sum(1 for w in self._workers if w.job is None)
+
+    def _busy_clients(self) -> set[str]:
+        """The clients with rows in flight on a worker."""
+        return {client for w in self._workers if w.job is not None for client in w.job.clients}
+
+    async def _run(self, batch: list[Row], worker: _InferenceThread | None = None, borrowed: bool = False) -> None:
         assert self._queue is not None
         live = [row for row in batch if not row.item.future.done()]  # callers gone while waiting for company
         if len(live) < len(batch):
@@ -344,11 +388,15 @@ class MicroBatcher:
             if row.index == 0:
                 self._observer.observe_queue_wait(now - row.item.enqueued)
         items = _items_of(live)
-        done = [row.item for row in live if row.last]  # answered once this batch is scored
         calls = _calls([row.encoded for row in live], self.max_batch_tokens, self.max_batch_size)
-        self._running_batch, self._arrived_while_running = True, 0
+        if not self._running_batch:
+            self._arrived_while_running = 0
+        self._running_batch += 1
+        worker = worker or self._workers[0]
         try:
-            predictions, timings = await self._inference.run(self._model, live, calls, done)
+            done, predictions, timings, unscored = await worker.run(
+                _Job(self._model, live, calls, self._done_lock, borrowed, {item.client for item in items})
+            )
         except Exception:
             # Log the failure without the inputs; fail only the items this batch held rows of.
             padded = _padded([row.encoded for row in live], calls)
@@ -357,10 +405,13 @@ class MicroBatcher:
             _fail_all(items, InferenceFailed())
             return
         finally:
-            self._running_batch = False
+            self._running_batch -= 1
             self._expect_company = len(items) > 1 or self._arrived_while_running > 0
         for size, tokens, seconds in timings:
             self._observer.observe_batch(size, tokens, seconds)
+        if unscored:  # a borrowed batch stopped for another client's rows: its rows wait again
+            self._queue.put_back(unscored)
+            self._observer.observe_queue_depth(self.live_depth())
         for item, prediction in zip(done, predictions, strict=True):
             if not item.future.done():
                 item.future.set_result(prediction)
@@ -391,25 +442,51 @@ def _give_back(charge: Charge, tokens: int) -> Callable[[asyncio.Future[Predicti
     return give_back
 
 
-# one batch's predictions (of its items whose last row it held), and (rows, padded tokens, seconds) of each call
-_Result = tuple[list[Prediction], list[tuple[int, int, float]]]
-_Job = tuple[asyncio.AbstractEventLoop, "asyncio.Future[_Result]", RowModel, list[Row], list[list[int]], list[Pending]]
+@dataclass(eq=False)
+class _Job:
+    """One batch handed to a worker: its rows, cut into ``calls``; ``lock``: the batcher's, under which the
+    workers count an item's scored rows; ``borrowed``: rows of clients busy on another worker, stopped with
+    :meth:`_InferenceThread.stop_job` when another client needs the worker (``cancel``: the model's token)."""
+
+    model: RowModel
+    rows: list[Row]
+    calls: list[list[int]]
+    lock: threading.Lock
+    borrowed: bool
+    clients: set[str]
+    started: float = field(default_factory=time.perf_counter)
+    cancel: Any = None
+    stopped: bool = False
+
+    def __post_init__(self) -> None:
+        if self.borrowed:
+            self.cancel = self.model.cancel_token()
+
+
+# a job's items answered (all their rows scored), their predictions, (rows, padded tokens, seconds) of each call
+# run, and the rows left unscored (a stopped borrowed job)
+_Result = tuple[list[Pending], list[Prediction], list[tuple[int, int, float]], list[Row]]
+_Handoff = tuple[asyncio.AbstractEventLoop, "asyncio.Future[_Result]", _Job]
 
 
 class _InferenceThread:
-    """The one thread inference runs in, off the event loop. A job goes over a queue and its result comes
-    back with one ``call_soon_threadsafe`` (no executor future chained to an asyncio one: the lone request's
-    path is a hand-off each way and nothing more)."""
+    """One inference worker: the thread its batches run in, off the event loop, on the model's session
+    ``index``. A job goes over a queue and its result comes back with one ``call_soon_threadsafe`` (no
+    executor future chained to an asyncio one: the lone request's path is a hand-off each way and nothing
+    more). ``job``: the one it runs (None: free)."""
 
-    def __init__(self, nice: int = 0) -> None:
+    def __init__(self, index: int = 0, nice: int = 0) -> None:
+        self.index = index
         self._nice = nice
-        self._jobs: queue.SimpleQueue[_Job | None] | None = None
+        self.job: _Job | None = None
+        self._jobs: queue.SimpleQueue[_Handoff | None] | None = None
         self._end: weakref.finalize[..., Any] | None = None
 
     def start(self) -> None:
-        jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        jobs: queue.SimpleQueue[_Handoff | None] = queue.SimpleQueue()
         self._jobs = jobs
-        threading.Thread(target=_serve_jobs, args=(jobs, self._nice), name="safety-inference", daemon=True).start()
+        name = f"safety-inference-{self.index}"
+        threading.Thread(target=_serve_jobs, args=(jobs, self.index, self._nice), name=name, daemon=True).start()
         self._end = weakref.finalize(self, jobs.put, None)  # a batcher dropped without stop() ends its thread too
 
     def stop(self) -> None:
@@ -418,27 +495,38 @@ class _InferenceThread:
             self._end()  # puts the end of the jobs once
         self._jobs = self._end = None
 
-    async def run(self, model: RowModel, rows: list[Row], calls: list[list[int]], done: list[Pending]) -> _Result:
+    def stop_job(self) -> None:
+        """Stop the borrowed job running now: its calls not yet run are skipped, the one running is cut short."""
+        job = self.job
+        if job is not None and job.borrowed and not job.stopped:
+            job.stopped = True
+            job.cancel.terminate = True
+
+    async def run(self, job: _Job) -> _Result:
         if self._jobs is None:
             raise RuntimeError("the inference thread is not running")
         loop = asyncio.get_running_loop()
         future: asyncio.Future[_Result] = loop.create_future()
-        self._jobs.put((loop, future, model, rows, calls, done))
-        return await future
+        self.job = job
+        try:
+            self._jobs.put((loop, future, job))
+            return await future
+        finally:
+            self.job = None
 
 
-def _serve_jobs(jobs: queue.SimpleQueue[_Job | None], nice: int = 0) -> None:
-    """The inference thread: run each job, hand its result (or its error) back to the job's event loop.
+def _serve_jobs(jobs: queue.SimpleQueue[_Handoff | None], worker: int = 0, nice: int = 0) -> None:
+    """A worker's thread: run each job, hand its result (or its error) back to the job's event loop.
     It runs ``nice`` steps below the process's priority (``SAFETY_INFERENCE_NICE``): when inference and the
     event loop share a core, the event loop runs first, so refusals and health checks stay fast under
     overload while inference takes the CPU left."""
     lower_thread_priority(nice)
-    while (job := jobs.get()) is not None:
-        loop, future, model, rows, calls, done = job
+    while (handoff := jobs.get()) is not None:
+        loop, future, job = handoff
         result: _Result | None = None
         error: BaseException | None = None
         try:
-            result = _score(model, rows, calls, done)
+            result = _score(job, worker)
         except (StopIteration, asyncio.CancelledError) as exc:  # neither may be set on a future as a failure
             error = RuntimeError(f"inference raised {type(exc).__name__}")
         except BaseException as exc:  # the awaiting batch fails, not this thread
@@ -464,29 +552,45 @@ def _calls(rows: Sequence[EncodedExample], max_batch_tokens: int, max_batch_size
     return [idx.tolist() for idx in token_budget_batches([len(r) for r in rows], max_batch_tokens, max_batch_size)]
 
 
-def _score(model: RowModel, rows: list[Row], calls: Sequence[Sequence[int]], done: list[Pending]) -> _Result:
-    """Run one batch (in the inference thread): each call's rows, their logits kept with their items; then
-    the predictions of the items ``done`` (their last row was in this batch), from all their rows' logits;
-    and (rows, padded tokens, seconds) of each call."""
+def _score(job: _Job, worker: int = 0) -> _Result:
+    """Run one job on ``worker`` (in its thread): each call's rows, their logits kept with their items and
+    counted under the job's lock; then the predictions of the items whose rows are now all scored (on this
+    worker or another), from all their rows' logits. A stopped borrowed job leaves its rows not run."""
+    model, rows = job.model, job.rows
     timings: list[tuple[int, int, float]] = []
-    for call in calls:
+    unscored: list[Row] = []
+    done: list[Pending] = []
+    for call in job.calls:
+        if job.stopped:
+            unscored.extend(rows[i] for i in call)
+            continue
         start = time.perf_counter()
         run = [rows[i].encoded for i in call]
-        logits = np.asarray(model.row_logits(run))
+        try:
+            logits = np.asarray(model.row_logits(run, worker, job.cancel))
+        except Exception:
+            if job.stopped:  # cut short on purpose
+                unscored.extend(rows[i] for i in call)
+                continue
+            raise
         if logits.ndim != 2 or len(logits) != len(run):
             raise RuntimeError(f"row_logits returned {logits.shape} for {len(run)} rows")
-        for i, row_logits in zip(call, logits, strict=True):
-            item = rows[i].item
-            if item.logits is None:
-                item.logits = np.empty((len(item.rows), logits.shape[1]), dtype=np.float32)
-            item.logits[rows[i].index] = row_logits
+        with job.lock:
+            for i, row_logits in zip(call, logits, strict=True):
+                item = rows[i].item
+                if item.logits is None:
+                    item.logits = np.empty((len(item.rows), logits.shape[1]), dtype=np.float32)
+                item.logits[rows[i].index] = row_logits
+                item.scored += 1
+                if item.scored == len(item.rows):
+                    done.append(item)
         timings.append((len(run), _padded(run, [range(len(run))]), time.perf_counter() - start))
     if not done:
-        return [], timings
+        return [], [], timings, unscored
     predictions = model.predict_scored([item.encoded for item in done], _scored(done))
     if len(predictions) != len(done):
         raise RuntimeError(f"predict_scored returned {len(predictions)} predictions for {len(done)} items")
-    return predictions, timings
+    return done, predictions, timings, unscored
 
 
 def _scored(items: Sequence[Pending]) -> RowLogits:

@@ -55,6 +55,14 @@ class ServiceSettings(BaseSettings):
     allow_spinning: bool | None = Field(
         default=None, description="onnxruntime intra-op threads spin while idle (default: the runtime's)"
     )
+    inference_workers: int = Field(
+        default=2,
+        ge=1,
+        le=64,
+        description="inference workers run side by side, each on its own onnxruntime session with the intra-op "
+        "threads shared out: a long request holds one worker while another client's rows run on the next (on cores "
+        "of their own where there are enough, else time-sliced by the OS); 1: one worker with every thread",
+    )
     inference_nice: int = Field(
         default=10,
         ge=0,

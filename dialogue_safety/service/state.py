@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -72,7 +73,13 @@ class Classifier(Protocol):
     def predict_encoded(
         self, encoded: Sequence[EncodedExample], threshold: float | None = None
     ) -> list[Prediction]: ...
-    def row_logits(self, rows: Sequence[EncodedExample]) -> Any: ...
+    @property
+    def workers(self) -> int:
+        """Sessions the batcher's inference workers run side by side."""
+        ...
+
+    def row_logits(self, rows: Sequence[EncodedExample], worker: int = 0, cancel: Any = None) -> Any: ...
+    def cancel_token(self) -> Any: ...
     def predict_scored(self, encoded: Sequence[EncodedExample], scored: RowLogits) -> list[Prediction]: ...
     def warmup(self) -> object: ...
 
@@ -81,13 +88,16 @@ ClassifierFactory = Callable[[ServiceSettings], Classifier]
 
 
 def load_onnx_classifier(settings: ServiceSettings) -> Classifier:
-    from dialogue_safety.core.runtime import OnnxClassifier  # imported here: tests and --help never load onnxruntime
+    from dialogue_safety.core.runtime import (  # imported here: tests and --help never load onnxruntime
+        OnnxClassifier,
+    )
 
     # a derived variant's peak memory stays in a child process
     options = runtime_options(settings, derive_in_subprocess=True)
     # created in a thread below the event loop's priority: onnxruntime's intra-op threads inherit it
     classifier: Classifier = build_at_lower_priority(
-        settings.inference_nice, lambda: OnnxClassifier(settings.model_dir, **options)
+        settings.inference_nice,
+        lambda: OnnxClassifier(settings.model_dir, workers=settings.inference_workers, **options),
     )
     return classifier
 
@@ -104,14 +114,18 @@ class _Int8CheckCounter:
     def __init__(self, classifier: Classifier, metrics: ServiceMetrics) -> None:
         self.classifier = classifier
         self.metrics = metrics
+        self.workers = classifier.workers
+        self.cancel_token = classifier.cancel_token
+        self._counting = threading.Lock()  # the workers' predictions, one at a time: each count is its own
 
-    def row_logits(self, rows: Sequence[EncodedExample]) -> Any:
-        return self.classifier.row_logits(rows)
+    def row_logits(self, rows: Sequence[EncodedExample], worker: int = 0, cancel: Any = None) -> Any:
+        return self.classifier.row_logits(rows, worker, cancel)
 
     def predict_scored(self, encoded: Sequence[EncodedExample], scored: RowLogits) -> list[Prediction]:
-        before = self.classifier.checked_items
-        predictions = self.classifier.predict_scored(encoded, scored)
-        self.metrics.int8_checked.inc(self.classifier.checked_items - before)
+        with self._counting:
+            before = self.classifier.checked_items
+            predictions = self.classifier.predict_scored(encoded, scored)
+            self.metrics.int8_checked.inc(self.classifier.checked_items - before)
         return predictions
 
 

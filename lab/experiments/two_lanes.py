@@ -11,7 +11,8 @@ utterance after 32 turns of 4,000, ~18 rows) in batches of the service's token b
   the long batch.
 
 Prints JSON and a table (p50 / p99 of the short call, ms, and × quiet). A measurement of the design, not the
-service: the batcher has one lane.
+service: the design is the batcher's inference workers now (``SAFETY_INFERENCE_WORKERS``, docs/api.md), measured
+through HTTP with ``python -m lab.bench abuse --attacks largest``.
 """
 
 from __future__ import annotations
