@@ -74,7 +74,7 @@ def item(ident: int, n_tokens: int = 4) -> Example:
 
 
 class FakeModel:
-    workers = 1
+    workers = parallel = 1
 
     @staticmethod
     def cancel_token() -> SimpleNamespace:
@@ -1044,7 +1044,7 @@ class TwoWorkers(WindowedModel):
     ``hold_ident`` waits for ``resume``; a borrowed call (one with a cancel token) holding ``borrow_ident``
     waits until its token is set and then raises, as onnxruntime does for a terminated run."""
 
-    workers = 2
+    workers = parallel = 2
 
     def __init__(self) -> None:
         super().__init__()
@@ -1144,15 +1144,20 @@ def test_the_queue_passes_over_busy_clients_and_lends_their_rows_only_when_nobod
     asyncio.run(main())
 
 
-def test_a_lone_requests_rows_are_shared_out_between_the_free_workers() -> None:
-    """Both workers free: a lone request's two rows run one on each, side by side, and its answer comes from
-    both rows."""
+@pytest.mark.parametrize("parallel", [2, 1])
+def test_a_lone_requests_rows_are_shared_out_between_the_free_workers_with_cores_of_their_own(parallel: int) -> None:
+    """Both workers free and on cores of their own: a lone request's two rows run one on each, side by side;
+    sharing one core (``parallel`` 1), one worker runs both. Either way the answer comes from both rows."""
     model = TwoWorkers()
+    model.parallel = parallel  # type: ignore[misc]
 
     async def body(b: MicroBatcher, m: TwoWorkers, o: RecordingObserver) -> None:
         [p] = await submit(b, [Example(utterance="1:10:2")], client="a")
         assert p.score == 0.011
 
     _, model, _ = run(body, model)
-    assert len(model.on[0]) == 1 and len(model.on[1]) == 1
-    assert sorted([*model.on[0], *model.on[1]]) == [1, 11]  # type: ignore[type-var]
+    if parallel == 2:
+        assert len(model.on[0]) == 1 and len(model.on[1]) == 1
+        assert sorted([*model.on[0], *model.on[1]]) == [1, 11]  # type: ignore[type-var]
+    else:
+        assert [*model.on[0], *model.on[1]] == [[1, 11]]

@@ -14,7 +14,7 @@ from service_conftest import submit, tiny_model_dir  # noqa: F401  (fixture)
 from tokenizers import Tokenizer
 
 from dialogue_safety.core.encoding import EncodedExample, EncodingConfig
-from dialogue_safety.core.runtime import OnnxClassifier
+from dialogue_safety.core.runtime import OnnxClassifier, physical_cores
 from dialogue_safety.core.schema import Example, Prediction
 from dialogue_safety.service.batcher import MicroBatcher
 from dialogue_safety.service.settings import ServiceSettings
@@ -67,6 +67,7 @@ class Recording:
     def __init__(self, clf: OnnxClassifier) -> None:
         self.clf = clf
         self.workers = clf.workers
+        self.parallel = clf.parallel
         self.cancel_token = clf.cancel_token
         self.owner: dict[int, str] = {}  # id(row) -> request name
         self.calls: list[list[str]] = []
@@ -155,6 +156,7 @@ def test_each_worker_has_its_own_session_with_the_same_logits_and_a_set_token_st
 ) -> None:
     clf = OnnxClassifier(tiny_model_dir, variant="fp32", workers=2, intra_op_threads=2)
     assert clf.workers == 2 and clf.intra_op_threads == 1  # the threads shared out
+    assert clf.parallel == min(2, physical_cores())
     rows = [row for e in clf.encode(LONG_REQUESTS + SHORT_REQUESTS) for row in e.model_rows]
     np.testing.assert_allclose(clf.row_logits(rows, 1), clf.row_logits(rows, 0), atol=1e-5)
     token = clf.cancel_token()

@@ -565,7 +565,7 @@ def test_the_service_counts_the_dialogues_the_int8_check_scored_again() -> None:
     from dialogue_safety.service.telemetry import ServiceMetrics
 
     class Checked:  # a classifier whose check scores every second dialogue again
-        check_band, checked_items, workers = 0.03, 0, 1
+        check_band, checked_items, workers, parallel = 0.03, 0, 1, 1
         cancel_token = object
 
         def row_logits(self, rows: list[EncodedExample], worker: int = 0, cancel: object = None) -> list[str]:

@@ -277,6 +277,8 @@ class OnnxClassifier:
         )
         self.intra_op_threads = per_worker or threads  # a session's threads (each worker's)
         self.workers = workers if self.provider == CPU else 1  # one device: one worker
+        # the workers that run side by side on cores of their own (the rest share cores, time-sliced)
+        self.parallel = min(self.workers, max(1, physical_cores() // self.intra_op_threads))
         self._worker_sessions = [self.session] + [
             self._session(self.variant, [CPU], per_worker, allow_spinning)[0] for _ in range(self.workers - 1)
         ]

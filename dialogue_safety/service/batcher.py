@@ -85,6 +85,11 @@ class RowModel(Protocol):
         """Sessions that run side by side (one inference thread each)."""
         ...
 
+    @property
+    def parallel(self) -> int:
+        """How many of the workers run on cores of their own (a request's rows are shared out between so many)."""
+        ...
+
     def row_logits(self, rows: Sequence[EncodedExample], worker: int = 0, cancel: Any = None) -> np.ndarray:
         """[len(rows), heads] logits, each row run as it is, in order, on ``worker``; a set ``cancel`` stops it."""
         ...
@@ -368,8 +373,9 @@ class MicroBatcher:
         )
 
     def _free(self) -> int:
-        """Workers free (no batch running): the rows waiting are shared out between them."""
-        return sum(1 for w in self._workers if w.job is None)
+        """Workers free (no batch running) to share the rows waiting between: no more than run on cores of their
+        own (sharing a core, a request's rows gain nothing from two threads)."""
+        return min(self._model.parallel, sum(1 for w in self._workers if w.job is None))
 
     def _busy_clients(self) -> set[str]:
         """The clients with rows in flight on a worker."""

@@ -78,6 +78,11 @@ class Classifier(Protocol):
         """Sessions the batcher's inference workers run side by side."""
         ...
 
+    @property
+    def parallel(self) -> int:
+        """The workers with cores of their own."""
+        ...
+
     def row_logits(self, rows: Sequence[EncodedExample], worker: int = 0, cancel: Any = None) -> Any: ...
     def cancel_token(self) -> Any: ...
     def predict_scored(self, encoded: Sequence[EncodedExample], scored: RowLogits) -> list[Prediction]: ...
@@ -115,6 +120,7 @@ class _Int8CheckCounter:
         self.classifier = classifier
         self.metrics = metrics
         self.workers = classifier.workers
+        self.parallel = classifier.parallel
         self.cancel_token = classifier.cancel_token
         self._counting = threading.Lock()  # the workers' predictions, one at a time: each count is its own
 
