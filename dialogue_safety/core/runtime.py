@@ -289,6 +289,7 @@ class OnnxClassifier:
         # the card's threshold and the ones decisions are made at instead (SAFETY_THRESHOLD, score --threshold)
         self.check_thresholds = tuple(sorted({self.card.threshold, *map(float, thresholds)}))
         self.checked_items = 0  # dialogues scored again with fp32 (read by the service's metrics)
+        self._counting = threading.Lock()  # the service's workers add to checked_items side by side
         self._checker: Any = None
         if self.check_band > 0:
             # its threads do not spin after a run: spinning, they take the cores from the next int8 batch
@@ -453,7 +454,8 @@ class OnnxClassifier:
         if idx.size:
             near_rows = [encoded[i] for i in idx.tolist()]
             logits[idx] = decomposed_logits(near_rows, lambda r: self._row_logits(r, self._checker), self._context_cols)
-            self.checked_items += int(idx.size)
+            with self._counting:
+                self.checked_items += int(idx.size)
         return logits
 
     def _row_logits(self, encoded: Sequence[EncodedExample], session: Any = None, cancel: Any = None) -> np.ndarray:

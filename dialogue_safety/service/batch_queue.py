@@ -110,8 +110,20 @@ class _Lane:
             return None
         if client not in busy:
             return client
-        waiting = (t for t in sorted(self._turns) if self.tags.get(t[2]) == t[0] and t[2] in self.clients)
-        return next((c for _, _, c in waiting if c not in busy), None)
+        passed: list[tuple[int, int, str]] = []  # the busy clients' entries, pushed back below
+        found = None
+        while self._turns:
+            entry = heapq.heappop(self._turns)
+            tag, _, waiting = entry
+            if self.tags.get(waiting) != tag or waiting not in self.clients:
+                continue  # stale: dropped on the way
+            passed.append(entry)
+            if waiting not in busy:
+                found = waiting
+                break
+        for entry in passed:
+            heapq.heappush(self._turns, entry)
+        return found
 
     def take(self, client: str) -> tuple[Row, bool]:
         """The next row of ``client``'s first item, and whether that item is now fully taken."""
@@ -122,7 +134,9 @@ class _Lane:
         if finished:
             q.popleft()
         self.now = self.tags[client]
-        self.tags[client] = -1  # its turn entry is stale now, wherever it is in the heap
+        if self._turns and self._turns[0][2] == client:
+            heapq.heappop(self._turns)  # its turn, taken (when it was passed to, its entry is stale below)
+        self.tags[client] = -1  # any entry of its left in the heap is stale now
         if q:
             self._push(client, self.now + len(row.encoded))
         else:
@@ -130,12 +144,15 @@ class _Lane:
         return row, finished
 
     def put_back(self, item: Pending, indices: list[int]) -> bool:
-        """Give ``item``'s rows ``indices`` (handed out, not scored) back, first in its client's turn; True if
-        the item was fully taken before (it waits again)."""
+        """Give ``item``'s rows ``indices`` (handed out, not scored) back, first in its client's turn, and the
+        turn they moved its client on (their tokens); True if the item was fully taken before (it waits again)."""
         q = self.clients.get(item.client)
         if q is None:
             self.clients[item.client] = q = deque()
             self._push(item.client, self.now)
+        else:
+            tokens = sum(len(item.rows[i]) for i in indices)
+            self._push(item.client, max(self.now, self.tags[item.client] - tokens))
         again = not item.todo
         item.todo.extendleft(reversed(indices))
         if again:

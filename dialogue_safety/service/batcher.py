@@ -143,6 +143,7 @@ class MicroBatcher:
         self._queue: BatchQueue | None = None
         self._tasks: list[asyncio.Task[None]] = []  # the workers' loops
         self._workers = [_InferenceThread(k, settings.inference_nice) for k in range(max(1, model.workers))]
+        self._parallel = max(1, model.parallel)  # workers with cores of their own
         self._done_lock = threading.Lock()  # the workers count an item's scored rows under it
         self._encoding = 0  # items admitted and being (or waiting to be) encoded
         self._accepting = self._stopped = self._draining = False
@@ -173,6 +174,8 @@ class MicroBatcher:
         self._accepting = False
         self._stopped = True
         tasks, self._tasks = self._tasks, []
+        for worker in self._workers:
+            worker.stop_job(always=True)  # the batch running is cut short: its callers are failed below
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -337,17 +340,18 @@ class MicroBatcher:
         self._outstanding += len(encoded)
         if self._running_batch:
             self._arrived_while_running += len(encoded)
-            self._make_room(charge.client)
+            self._make_room(charge.client, lane)
         self._observer.observe_queue_depth(self.depth)
         return futures
 
-    def _make_room(self, client: str) -> None:
-        """``client``'s rows just arrived: if no worker is free for them, the client has no rows in flight (else
-        they wait for its turn anyway) and a worker runs a borrowed batch, stop that batch (the latest started;
-        its rows go back, unscored)."""
-        if any(w.job is None for w in self._workers) or client in self._busy_clients():
+    def _make_room(self, client: str, lane: LaneName) -> None:
+        """``client``'s classification rows just arrived: if no worker is free for them, the client has no rows in
+        flight (else they wait for its turn anyway) and a worker runs a borrowed batch, stop that batch (the
+        latest started; its rows go back, unscored). An explanation never stops a batch: it goes after
+        classifications anyway."""
+        if lane != CLASSIFY or any(w.job is None for w in self._workers) or client in self._busy_clients():
             return
-        borrowed = [w for w in self._workers if w.job is not None and w.job.borrowed]
+        borrowed = [w for w in self._workers if w.job is not None and w.job.borrowed and not w.job.stopped]
         if borrowed:
             max(borrowed, key=lambda w: w.job.started if w.job is not None else 0.0).stop_job()
 
@@ -375,7 +379,7 @@ class MicroBatcher:
     def _free(self) -> int:
         """Workers free (no batch running) to share the rows waiting between: no more than run on cores of their
         own (sharing a core, a request's rows gain nothing from two threads)."""
-        return min(self._model.parallel, sum(1 for w in self._workers if w.job is None))
+        return min(self._parallel, sum(1 for w in self._workers if w.job is None))
 
     def _busy_clients(self) -> set[str]:
         """The clients with rows in flight on a worker."""
@@ -395,8 +399,7 @@ class MicroBatcher:
                 self._observer.observe_queue_wait(now - row.item.enqueued)
         items = _items_of(live)
         calls = _calls([row.encoded for row in live], self.max_batch_tokens, self.max_batch_size)
-        if not self._running_batch:
-            self._arrived_while_running = 0
+        self._arrived_while_running = 0  # arrivals while this batch runs: traffic is concurrent
         self._running_batch += 1
         worker = worker or self._workers[0]
         try:
@@ -452,7 +455,8 @@ def _give_back(charge: Charge, tokens: int) -> Callable[[asyncio.Future[Predicti
 class _Job:
     """One batch handed to a worker: its rows, cut into ``calls``; ``lock``: the batcher's, under which the
     workers count an item's scored rows; ``borrowed``: rows of clients busy on another worker, stopped with
-    :meth:`_InferenceThread.stop_job` when another client needs the worker (``cancel``: the model's token)."""
+    :meth:`_InferenceThread.stop_job` when another client needs the worker; ``cancel``: the model's token that
+    stops the run (a borrowed job, or any job when the batcher stops)."""
 
     model: RowModel
     rows: list[Row]
@@ -465,8 +469,7 @@ class _Job:
     stopped: bool = False
 
     def __post_init__(self) -> None:
-        if self.borrowed:
-            self.cancel = self.model.cancel_token()
+        self.cancel = self.model.cancel_token()
 
 
 # a job's items answered (all their rows scored), their predictions, (rows, padded tokens, seconds) of each call
@@ -501,10 +504,11 @@ class _InferenceThread:
             self._end()  # puts the end of the jobs once
         self._jobs = self._end = None
 
-    def stop_job(self) -> None:
-        """Stop the borrowed job running now: its calls not yet run are skipped, the one running is cut short."""
+    def stop_job(self, always: bool = False) -> None:
+        """Stop the borrowed job running now (``always``: whichever runs, the batcher stopping): its calls not yet
+        run are skipped, the one running is cut short."""
         job = self.job
-        if job is not None and job.borrowed and not job.stopped:
+        if job is not None and (job.borrowed or always) and not job.stopped:
             job.stopped = True
             job.cancel.terminate = True
 

@@ -122,16 +122,18 @@ class _Int8CheckCounter:
         self.workers = classifier.workers
         self.parallel = classifier.parallel
         self.cancel_token = classifier.cancel_token
-        self._counting = threading.Lock()  # the workers' predictions, one at a time: each count is its own
+        self._counted = classifier.checked_items  # what the metric holds so far
+        self._counting = threading.Lock()  # only the metric's update: the workers predict side by side
 
     def row_logits(self, rows: Sequence[EncodedExample], worker: int = 0, cancel: Any = None) -> Any:
         return self.classifier.row_logits(rows, worker, cancel)
 
     def predict_scored(self, encoded: Sequence[EncodedExample], scored: RowLogits) -> list[Prediction]:
-        with self._counting:
-            before = self.classifier.checked_items
-            predictions = self.classifier.predict_scored(encoded, scored)
-            self.metrics.int8_checked.inc(self.classifier.checked_items - before)
+        predictions = self.classifier.predict_scored(encoded, scored)
+        with self._counting:  # each check counted once, whichever worker sees it first
+            total = self.classifier.checked_items
+            self.metrics.int8_checked.inc(total - self._counted)
+            self._counted = total
         return predictions
 
 
