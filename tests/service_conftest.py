@@ -64,7 +64,7 @@ class FakeClassifier:
     blocks warmup (both open by default), ``fail_if`` makes a batch raise, ``batches`` records what was predicted.
     """
 
-    workers = parallel = 1
+    workers = parallel = intra_op_threads = 1
 
     @staticmethod
     def cancel_token() -> SimpleNamespace:

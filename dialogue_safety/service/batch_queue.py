@@ -233,9 +233,13 @@ class BatchQueue:
         by_item: dict[int, tuple[Pending, list[int]]] = {}
         for row in rows:
             by_item.setdefault(id(row.item), (row.item, []))[1].append(row.index)
+        gone = []
         for item, indices in reversed(by_item.values()):  # each to the front: the first ends up first
-            if not item.future.done() and self._lanes[item.lane].put_back(item, sorted(indices)):
+            if item.future.done():
+                gone.append(item)  # its caller went away meanwhile: dropped (counted once)
+            elif self._lanes[item.lane].put_back(item, sorted(indices)):
                 self._size += 1
+        self.drop(gone)
         if self._size:
             self._arrived.set()
 

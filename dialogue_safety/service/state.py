@@ -83,6 +83,11 @@ class Classifier(Protocol):
         """The workers with cores of their own."""
         ...
 
+    @property
+    def intra_op_threads(self) -> int:
+        """Each worker's session's intra-op threads."""
+        ...
+
     def row_logits(self, rows: Sequence[EncodedExample], worker: int = 0, cancel: Any = None) -> Any: ...
     def cancel_token(self) -> Any: ...
     def predict_scored(self, encoded: Sequence[EncodedExample], scored: RowLogits) -> list[Prediction]: ...
@@ -293,11 +298,13 @@ class ServiceState:
         )
         self.metrics.ready.set(1)
         log.info(
-            "ready: %s (variant %s, provider %s) from %s; operator policy: %s; "
+            "ready: %s (variant %s, provider %s, %d inference workers of %d threads) from %s; operator policy: %s; "
             "admission budgets %d model tokens (classify), %d (explain)",
             self.model_id,
             classifier.variant,
             classifier.provider,
+            classifier.workers,
+            classifier.intra_op_threads,
             settings.model_dir,
             self.policy.source if self.policy is not None else "none (the model card's decisions)",
             self.gate.lane(CLASSIFY).budget,
