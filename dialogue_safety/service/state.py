@@ -298,8 +298,8 @@ class ServiceState:
         )
         self.metrics.ready.set(1)
         log.info(
-            "ready: %s (variant %s, provider %s, %d inference workers of %d threads) from %s; operator policy: %s; "
-            "admission budgets %d model tokens (classify), %d (explain)",
+            "ready: %s (variant %s, provider %s, %d inference workers, intra-op threads each: %d) from %s; "
+            "operator policy: %s; admission budgets %d model tokens (classify), %d (explain)",
             self.model_id,
             classifier.variant,
             classifier.provider,
