@@ -29,7 +29,7 @@ from transformers import BertForSequenceClassification
 
 from dialogue_safety.core.encoding import DialogueEncoder
 from dialogue_safety.core.model_card import ModelCard
-from dialogue_safety.core.model_dir import CARD_FILE, TOKENIZER_FILE, VARIANT_FILES
+from dialogue_safety.core.model_dir import ARTIFACT_FILE, CARD_FILE, TOKENIZER_FILE, VARIANT_FILES
 from dialogue_safety.core.schema import Example
 from dialogue_safety.training.modeling import build_model
 
@@ -41,7 +41,7 @@ SAMPLE_DIALOGUES = [
 
 def fp32_graph(model_dir: Path) -> Path:
     candidate = model_dir / VARIANT_FILES["fp32"]
-    return candidate if candidate.is_file() else model_dir / "model.onnx"
+    return candidate if candidate.is_file() else model_dir / ARTIFACT_FILE
 
 
 def recovered_state(graph: onnx.ModelProto) -> dict[str, torch.Tensor]:

@@ -1,6 +1,6 @@
 """Two models' card metrics side by side: ``python -m lab.experiments.compare_cards CANDIDATE BASELINE``.
 
-Reads ``model_card.json`` of two exported models or training checkpoints and prints, per test and validation
+Reads the card (``CARD_FILE``) of two exported models or training checkpoints and prints, per test and validation
 set, OFFENSIVE-F1, recall and PR-AUC of each (the trainer's fp32 evaluation at each card's own threshold) and the
 F1 difference, marking drops of more than one point (issue 52's rule for the standard sets). A first look before
 judging a candidate through the runtime (``dialogue-safety evaluate CANDIDATE --compare BASELINE``).
@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+
+from dialogue_safety.core.model_dir import CARD_FILE
 
 
 def rows(candidate: dict, baseline: dict, split: str) -> list[str]:
@@ -33,7 +35,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("candidate", type=Path)
     parser.add_argument("baseline", type=Path)
     args = parser.parse_args(argv)
-    cards = [json.loads((d / "model_card.json").read_text()) for d in (args.candidate, args.baseline)]
+    cards = [json.loads((d / CARD_FILE).read_text()) for d in (args.candidate, args.baseline)]
     print(f"thresholds: {cards[0]['threshold']} / {cards[1]['threshold']}")
     for split in ("test", "valid"):
         print(f"\n{split}: candidate / baseline\n")
