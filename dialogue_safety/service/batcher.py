@@ -385,7 +385,7 @@ class MicroBatcher:
         """The clients with rows in flight on a worker."""
         return {client for w in self._workers if w.job is not None for client in w.job.clients}
 
-    async def _run(self, batch: list[Row], worker: _InferenceThread | None = None, borrowed: bool = False) -> None:
+    async def _run(self, batch: list[Row], worker: _InferenceThread, borrowed: bool) -> None:
         assert self._queue is not None
         live = [row for row in batch if not row.item.future.done()]  # callers gone while waiting for company
         if len(live) < len(batch):
@@ -401,7 +401,6 @@ class MicroBatcher:
         calls = _calls([row.encoded for row in live], self.max_batch_tokens, self.max_batch_size)
         self._arrived_while_running = 0  # arrivals while this batch runs: traffic is concurrent
         self._running_batch += 1
-        worker = worker or self._workers[0]
         try:
             done, predictions, timings, unscored = await worker.run(
                 _Job(self._model, live, calls, self._done_lock, borrowed, {item.client for item in items})
@@ -465,7 +464,7 @@ class _Job:
     borrowed: bool
     clients: set[str]
     started: float = field(default_factory=time.perf_counter)
-    cancel: Any = None
+    cancel: Any = field(init=False)
     stopped: bool = False
 
     def __post_init__(self) -> None:

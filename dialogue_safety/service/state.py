@@ -98,9 +98,7 @@ ClassifierFactory = Callable[[ServiceSettings], Classifier]
 
 
 def load_onnx_classifier(settings: ServiceSettings) -> Classifier:
-    from dialogue_safety.core.runtime import (  # imported here: tests and --help never load onnxruntime
-        OnnxClassifier,
-    )
+    from dialogue_safety.core.runtime import OnnxClassifier  # imported here: tests and --help never load onnxruntime
 
     # a derived variant's peak memory stays in a child process
     options = runtime_options(settings, derive_in_subprocess=True)
