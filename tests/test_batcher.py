@@ -1103,9 +1103,32 @@ def test_an_idle_worker_borrows_a_busy_clients_rows_and_gives_them_back_when_ano
         assert [p.score for p in await long] == [0.012]
         assert o.failures == 0
 
-    _, model, _ = run(body, model, max_batch_tokens=10)
+    _, model, observer = run(body, model, max_batch_tokens=10)
     ran = sorted(i for rows in model.on.values() for i in rows)  # type: ignore[type-var]
     assert ran == [1, 7, 11, 12]  # every row once: the stopped window again, nothing lost or doubled
+    assert observer.waits == 2  # one queue wait per item
+
+
+def test_an_item_whose_first_row_was_given_back_counts_its_queue_wait_once() -> None:
+    """A borrowed batch holding an item's first row is stopped and the row runs again later: the item's wait
+    in the queue is observed once, when its first row was first handed out, not again when it is retried."""
+    model = TwoWorkers()
+    model.hold_ident = 1  # worker 0: the first item of a's request, held
+    model.borrow_ident = 11  # worker 1 borrows the second item's only row and runs until stopped
+
+    async def body(b: MicroBatcher, m: TwoWorkers, o: RecordingObserver) -> None:
+        pair = asyncio.create_task(submit(b, [Example(utterance="1:10:1"), Example(utterance="11:10:1")], client="a"))
+        await asyncio.to_thread(m.held.wait, GUARD_S)
+        await asyncio.to_thread(m.borrowed.wait, GUARD_S)
+        m.borrow_ident = None
+        short = await submit(b, [Example(utterance="7:10:1")], client="b")
+        assert short[0].score == 0.007
+        m.resume.set()
+        assert [p.score for p in await pair] == [0.001, 0.011]
+
+    _, model, observer = run(body, model, max_batch_tokens=10)
+    assert sorted(i for rows in model.on.values() for i in rows) == [1, 7, 11]  # type: ignore[type-var]
+    assert observer.waits == 3  # three items, each counted once (11's retry is not a second wait)
 
 
 def test_the_queue_passes_over_busy_clients_and_lends_their_rows_only_when_nobody_else_waits() -> None:

@@ -55,6 +55,7 @@ class Pending:
     scored: int = field(default=0, init=False)  # rows scored (by the inference workers, under their lock)
     logits: Any = field(default=None, init=False)  # np.ndarray once a row is scored (inference workers only)
     dropped: bool = field(default=False, init=False)  # its caller went away and its rows were dropped
+    started: bool = field(default=False, init=False)  # a row of it was handed to a batch (its queue wait is known)
 
     def __post_init__(self) -> None:
         self.rows = self.encoded.model_rows

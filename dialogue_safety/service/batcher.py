@@ -395,7 +395,8 @@ class MicroBatcher:
             return
         now = asyncio.get_running_loop().time()
         for row in live:
-            if row.index == 0:
+            if not row.item.started:  # once per item: rows given back by a stopped batch run again later
+                row.item.started = True
                 self._observer.observe_queue_wait(now - row.item.enqueued)
         items = _items_of(live)
         calls = _calls([row.encoded for row in live], self.max_batch_tokens, self.max_batch_size)
