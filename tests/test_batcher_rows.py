@@ -165,3 +165,40 @@ def test_each_worker_has_its_own_session_with_the_same_logits_and_a_set_token_st
     with pytest.raises(Exception, match="(?i)terminate"):
         clf.row_logits(rows, 1, token)
     np.testing.assert_allclose(clf.row_logits(rows, 1), clf.row_logits(rows, 0), atol=1e-5)  # the session still serves
+
+
+def test_a_session_on_a_device_is_one_worker_with_all_the_threads(
+    tiny_model_dir: Path,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Asked for two workers, a model placed on CUDA runs as one worker (one device), and its session gets the
+    intra-op threads asked for, not one worker's share of them. onnxruntime-gpu is not installed here: the
+    CUDA session is the CPU session reporting CUDA as its provider, the threads recorded as it is made."""
+    import onnxruntime as ort
+
+    cuda, cpu = "CUDAExecutionProvider", "CPUExecutionProvider"
+    made: list[tuple[list[str], int | None]] = []
+    real_session = OnnxClassifier._session
+
+    class OnDevice:
+        def __init__(self, session: object) -> None:
+            self._session = session
+
+        def get_providers(self) -> list[str]:
+            return [cuda, cpu]
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(self._session, name)
+
+    def session(self: OnnxClassifier, variant: str, providers: list[str], threads: int | None, spin: bool | None):  # type: ignore[no-untyped-def]
+        made.append((providers, threads))
+        s, path = real_session(self, variant, [cpu], threads, spin)
+        return (OnDevice(s) if cuda in providers else s), path
+
+    monkeypatch.setattr(ort, "get_available_providers", lambda: [cuda, cpu])
+    monkeypatch.setattr(OnnxClassifier, "_session", session)
+    clf = OnnxClassifier(tiny_model_dir, variant="fp32", providers=[cuda, cpu], workers=2, intra_op_threads=2)
+    assert clf.provider == cuda and clf.workers == 1 and clf.intra_op_threads == 2
+    assert made == [([cuda, cpu], 2)]  # one session, on the device, with both threads
+    clf_cpu = OnnxClassifier(tiny_model_dir, variant="fp32", providers=[cpu], workers=2, intra_op_threads=2)
+    assert clf_cpu.provider == cpu and clf_cpu.workers == 2 and clf_cpu.intra_op_threads == 1

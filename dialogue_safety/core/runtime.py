@@ -273,10 +273,10 @@ class OnnxClassifier:
         threads = intra_op_threads or physical_cores()
         per_worker = max(1, threads // workers) if workers > 1 else intra_op_threads
         self.session, self.variant, self.provider, self.path = self._load_session(
-            variant, providers, per_worker, allow_spinning
+            variant, providers, intra_op_threads, allow_spinning, cpu_threads=per_worker
         )
-        self.intra_op_threads = per_worker or threads  # a session's threads (each worker's)
-        self.workers = workers if self.provider == CPU else 1  # one device: one worker
+        self.workers = workers if self.provider == CPU else 1  # one device: one worker, with all the threads
+        self.intra_op_threads = (per_worker or threads) if self.provider == CPU else threads  # each worker's
         # the workers that run side by side on cores of their own (the rest share cores, time-sliced)
         self.parallel = min(self.workers, max(1, physical_cores() // self.intra_op_threads))
         self._worker_sessions = [self.session] + [
@@ -324,8 +324,10 @@ class OnnxClassifier:
         providers: Sequence[str] | None,
         intra_op_threads: int | None,
         allow_spinning: bool | None,
+        cpu_threads: int | None,
     ) -> tuple[Any, str, str, Path]:
-        """CUDA with the GPU variant when onnxruntime-gpu and a device are there, else CPU."""
+        """CUDA with the GPU variant when onnxruntime-gpu and a device are there (``intra_op_threads``), else CPU
+        (``cpu_threads``: one worker's share of them)."""
         import onnxruntime as ort
 
         available = ort.get_available_providers()
@@ -358,7 +360,7 @@ class OnnxClassifier:
             raise ModelLoadError(
                 "the fp16 variant is for CUDA; no CUDA device is usable here (pick fp32, optimized or int8)"
             )
-        session, path = self._session(cpu_variant, [CPU], intra_op_threads, allow_spinning)
+        session, path = self._session(cpu_variant, [CPU], cpu_threads, allow_spinning)
         return session, cpu_variant, CPU, path
 
     def _session(
