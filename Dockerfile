@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
 # The service image: python:3.11-slim, the serving extra only (no torch), the bundled (committed) model
-# and the one ONNX variant the service runs, derived at build time.
+# and the ONNX variants the service may run, derived at build time.
 #   docker build -t dialogue-safety .                                # CPU (onnxruntime)
 #   docker build -t dialogue-safety:gpu --build-arg RUNTIME=gpu .   # GPU (onnxruntime-gpu + CUDA wheels)
 #   git archive HEAD | docker build -t dialogue-safety -             # the committed tree only, nothing uncommitted
@@ -31,9 +31,9 @@ RUN pip install --no-cache-dir -c constraints/serve.txt ".[serve]" \
     elif [ "$RUNTIME" != "cpu" ]; then \
       echo "RUNTIME must be cpu or gpu, got $RUNTIME" >&2; exit 1; \
     fi
-# Derive the variant the service will run (the card's CPU or GPU default; an int8 default with its fp32
-# check keeps the fp32 graph too) and remove every other derived file (intermediates, the lock file):
-# the container starts without deriving.
+# Derive the variants the service may run (CPU: every one the runtime may pick on any CPU family, the card's
+# `cpu_defaults`; GPU: its GPU default; an int8 default with its fp32 check keeps the fp32 graph too) and remove
+# every other derived file (intermediates, the lock file): the container starts without deriving.
 RUN python -m dialogue_safety.core.variants /opt/venv/share/dialogue-safety/models/default "$RUNTIME" --prune
 
 FROM ${PYTHON_IMAGE}

@@ -12,7 +12,8 @@ runs onnxruntime and returns predictions in the caller's order, with scores comp
 (:mod:`dialogue_safety.core.variants`). Nothing here imports torch, transformers, ``training`` or ``export``.
 
 ``predict``/``predict_encoded`` may be called from several threads at once
-(``InferenceSession.run`` is thread-safe); the micro-batcher calls them from one worker thread.
+(``InferenceSession.run`` is thread-safe); the micro-batcher's inference workers each call
+:meth:`OnnxClassifier.row_logits` on their own session, from a thread of their own.
 """
 
 from __future__ import annotations

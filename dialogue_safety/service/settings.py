@@ -51,7 +51,9 @@ class ServiceSettings(BaseSettings):
         default=None,
         description="comma-separated onnxruntime providers, e.g. CUDAExecutionProvider,CPUExecutionProvider",
     )
-    intra_op_threads: int | None = Field(default=None, ge=1, description="onnxruntime intra-op threads")
+    intra_op_threads: int | None = Field(
+        default=None, ge=1, description="onnxruntime intra-op threads in all, shared out between the inference workers"
+    )
     allow_spinning: bool | None = Field(
         default=None, description="onnxruntime intra-op threads spin while idle (default: the runtime's)"
     )
@@ -120,7 +122,8 @@ class ServiceSettings(BaseSettings):
     max_connections: int = Field(
         default=4096,
         ge=1,
-        description="open TCP connections at most (capped below the open-files limit); beyond: closed at once",
+        description="open TCP connections at most (capped below the open-files limit); beyond: the connection idle "
+        "longest is closed to make room, or the new one when all are busy",
     )
     header_timeout_s: float = Field(
         default=10.0, gt=0.0, description="seconds a new connection has to send a complete request head"
@@ -171,7 +174,7 @@ class ServiceSettings(BaseSettings):
         default=MAX_WINDOWS,
         ge=1,
         description="windows of model input (~125 tokens each, overlapping) one utterance is read in at most; an "
-        "item that needs more is refused (too_many_windows). 4,000 characters of prose need ~10",
+        "item that needs more is refused (too_many_windows). 4,000 characters of prose need ~9",
     )
     max_batch_items: int = Field(default=256, ge=1, description="items per /v1/classify/batch request at most")
     max_body_bytes: int = Field(default=2 * 1024 * 1024, ge=1, description="request body size at most (bytes)")

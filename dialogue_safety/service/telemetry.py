@@ -83,7 +83,7 @@ class ServiceMetrics:
         )
         self.batch_tokens = Histogram(
             f"{PREFIX}_batch_tokens",
-            "padded tokens per inference batch (rows x longest; each window of a long utterance is a row)",
+            "padded tokens per inference call (rows x longest; each window of a long utterance is a row)",
             buckets=TOKEN_BUCKETS,
             registry=r,
         )
