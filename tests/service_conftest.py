@@ -20,8 +20,9 @@ import httpx
 import numpy as np
 import pytest
 import uvicorn
+from tokenizers import Tokenizer
 
-from dialogue_safety.core.encoding import EncodedExample
+from dialogue_safety.core.encoding import EncodedExample, EncodingConfig
 from dialogue_safety.core.model_card import ModelCard
 from dialogue_safety.core.schema import Example, Label, Prediction
 from dialogue_safety.service.admission import CLASSIFY, LaneName
@@ -234,6 +235,34 @@ def tiny_model_dir(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFacto
     """``tiny_checkpoint`` exported with ``dialogue_safety.export.onnx_export.export_checkpoint``
     (shared by modules)."""
     return export_tiny_model(tiny_checkpoint, tmp_path_factory.getbasetemp())
+
+
+@pytest.fixture(scope="session")
+def decomposed_model_dir(tiny_tokenizer: Tokenizer, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random two-head model with the decomposed encoding (a context head read from the dialogue
+    row, the other from the utterance alone: every example with history has an utterance-alone row)."""
+    import torch
+
+    from dialogue_safety.export.onnx_export import export_checkpoint
+    from dialogue_safety.training.checkpoint import save_checkpoint
+    from dialogue_safety.training.modeling import build_model
+
+    torch.manual_seed(3)
+    heads = ["offensive", "unsafe_in_context"]
+    model = build_model("random:tiny", heads, vocab_size=tiny_tokenizer.get_vocab_size())
+    card = ModelCard(
+        name="tiny-decomposed",
+        version="0.0.1",
+        heads=heads,
+        score_heads=heads,
+        context_heads=["unsafe_in_context"],
+        threshold=0.5,
+        encoding=EncodingConfig(context_mode="decomposed").to_dict(),
+    )
+    checkpoint = save_checkpoint(tmp_path_factory.mktemp("decomposed_ckpt"), model, tiny_tokenizer, card)
+    out = tmp_path_factory.mktemp("decomposed") / "model"
+    export_checkpoint(checkpoint, out, variant_names=["fp32"])
+    return out
 
 
 # The break-it score board as rows of cell texts, read in one go inside the page: the board may be

@@ -10,10 +10,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from service_conftest import submit, tiny_model_dir  # noqa: F401  (fixture)
-from tokenizers import Tokenizer
+from service_conftest import decomposed_model_dir, submit, tiny_model_dir  # noqa: F401  (fixtures)
 
-from dialogue_safety.core.encoding import EncodedExample, EncodingConfig
+from dialogue_safety.core.encoding import EncodedExample
 from dialogue_safety.core.runtime import OnnxClassifier, physical_cores
 from dialogue_safety.core.schema import Example, Prediction
 from dialogue_safety.service.batcher import MicroBatcher
@@ -30,35 +29,6 @@ SHORT_REQUESTS = [
     Example.from_texts("i agree", ["women are worse drivers"]),
     Example.from_texts("shut up", ["hello"]),
 ]
-
-
-@pytest.fixture(scope="module")
-def decomposed_model_dir(tiny_tokenizer: Tokenizer, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny random two-head model with the decomposed encoding (a context head read from the dialogue
-    row, the other from the utterance alone: every example with history has an utterance-alone row)."""
-    import torch
-
-    from dialogue_safety.core.model_card import ModelCard
-    from dialogue_safety.export.onnx_export import export_checkpoint
-    from dialogue_safety.training.checkpoint import save_checkpoint
-    from dialogue_safety.training.modeling import build_model
-
-    torch.manual_seed(3)
-    heads = ["offensive", "unsafe_in_context"]
-    model = build_model("random:tiny", heads, vocab_size=tiny_tokenizer.get_vocab_size())
-    card = ModelCard(
-        name="tiny-decomposed",
-        version="0.0.1",
-        heads=heads,
-        score_heads=heads,
-        context_heads=["unsafe_in_context"],
-        threshold=0.5,
-        encoding=EncodingConfig(context_mode="decomposed").to_dict(),
-    )
-    checkpoint = save_checkpoint(tmp_path_factory.mktemp("decomposed_ckpt"), model, tiny_tokenizer, card)
-    out = tmp_path_factory.mktemp("decomposed") / "model"
-    export_checkpoint(checkpoint, out, variant_names=["fp32"])
-    return out
 
 
 class Recording:

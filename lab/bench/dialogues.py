@@ -14,8 +14,10 @@ from dialogue_safety.core.schema import Example
 DIALOGUE_SOURCES = ("diasafety", "convabuse")
 
 
-def load_dialogues(data_dir: str | Path | None, limit: int, seed: int = 0) -> tuple[list[Example], str]:
-    """DiaSafety + ConvAbuse test dialogues (shuffled, at most ``limit``), or synthetic ones, and a note."""
+def load_dialogues(
+    data_dir: str | Path | None, limit: int, seed: int = 0, split: str = "test"
+) -> tuple[list[Example], str]:
+    """DiaSafety + ConvAbuse dialogues of ``split`` (shuffled, at most ``limit``), or synthetic ones, and a note."""
     examples: list[Example] = []
     notes: list[str] = []
     try:
@@ -24,7 +26,7 @@ def load_dialogues(data_dir: str | Path | None, limit: int, seed: int = 0) -> tu
         notes.append(f"dialogue_safety.sources is not importable ({exc})")
     else:
         try:
-            present = load_present_sources(DIALOGUE_SOURCES, data_dir, splits=["test"])
+            present = load_present_sources(DIALOGUE_SOURCES, data_dir, splits=[split])
         except FileNotFoundError as exc:  # no data directory; a malformed file still raises
             notes.append(str(exc))
         else:
@@ -33,7 +35,7 @@ def load_dialogues(data_dir: str | Path | None, limit: int, seed: int = 0) -> tu
             notes += [f"{name}: {why}" for name, why in present.skipped.items()]
     if examples:
         random.Random(seed).shuffle(examples)
-        note = f"{'+'.join(DIALOGUE_SOURCES)} test splits ({min(limit, len(examples))} dialogues)"
+        note = f"{'+'.join(DIALOGUE_SOURCES)} {split} splits ({min(limit, len(examples))} dialogues)"
         return examples[:limit], note + (f"; skipped: {'; '.join(notes)}" if notes else "")
     return synthetic_dialogues(limit, seed), "SYNTHETIC dialogues (no dataset available: " + "; ".join(notes) + ")"
 
