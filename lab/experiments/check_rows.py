@@ -15,7 +15,6 @@ design, not the service: nothing in the package uses the per-row rule.
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ from dialogue_safety.core.scoring import (
     near_thresholds,
 )
 from lab.bench.dialogues import load_dialogues
+from lab.bench.emit import emit_report
 
 
 def _tokens(rows: Sequence[EncodedExample]) -> int:
@@ -137,11 +137,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
     for split in args.split or ["valid"]:
         examples, note = load_dialogues(args.data_dir, args.limit, split=split)
         report[split] = {"data": note, **measure(served, unchecked, fp32, served.encode(examples))}
-    print(json.dumps(report, indent=2))
-    print()
-    print(markdown(report))
-    if args.json is not None:
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
+    emit_report(report, markdown(report), args.json)
     return report
 
 
