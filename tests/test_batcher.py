@@ -478,6 +478,31 @@ def test_drain_gives_up_after_its_timeout_and_fails_what_is_left() -> None:
     asyncio.run(main())
 
 
+def test_a_cancelled_drain_still_stops_the_batcher() -> None:
+    """A drain cancelled while it waits (a hot swap cancelled at shutdown) still stops the batcher: its running batch
+    is cut short and its caller fails shutting down, nothing is left running."""
+    model = FakeModel()
+    model.gate.clear()
+
+    async def main() -> None:
+        b = batcher(model.encode, model)
+        await b.start()
+        running = asyncio.create_task(submit(b, [item(1)]))
+        await wait_entered(model)
+        draining = asyncio.create_task(b.drain(GUARD_S))
+        await asyncio.sleep(0.01)
+        draining.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await draining
+        assert not b.running
+        with pytest.raises(NotReady) as refused:
+            await asyncio.wait_for(running, GUARD_S)
+        assert refused.value.code == "shutting_down"
+        model.gate.set()
+
+    asyncio.run(main())
+
+
 def test_a_submission_of_several_items_is_encoded_off_the_event_loop() -> None:
     model = FakeModel()
     threads: list[str] = []

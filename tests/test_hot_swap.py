@@ -4,6 +4,7 @@ the old model; a bad directory is refused and the old model keeps serving. Real 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -15,13 +16,19 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from service_conftest import GUARD_S, FakeClassifier, live_server, tiny_model_dir  # noqa: F401  (fixture)
 
+from dialogue_safety.core.errors import NotReady
 from dialogue_safety.core.model_card import CARD_FILE
+from dialogue_safety.core.schema import Example
+from dialogue_safety.service.batcher import LONE_INLINE_CHARS
+from dialogue_safety.service.json_body import OFF_LOOP_BYTES
 from dialogue_safety.service.settings import ServiceSettings
+from dialogue_safety.service.state import ServiceState
 
 KEY = "swap-key"
 ADMIN = {"X-API-Key": KEY}
@@ -349,3 +356,138 @@ def test_twenty_swaps_under_traffic_end_within_ten_percent_of_the_starting_memor
             proc.wait(20)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+# -- the seams between a swap and the requests in flight (ServiceState with fake models, no HTTP) --------------
+def _held_encode(fake: FakeClassifier, prefix: str) -> tuple[threading.Event, threading.Event]:
+    """``fake``'s encoding of an utterance starting with ``prefix`` waits for ``release`` (``entered`` set first)."""
+    entered, release = threading.Event(), threading.Event()
+    plain = fake.encode
+
+    def encode(examples: Any) -> Any:
+        if any(e.utterance.startswith(prefix) for e in examples):
+            entered.set()
+            assert release.wait(GUARD_S)
+        return plain(examples)
+
+    fake.encode = encode  # type: ignore[method-assign]
+    return entered, release
+
+
+def test_an_explanation_planned_on_the_old_model_during_a_swap_finishes_there() -> None:
+    """The explanation's plan is being encoded on the old model when the swap switches and starts draining it: the
+    explanation is in flight there, so it is queued and answered by the old model, and the drain waits for it."""
+    old, new = FakeClassifier(), FakeClassifier()
+    entered, release = _held_encode(old, "hold")
+
+    async def main() -> None:
+        state = ServiceState(ServiceSettings(), factory=lambda s: old)
+        await state.load()
+        # longer than a lone request encoded on the loop: the plan is encoded in the encoding thread
+        example = Example.from_texts("hold on " + "you are an idiot " * (LONE_INLINE_CHARS // 16), ["hi there"])
+        explained = asyncio.create_task(state.score([example], client="c", explain="occlusion"))
+        await asyncio.to_thread(entered.wait, GUARD_S)
+        previous = await state.install(new, state.settings)  # the swap's switch
+        assert previous is not None
+        draining = asyncio.create_task(state.retire(previous, GUARD_S))
+        await asyncio.sleep(0.01)
+        assert not draining.done()
+        release.set()
+        scored = await asyncio.wait_for(explained, GUARD_S)
+        assert scored is not None and scored.served.batcher is previous and scored.explanation is not None
+        assert await asyncio.wait_for(draining, GUARD_S) is True
+        await state.stop()
+
+    asyncio.run(main())
+
+
+def test_a_large_request_sized_during_a_swap_finishes_on_the_old_model() -> None:
+    """A large request's cost bound runs off the loop when the swap switches: it counts as in flight from its first
+    check, so the drain waits for it and the old model answers it (not 503 shutting down)."""
+    old, new = FakeClassifier(), FakeClassifier()
+
+    async def main() -> None:
+        state = ServiceState(ServiceSettings(), factory=lambda s: old)
+        await state.load()
+        batcher = state.batcher
+        assert batcher is not None and batcher._bound is not None
+        entered, release = threading.Event(), threading.Event()
+        bound = batcher._bound
+
+        def held_bound(examples: Any, enough: int) -> int:
+            entered.set()
+            assert release.wait(GUARD_S)
+            return bound(examples, enough)
+
+        batcher._bound = held_bound
+        large = Example(utterance="word " * (OFF_LOOP_BYTES // 5 + 10))  # its bound runs in a thread
+        scoring = asyncio.create_task(state.score([large], client="c"))
+        await asyncio.to_thread(entered.wait, GUARD_S)
+        previous = await state.install(new, state.settings)
+        assert previous is batcher
+        draining = asyncio.create_task(state.retire(previous, GUARD_S))
+        await asyncio.sleep(0.01)
+        assert not draining.done()  # it waits for the request still entering
+        release.set()
+        scored = await asyncio.wait_for(scoring, GUARD_S)
+        assert scored is not None and scored.served.batcher is previous and len(scored.outcomes) == 1
+        assert await asyncio.wait_for(draining, GUARD_S) is True
+        await state.stop()
+
+    asyncio.run(main())
+
+
+def test_the_queue_depth_gauge_is_the_serving_models_while_the_old_one_drains() -> None:
+    """The old model's batcher, draining after a swap, leaves the depth gauge to the new one: its stop does not
+    set it to 0 while the new model has an item waiting."""
+    old, new = FakeClassifier(), FakeClassifier()
+    old.gate.clear()
+
+    async def main() -> None:
+        state = ServiceState(ServiceSettings(), factory=lambda s: old)
+        await state.load()
+        held = asyncio.create_task(state.score([Example(utterance="still running")], client="a"))
+        await asyncio.to_thread(old.entered.wait, GUARD_S)
+        previous = await state.install(new, state.settings)
+        assert previous is not None
+        draining = asyncio.create_task(state.retire(previous, GUARD_S))
+        new.gate.clear()
+        running = asyncio.create_task(state.score([Example(utterance="first")], client="b"))
+        await asyncio.to_thread(new.entered.wait, GUARD_S)
+        waiting = asyncio.create_task(state.score([Example(utterance="second")], client="c"))
+        await asyncio.sleep(0.01)
+        assert state.metrics.queue_depth._value.get() == 1  # the new batcher's waiting item
+        old.gate.set()
+        assert await asyncio.wait_for(draining, GUARD_S) is True  # the old batcher finished and stopped
+        assert (await asyncio.wait_for(held, GUARD_S)).served.batcher is previous  # type: ignore[union-attr]
+        assert state.metrics.queue_depth._value.get() == 1  # still the new batcher's
+        new.gate.set()
+        await asyncio.wait_for(asyncio.gather(running, waiting), GUARD_S)
+        await state.stop()
+
+    asyncio.run(main())
+
+
+def test_stopping_the_service_stops_a_batcher_still_draining() -> None:
+    """A request held on the old model keeps its drain going; stopping the service stops that batcher too: the
+    request fails shutting down and the drain reports it did not finish."""
+    old, new = FakeClassifier(), FakeClassifier()
+    old.gate.clear()
+
+    async def main() -> None:
+        state = ServiceState(ServiceSettings(), factory=lambda s: old)
+        await state.load()
+        held = asyncio.create_task(state.score([Example(utterance="still running")], client="a"))
+        await asyncio.to_thread(old.entered.wait, GUARD_S)
+        previous = await state.install(new, state.settings)
+        assert previous is not None
+        draining = asyncio.create_task(state.retire(previous, GUARD_S))
+        await asyncio.sleep(0.01)
+        await state.stop()
+        assert await asyncio.wait_for(draining, GUARD_S) is False
+        with pytest.raises(NotReady) as refused:
+            await asyncio.wait_for(held, GUARD_S)
+        assert refused.value.code == "shutting_down" and not previous.running
+        old.gate.set()
+
+    asyncio.run(main())

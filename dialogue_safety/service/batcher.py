@@ -146,12 +146,13 @@ class MicroBatcher:
         self._parallel = max(1, model.parallel)  # workers with cores of their own
         self._done_lock = threading.Lock()  # the workers count an item's scored rows under it
         self._encoding = 0  # items admitted and being (or waiting to be) encoded
+        self._entering = 0  # requests past their first check and not yet queued or refused (drain waits for them)
         self._accepting = self._stopped = self._draining = False
         self._running_batch = 0  # batches being run (one a worker at most)
         self._arrived_while_running = 0
         self._expect_company = False
         self._outstanding = 0  # futures handed out and not yet settled (drain waits for 0)
-        self._settled: asyncio.Event | None = None  # set whenever outstanding or encoding work ends
+        self._settled: asyncio.Event | None = None  # set whenever outstanding, entering or encoding work ends
 
     # -- lifecycle ----------------------------------------------------------------------------
     async def start(self) -> None:
@@ -181,28 +182,31 @@ class MicroBatcher:
         await asyncio.gather(*tasks, return_exceptions=True)
         if self._queue is not None:
             _fail_all(self._queue.take_all(), self._shutting_down())
-        self._observer.observe_queue_depth(0)
+        self._observe_depth(0)
         self._encoder.stop()  # what was not handed to the encoding thread yet fails too
         for worker in self._workers:
             worker.stop()
 
     async def drain(self, timeout_s: float) -> bool:
-        """Let every admitted item finish, refusing new work, then :meth:`stop`; True if all did in time."""
+        """Let every request already in flight finish (admitted, or past its first check and still entering),
+        refusing new work, then :meth:`stop`; True if all did in time. Cancelled, it still stops."""
         self._accepting = False
         self._draining = True
         drained = True
         try:
             async with asyncio.timeout(timeout_s):
-                while self._settled is not None and (self._outstanding or self._encoding):
+                while self._settled is not None and (self._outstanding or self._encoding or self._entering):
                     self._settled.clear()
                     await self._settled.wait()
+            drained = not self._stopped  # stopped meanwhile (the service stopping): what was left failed
         except TimeoutError:
             drained = False
-        await self.stop()
+        finally:
+            await asyncio.shield(self.stop())  # a cancelled swap leaves no batcher running
         return drained
 
     def _settle(self, future: asyncio.Future[Prediction] | None = None) -> None:
-        if future is not None:  # a handed-out future settled (None: an encoding ended)
+        if future is not None:  # a handed-out future settled (None: an encoding or an entering request ended)
             self._outstanding -= 1
         if self._settled is not None:
             self._settled.set()  # drain() re-checks what is left
@@ -240,35 +244,43 @@ class MicroBatcher:
         client: str = "",
         lane: LaneName = CLASSIFY,
         at_least: int | None = None,
+        entered: bool = False,
     ) -> list[asyncio.Future[Prediction]]:
         """Encode ``examples``, charge their work to ``client`` in ``lane`` and queue them together: one
         future each, to :meth:`release` when no longer awaited. An utterance longer than the window cap
         is not queued: its future holds the ``too_many_windows`` :class:`InvalidInput` at once.
         ``at_least``: what they cost at least, if the caller knows (an explanation: two sequences of its
-        text); else, for the classify lane, the cost bound's figure from their characters."""
+        text); else, for the classify lane, the cost bound's figure from their characters. ``entered``: the
+        request entered this batcher already (an explanation's plan, encoded by :meth:`encode` just before):
+        a batcher that began draining since takes it, as it takes every request in flight."""
         arrived = asyncio.get_running_loop().time()  # for the batch deadline: encoding is waiting too
         if not examples:
             return []
-        self._check_running()
-        # before encoding: refusing must stay cheap under overload, and a request surely too costly by its
-        # characters is never tokenised
-        if at_least is None and self._bound is not None and lane == CLASSIFY:
-            enough = self.gate.lane(lane).max_request_tokens
-            if sum(len(e.utterance) for e in examples) > OFF_LOOP_BYTES:  # a regex pass over each character
-                at_least = await asyncio.to_thread(self._bound, examples, enough)
-            else:
-                at_least = self._bound(examples, enough)
-        self.admission(client, lane, at_least=at_least)
-        encoded = await self._encode(examples)
-        self._check_running(admitted=True)  # encoding awaited: the batcher may have stopped meanwhile
-        # an utterance cut at the window cap is refused now, before its inference is paid for
-        cut = {i for i, e in enumerate(encoded) if e.read.windows_needed > e.read.windows}
-        kept = [e for i, e in enumerate(encoded) if i not in cut]
-        if kept:
-            charge = self.admission(client, lane, cost=sum(e.tokens for e in kept))
-            assert charge is not None
-            queued = iter(self._enqueue(kept, charge, lane, arrived))
-        return [_refused(e) if i in cut else next(queued) for i, e in enumerate(encoded)]
+        self._check_running(admitted=entered)
+        self._entering += 1  # in flight from here: a drain waits for it to be queued or refused
+        try:
+            # before encoding: refusing must stay cheap under overload, and a request surely too costly by its
+            # characters is never tokenised
+            if at_least is None and self._bound is not None and lane == CLASSIFY:
+                enough = self.gate.lane(lane).max_request_tokens
+                if sum(len(e.utterance) for e in examples) > OFF_LOOP_BYTES:  # a regex pass over each character
+                    at_least = await asyncio.to_thread(self._bound, examples, enough)
+                else:
+                    at_least = self._bound(examples, enough)
+            self.admission(client, lane, at_least=at_least)
+            encoded = await self._encode(examples)
+            self._check_running(admitted=True)  # encoding awaited: the batcher may have stopped meanwhile
+            # an utterance cut at the window cap is refused now, before its inference is paid for
+            cut = {i for i, e in enumerate(encoded) if e.read.windows_needed > e.read.windows}
+            kept = [e for i, e in enumerate(encoded) if i not in cut]
+            if kept:
+                charge = self.admission(client, lane, cost=sum(e.tokens for e in kept))
+                assert charge is not None
+                queued = iter(self._enqueue(kept, charge, lane, arrived))
+            return [_refused(e) if i in cut else next(queued) for i, e in enumerate(encoded)]
+        finally:
+            self._entering -= 1
+            self._settle()  # drain() re-checks what is left
 
     def admission(
         self, client: str, lane: LaneName = CLASSIFY, *, at_least: int | None = None, cost: int | None = None
@@ -323,7 +335,7 @@ class MicroBatcher:
             elif not fut.cancelled():
                 fut.exception()
         if cancelled:
-            self._observer.observe_queue_depth(self.live_depth())
+            self._observe_depth(self.live_depth())
 
     def _enqueue(
         self, encoded: list[EncodedExample], charge: Charge, lane: LaneName, arrived: float
@@ -341,8 +353,13 @@ class MicroBatcher:
         if self._running_batch:
             self._arrived_while_running += len(encoded)
             self._make_room(charge.client, lane)
-        self._observer.observe_queue_depth(self.depth)
+        self._observe_depth(self.depth)
         return futures
+
+    def _observe_depth(self, depth: int) -> None:
+        """The queue-depth gauge is the serving batcher's: one draining after a hot swap leaves it alone."""
+        if not self._draining:
+            self._observer.observe_queue_depth(depth)
 
     def _make_room(self, client: str, lane: LaneName) -> None:
         """``client``'s classification rows just arrived: if no worker is free for them, the client has no rows in
@@ -390,7 +407,7 @@ class MicroBatcher:
         live = [row for row in batch if not row.item.future.done()]  # callers gone while waiting for company
         if len(live) < len(batch):
             self._queue.drop(_items_of(batch))
-        self._observer.observe_queue_depth(self.live_depth())
+        self._observe_depth(self.live_depth())
         if not live:
             return
         now = asyncio.get_running_loop().time()
@@ -420,7 +437,7 @@ class MicroBatcher:
             self._observer.observe_batch(size, tokens, seconds)
         if unscored:  # a borrowed batch stopped for another client's rows: its rows wait again
             self._queue.put_back(unscored)
-            self._observer.observe_queue_depth(self.live_depth())
+            self._observe_depth(self.live_depth())
         for item, prediction in zip(done, predictions, strict=True):
             if not item.future.done():
                 item.future.set_result(prediction)

@@ -147,7 +147,7 @@ class ModelSwapper:
             previous_id = state.model_id
             replaced = None if state.classifier is None else weakref.ref(state.classifier)
             old = await state.install(classifier, settings)
-            drained = True if old is None else await old.drain(DRAIN_TIMEOUT_S)
+            drained = True if old is None else await state.retire(old, DRAIN_TIMEOUT_S)
             del old, classifier  # the swap itself holds neither model from here on
             released = replaced is None or await _release(replaced)
             self.swaps.labels(outcome="swapped").inc()

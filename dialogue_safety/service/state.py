@@ -214,6 +214,7 @@ class ServiceState:
         self.metrics = ServiceMetrics()
         self.classifier: Classifier | None = None
         self.served: ServedModel | None = None  # None before the load: no placeholder id or threshold
+        self._retiring: set[MicroBatcher] = set()  # replaced by a hot swap, draining (stopped with the service)
         self.ready = False
         self.load_error: str | None = None
         self.loading: str | None = None  # what the first load is doing now (the detail of /ready's 503)
@@ -310,11 +311,20 @@ class ServiceState:
         )
         return previous
 
+    async def retire(self, batcher: MicroBatcher, timeout_s: float) -> bool:
+        """Drain a batcher :meth:`install` replaced (its requests in flight finish on its model), then stop it; True
+        if all finished in time. Until then :meth:`stop` stops it too."""
+        self._retiring.add(batcher)
+        try:
+            return await batcher.drain(timeout_s)
+        finally:
+            self._retiring.discard(batcher)
+
     async def stop(self) -> None:
         self.ready = False
         self.metrics.ready.set(0)
-        if self.batcher is not None:
-            await self.batcher.stop()
+        batchers = [*self._retiring, *([self.batcher] if self.batcher is not None else [])]
+        await asyncio.gather(*(b.stop() for b in batchers))
 
     def require_ready(self) -> MicroBatcher:
         return self.require_served().batcher
@@ -376,7 +386,7 @@ class ServiceState:
             plan, at_least = await self._plan(served, example, explain, explain_history)
             examples, lane = plan.examples(), EXPLAIN
         batcher = served.batcher
-        futures = await batcher.enqueue(examples, client=client, lane=lane, at_least=at_least)
+        futures = await batcher.enqueue(examples, client=client, lane=lane, at_least=at_least, entered=plan is not None)
         # a lone item is awaited as it is (the lone request's path adds no gather)
         waiter: asyncio.Future[Any] = (
             futures[0] if len(futures) == 1 else asyncio.gather(*futures, return_exceptions=True)
