@@ -458,7 +458,11 @@ def test_stop_fails_submissions_still_waiting_to_be_encoded() -> None:
     assert all(isinstance(r, NotReady) and r.code == "shutting_down" for r in results), results
 
 
-def test_drain_gives_up_after_its_timeout_and_fails_what_is_left() -> None:
+@pytest.mark.parametrize("ends", ["timeout", "cancelled"])
+def test_a_drain_that_ends_before_its_work_stops_the_batcher_and_fails_what_is_left(ends: str) -> None:
+    """A drain that gives up after its timeout says so (False); one cancelled while it waits (a hot swap cancelled
+    at shutdown) still stops: either way the running batch is cut short, nothing is left running, and the running
+    and queued callers fail shutting down."""
     model = FakeModel()
     model.gate.clear()
 
@@ -469,36 +473,20 @@ def test_drain_gives_up_after_its_timeout_and_fails_what_is_left() -> None:
         await wait_entered(model)
         queued = asyncio.create_task(submit(b, [item(2)]))
         await asyncio.sleep(0)
-        assert await b.drain(0.01) is False
+        if ends == "timeout":
+            assert await b.drain(0.01) is False
+        else:
+            draining = asyncio.create_task(b.drain(GUARD_S))
+            await asyncio.sleep(0.01)
+            draining.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await draining
+        assert not b.running
         model.gate.set()
         for task in (running, queued):
-            with pytest.raises(NotReady):
+            with pytest.raises(NotReady) as refused:
                 await asyncio.wait_for(task, GUARD_S)
-
-    asyncio.run(main())
-
-
-def test_a_cancelled_drain_still_stops_the_batcher() -> None:
-    """A drain cancelled while it waits (a hot swap cancelled at shutdown) still stops the batcher: its running batch
-    is cut short and its caller fails shutting down, nothing is left running."""
-    model = FakeModel()
-    model.gate.clear()
-
-    async def main() -> None:
-        b = batcher(model.encode, model)
-        await b.start()
-        running = asyncio.create_task(submit(b, [item(1)]))
-        await wait_entered(model)
-        draining = asyncio.create_task(b.drain(GUARD_S))
-        await asyncio.sleep(0.01)
-        draining.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await draining
-        assert not b.running
-        with pytest.raises(NotReady) as refused:
-            await asyncio.wait_for(running, GUARD_S)
-        assert refused.value.code == "shutting_down"
-        model.gate.set()
+            assert refused.value.code == "shutting_down"
 
     asyncio.run(main())
 

@@ -25,7 +25,7 @@ from service_conftest import GUARD_S, FakeClassifier, live_server, tiny_model_di
 from dialogue_safety.core.errors import NotReady
 from dialogue_safety.core.model_card import CARD_FILE
 from dialogue_safety.core.schema import Example
-from dialogue_safety.service.batcher import LONE_INLINE_CHARS
+from dialogue_safety.service.batcher import LONE_INLINE_CHARS, MicroBatcher
 from dialogue_safety.service.json_body import OFF_LOOP_BYTES
 from dialogue_safety.service.settings import ServiceSettings
 from dialogue_safety.service.state import ServiceState
@@ -437,20 +437,28 @@ def test_a_large_request_sized_during_a_swap_finishes_on_the_old_model() -> None
     asyncio.run(main())
 
 
+async def _swapped_while_holding_a_request(
+    old: FakeClassifier, new: FakeClassifier
+) -> tuple[ServiceState, asyncio.Task[Any], MicroBatcher, asyncio.Task[bool]]:
+    """A service on ``old`` (its gate cleared: a request held in its batch), swapped to ``new``: the state, the held
+    request, the old batcher and its drain (``ServiceState.retire``), running."""
+    old.gate.clear()
+    state = ServiceState(ServiceSettings(), factory=lambda s: old)
+    await state.load()
+    held = asyncio.create_task(state.score([Example(utterance="still running")], client="a"))
+    await asyncio.to_thread(old.entered.wait, GUARD_S)
+    previous = await state.install(new, state.settings)
+    assert previous is not None
+    return state, held, previous, asyncio.create_task(state.retire(previous, GUARD_S))
+
+
 def test_the_queue_depth_gauge_is_the_serving_models_while_the_old_one_drains() -> None:
     """The old model's batcher, draining after a swap, leaves the depth gauge to the new one: its stop does not
     set it to 0 while the new model has an item waiting."""
     old, new = FakeClassifier(), FakeClassifier()
-    old.gate.clear()
 
     async def main() -> None:
-        state = ServiceState(ServiceSettings(), factory=lambda s: old)
-        await state.load()
-        held = asyncio.create_task(state.score([Example(utterance="still running")], client="a"))
-        await asyncio.to_thread(old.entered.wait, GUARD_S)
-        previous = await state.install(new, state.settings)
-        assert previous is not None
-        draining = asyncio.create_task(state.retire(previous, GUARD_S))
+        state, held, previous, draining = await _swapped_while_holding_a_request(old, new)
         new.gate.clear()
         running = asyncio.create_task(state.score([Example(utterance="first")], client="b"))
         await asyncio.to_thread(new.entered.wait, GUARD_S)
@@ -459,7 +467,7 @@ def test_the_queue_depth_gauge_is_the_serving_models_while_the_old_one_drains() 
         assert state.metrics.queue_depth._value.get() == 1  # the new batcher's waiting item
         old.gate.set()
         assert await asyncio.wait_for(draining, GUARD_S) is True  # the old batcher finished and stopped
-        assert (await asyncio.wait_for(held, GUARD_S)).served.batcher is previous  # type: ignore[union-attr]
+        assert (await asyncio.wait_for(held, GUARD_S)).served.batcher is previous
         assert state.metrics.queue_depth._value.get() == 1  # still the new batcher's
         new.gate.set()
         await asyncio.wait_for(asyncio.gather(running, waiting), GUARD_S)
@@ -472,16 +480,9 @@ def test_stopping_the_service_stops_a_batcher_still_draining() -> None:
     """A request held on the old model keeps its drain going; stopping the service stops that batcher too: the
     request fails shutting down and the drain reports it did not finish."""
     old, new = FakeClassifier(), FakeClassifier()
-    old.gate.clear()
 
     async def main() -> None:
-        state = ServiceState(ServiceSettings(), factory=lambda s: old)
-        await state.load()
-        held = asyncio.create_task(state.score([Example(utterance="still running")], client="a"))
-        await asyncio.to_thread(old.entered.wait, GUARD_S)
-        previous = await state.install(new, state.settings)
-        assert previous is not None
-        draining = asyncio.create_task(state.retire(previous, GUARD_S))
+        state, held, previous, draining = await _swapped_while_holding_a_request(old, new)
         await asyncio.sleep(0.01)
         await state.stop()
         assert await asyncio.wait_for(draining, GUARD_S) is False
