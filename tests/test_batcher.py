@@ -632,7 +632,16 @@ def test_queue_depth_gauge_drops_when_waiting_callers_leave() -> None:
     run(body, model)
 
 
-def test_concurrent_submissions_are_encoded_together_and_a_failing_one_is_isolated() -> None:
+@pytest.mark.parametrize(
+    ("raised", "answered"),
+    [(ValueError, ValueError), (StopIteration, RuntimeError), (asyncio.CancelledError, RuntimeError)],
+)
+def test_concurrent_submissions_are_encoded_together_and_a_failing_one_is_isolated(
+    raised: type[BaseException], answered: type[BaseException]
+) -> None:
+    """Submissions waiting for the encoding thread are encoded in one call; one whose encoding raises gets the
+    error (StopIteration and CancelledError, which a future cannot carry to its caller as such, as a RuntimeError),
+    the others their results, and the encoding thread serves the next submissions."""
     model = FakeModel()
     calls: list[int] = []
     encode = model.encode
@@ -640,22 +649,25 @@ def test_concurrent_submissions_are_encoded_together_and_a_failing_one_is_isolat
     def counting_encode(examples: Any) -> Any:
         calls.append(len(examples))
         if any(ex.utterance == "poison" for ex in examples):
-            raise ValueError("cannot encode this one")
+            raise raised("cannot encode this one")
         return encode(examples)
 
-    async def main() -> list[object]:
+    async def main() -> tuple[list[object], list[float]]:
         b = batcher(counting_encode, model)
         await b.start()
         try:
             subs = [submit(b, [item(i)]) for i in range(1, 9)]
             subs.append(submit(b, [Example(utterance="poison")]))
-            return list(await asyncio.gather(*subs, return_exceptions=True))
+            results = await asyncio.wait_for(asyncio.gather(*subs, return_exceptions=True), GUARD_S)
+            later = await asyncio.wait_for(submit(b, [item(10), item(11)]), GUARD_S)
+            return list(results), [p.score for p in later]
         finally:
             await b.stop()
 
-    results = asyncio.run(main())
+    results, later = asyncio.run(main())
     assert [p[0].score for p in results[:8]] == [i / 1000 for i in range(1, 9)]  # type: ignore[index]
-    assert isinstance(results[8], ValueError)
+    assert type(results[8]) is answered
+    assert later == [0.01, 0.011]
     assert max(calls) > 1  # at least one round encoded several submissions in one call
 
 

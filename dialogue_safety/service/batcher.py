@@ -64,7 +64,7 @@ from dialogue_safety.core.scoring import RowLogits
 from dialogue_safety.service.admission import CLASSIFY, AdmissionGate, Charge, LaneName
 from dialogue_safety.service.batch_observer import BatchObserver, NullObserver
 from dialogue_safety.service.batch_queue import BatchQueue, Pending, Row
-from dialogue_safety.service.encoder import EncodeCoalescer, EncodeFn
+from dialogue_safety.service.encoder import EncodeCoalescer, EncodeFn, future_safe
 from dialogue_safety.service.errors import InferenceFailed
 from dialogue_safety.service.json_body import OFF_LOOP_BYTES
 from dialogue_safety.service.settings import ServiceSettings
@@ -554,10 +554,8 @@ def _serve_jobs(jobs: queue.SimpleQueue[_Handoff | None], worker: int = 0, nice:
         error: BaseException | None = None
         try:
             result = _score(job, worker)
-        except (StopIteration, asyncio.CancelledError) as exc:  # neither may be set on a future as a failure
-            error = RuntimeError(f"inference raised {type(exc).__name__}")
         except BaseException as exc:  # the awaiting batch fails, not this thread
-            error = exc
+            error = future_safe(exc, "inference")
         with suppress(RuntimeError):  # the loop closed meanwhile: nobody waits for this job any more
             loop.call_soon_threadsafe(_settle_job, future, result, error)
 

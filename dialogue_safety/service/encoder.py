@@ -46,6 +46,16 @@ class EncodeCoalescer:
         """``encode`` here and now."""
         return self._encode(examples)
 
+    def _encode_in_thread(self, examples: Sequence[Example]) -> list[EncodedExample]:
+        """``encode`` in the encoding thread, its error one a future can hold (:func:`future_safe`)."""
+        try:
+            return self._encode(examples)
+        except BaseException as exc:
+            safe = future_safe(exc, "encoding")
+            if safe is exc:
+                raise
+            raise safe from exc
+
     async def encode(self, examples: Sequence[Example]) -> list[EncodedExample]:
         """Encode in the encoding thread, together with whatever other submissions are waiting."""
         loop = asyncio.get_running_loop()
@@ -67,14 +77,14 @@ class EncodeCoalescer:
                     continue
                 flat = [example for examples, _ in jobs for example in examples]
                 try:
-                    encoded = await loop.run_in_executor(self._pool, self.encode_inline, flat)
+                    encoded = await loop.run_in_executor(self._pool, self._encode_in_thread, flat)
                 except Exception:
                     if len(jobs) == 1:
                         _fail(jobs[0][1], sys.exc_info()[1])
                         continue
                     for examples, future in jobs:  # isolate the submission that fails
                         try:
-                            one = await loop.run_in_executor(self._pool, self.encode_inline, examples)
+                            one = await loop.run_in_executor(self._pool, self._encode_in_thread, examples)
                         except Exception as exc:
                             _fail(future, exc)
                         else:
@@ -97,6 +107,15 @@ class EncodeCoalescer:
         waiting, self._waiting = self._waiting, []
         for _, future in [*jobs, *waiting]:
             _fail(future, self._stopped())
+
+
+def future_safe(exc: BaseException, what: str) -> BaseException:
+    """``exc`` as an error a future may hold for its awaiting caller: asyncio cannot set StopIteration on a
+    future (it would stay pending for ever), and a CancelledError would read as the caller's own cancellation
+    (or as the service stopping); both become a RuntimeError naming ``what`` raised them."""
+    if isinstance(exc, StopIteration | asyncio.CancelledError):
+        return RuntimeError(f"{what} raised {type(exc).__name__}")
+    return exc
 
 
 def _fail(future: asyncio.Future[list[EncodedExample]], exc: BaseException | None) -> None:
