@@ -321,3 +321,71 @@ def test_proxy_headers_count_only_from_the_configured_proxies(tmp_path: Path, tr
             for i, address in enumerate(["203.0.113.1", "203.0.113.2", "203.0.113.1"])
         ]
     assert codes == ([200, 200, 429] if trusted else [200, 429, 429])
+
+
+def test_a_closed_round_takes_no_more_play_and_every_stored_text_is_checked(tmp_path: Path) -> None:
+    """A round that is closed refuses live scores, tries and judgements with 409 before anything is counted or
+    scored (a player cannot pick a closed round for a fresh rate budget); a flag needs a reason (422); a NUL
+    character in any text of a body is refused 422 (PostgreSQL cannot store it); an invitation of several
+    nicknames is all or nothing (one refused: nobody invited, no token lost)."""
+    settings = ServiceSettings(host="127.0.0.1", port=0, breakit_db=str(tmp_path / "game.sqlite3"), api_key=KEY)
+    with live_server(settings, FakeClassifier()) as live, live.client() as c:
+        for number in (1, 2):
+            body = {"number": number, "rates": GENEROUS}
+            assert c.post("/break-it/api/admin/rounds", json=body, headers=ADMIN).status_code == 200
+        r = c.post("/break-it/api/admin/players", json={"nicknames": ["zed", "eve", "Zed"]}, headers=ADMIN)
+        assert r.status_code == 409 and r.json()["error"]["field"] == "nickname"
+        eve, zed = invite(c, "eve", "zed")  # the refused list invited nobody: both names are free
+        r = c.post("/break-it/api/admin/players", json={"nicknames": ["amy", "eve"]}, headers=ADMIN)
+        assert r.status_code == 409 and "'eve' is taken" in r.json()["error"]["message"]
+        [amy] = invite(c, "amy")
+
+        body = {"mode": "offensive", "round": 1, "with_context": False}
+        task = c.post("/break-it/api/tasks", json=body, headers=auth(eve)).json()
+        url = f"/break-it/api/tasks/{task['task_id']}/attacks"
+        fooled = c.post(url, json={"text": "what a dumb name"}, headers=auth(eve)).json()["attack"]
+        assert fooled["fooled"]
+        judge = f"/break-it/api/attacks/{fooled['id']}/validations"
+        r = c.post(judge, json={"verdict": "confirm", "flagged": True, "flag_reason": "  "}, headers=auth(zed))
+        assert r.status_code == 422 and "flag_reason" in r.json()["error"]["message"]
+        for path, body in [
+            ("/break-it/api/score", {"utterance": "hello\x00there"}),
+            (url, {"text": "a\x00b"}),
+            (judge, {"verdict": "confirm", "flagged": True, "flag_reason": "bad\x00"}),
+        ]:
+            r = c.post(path, json=body, headers=auth(zed if path == judge else eve))
+            assert r.status_code == 422 and "NUL" in r.json()["error"]["message"], (path, r.text)
+        r = c.post("/break-it/api/admin/rounds/1/contexts", json={"contexts": [[{"text": "x\x00"}]]}, headers=ADMIN)
+        assert r.status_code == 422
+
+        assert c.post("/break-it/api/admin/rounds/1/close", headers=ADMIN).status_code == 200
+        r = c.post("/break-it/api/score?round=1", json={"utterance": "hello"}, headers=auth(eve))
+        assert r.status_code == 409 and "round 1 is closed" in r.json()["error"]["message"]
+        assert c.post("/break-it/api/score?round=2", json={"utterance": "hello"}, headers=auth(eve)).status_code == 200
+        r = c.post(url, json={"text": "one more"}, headers=auth(eve))
+        assert r.status_code == 409 and r.json()["error"]["field"] == "task_id"
+        r = c.post(judge, json={"verdict": "confirm"}, headers=auth(amy))
+        assert r.status_code == 409 and r.json()["error"]["field"] == "attack_id"
+
+
+def test_a_database_locked_by_another_writer_answers_503_with_retry_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process holds the SQLite file's write lock past the busy timeout: the write is answered 503 (retry)
+    with Retry-After, not a 500, and works once the lock is gone."""
+    import sqlite3
+
+    from dialogue_safety.breakit import store
+
+    monkeypatch.setattr(store, "SQLITE_BUSY_TIMEOUT_MS", 200)
+    db = tmp_path / "game.sqlite3"
+    settings = ServiceSettings(host="127.0.0.1", port=0, breakit_db=str(db), api_key=KEY)
+    with live_server(settings, FakeClassifier()) as live, live.client() as c:
+        assert c.post("/break-it/api/admin/rounds", json={"number": 1}, headers=ADMIN).status_code == 200
+        other = sqlite3.connect(db, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")  # another writer: the sqlite3 shell, a VACUUM...
+        r = c.post("/break-it/api/admin/players", json={"nicknames": ["zoe"]}, headers=ADMIN)
+        assert r.status_code == 503 and "busy" in r.json()["error"]["message"] and "retry-after" in r.headers
+        other.execute("ROLLBACK")
+        other.close()
+        invite(c, "zoe")  # nothing was written by the refused request

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Protocol, TypeVar
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi import Path as PathParameter
 from fastapi.security import APIKeyHeader
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from starlette.responses import FileResponse
 
 from dialogue_safety.breakit.game import ATTACKS_PER_TASK, MAX_ID, TRIES_PER_ATTACK, Mode, TaskProgress, Verdict
@@ -109,6 +109,24 @@ class Host(Protocol):
 class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
+    @field_validator("*", mode="after")
+    @classmethod
+    def _no_nul(cls, value: Any) -> Any:
+        """Every text of a body may be stored, and PostgreSQL's text cannot hold a NUL: refused here (422)."""
+        if _has_nul(value):
+            raise ValueError("must not contain a NUL character (U+0000)")
+        return value
+
+
+def _has_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, list | tuple):
+        return any(_has_nul(v) for v in value)
+    if isinstance(value, dict):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    return False  # a nested body checks its own fields
+
 
 class NewPlayer(_Body):
     nickname: str = Field(min_length=1, max_length=64, description="shown on the score board; unique")
@@ -139,8 +157,14 @@ class AttackBody(_Body):
 class ValidationBody(_Body):
     verdict: Verdict
     flagged: bool = False
-    flag_reason: str | None = Field(None, max_length=2000)
+    flag_reason: str | None = Field(None, max_length=2000, description="why it is flagged (needed with a flag)")
     contrast_text: str | None = Field(None, description="a minimal edit of the attack that flips its label")
+
+    @model_validator(mode="after")
+    def _a_flag_has_a_reason(self) -> ValidationBody:
+        if self.flagged and not (self.flag_reason or "").strip():
+            raise ValueError("a flag needs a reason: set flag_reason")
+        return self
 
 
 class NewRound(_Body):
@@ -282,6 +306,9 @@ class BreakItGame:
 
     async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run a store call in a thread; the store's refusals become the domain errors (the service's statuses)."""
+        from sqlalchemy.exc import OperationalError
+        from sqlalchemy.exc import TimeoutError as SQLAlchemyTimeoutError
+
         from dialogue_safety.breakit.store import (
             ConflictError,
             ForbiddenError,
@@ -304,6 +331,11 @@ class BreakItGame:
             raise Forbidden(exc.message, field=exc.field) from None
         except StoreError as exc:
             raise InvalidInput(exc.message, field=exc.field) from None
+        except (OperationalError, SQLAlchemyTimeoutError) as exc:
+            busy = isinstance(exc, SQLAlchemyTimeoutError) or any(w in str(exc.orig) for w in ("locked", "busy"))
+            if not busy:
+                raise  # not the load: a broken database is the server's error (500, logged)
+            raise NotReady("the break-it database is busy; retry shortly") from None  # locked, or no connection free
 
     def require_store(self) -> BreakItStore:
         if self.store is None:
@@ -315,6 +347,14 @@ class BreakItGame:
         if number is None:
             return await self.call(store.latest_open_round)
         return await self.call(store.round, number)
+
+    async def open_round(self, number: int | None, field: str = "round") -> Round:
+        """:meth:`round`, refused 409 when it is closed: before a player's action is counted or scored (the store
+        checks again when it writes)."""
+        rnd = await self.round(number)
+        if not rnd.open:
+            raise Conflict(f"round {rnd.number} is closed", field=field)
+        return rnd
 
     def check_text(self, text: str, field: str) -> None:
         """The service's request limits (SAFETY_MAX_UTTERANCE_CHARS...) for a player's message."""
@@ -456,7 +496,7 @@ async def live_score(
     game: Game, body: ScoreBody, me: Me, request: Request, number: RoundNumber = None
 ) -> dict[str, Any]:
     game.host.check_item(body.utterance, [t.text for t in body.history])
-    await game.limit(await game.round(number), "score", request, me)
+    await game.limit(await game.open_round(number), "score", request, me)
     example = _example(body.history, body.utterance)
     model_id, score, label, threshold, explanation = await game.score(example, me.id, explain=body.explain)
     answer = {"model": model_id, "score": score, "label": label.value, "threshold": threshold}
@@ -471,7 +511,7 @@ async def submit_attack(game: Game, task_id: TaskId, body: AttackBody, me: Me, r
     if progress.finished:
         raise Conflict("this task is finished; start a new one", field="task_id")
     game.check_text(body.text, "text")
-    rnd = await game.round(task.round_number)
+    rnd = await game.open_round(task.round_number, "task_id")
     await game.limit(rnd, "try", request, me)
     example = _example(context.turns if context else [], body.text)
     scores = await game.score_attack(rnd, example, me.id)
@@ -493,7 +533,7 @@ async def validate(game: Game, attack_id: AttackId, body: ValidationBody, me: Me
     if body.contrast_text:
         game.check_text(body.contrast_text, "contrast_text")
     attack = await game.call(game.require_store().attack, attack_id)
-    await game.limit(await game.round(attack.round_number), "validate", request, me)
+    await game.limit(await game.open_round(attack.round_number, "attack_id"), "validate", request, me)
     v = await game.call(
         game.require_store().validate,
         attack_id,
@@ -537,8 +577,7 @@ async def round_settings(game: Game, number: RoundInPath, body: RoundSettings) -
 
 @admin_router.post("/players", summary="Invite players: one secret token per nickname (API key)")
 async def invite(game: Game, body: Invite) -> dict[str, Any]:
-    store = game.require_store()
-    players = [await game.call(store.enrol, nickname, origin="invite") for nickname in body.nicknames]
+    players = await game.call(game.require_store().enrol_all, body.nicknames, origin="invite")
     return {"players": [_player_view(e.player, e.token) for e in players]}
 
 

@@ -406,24 +406,36 @@ class BreakItStore:
     def enrol(self, nickname: str, *, origin: str = "signup") -> Enrolment:
         """A new player with a fresh token (``origin``: ``invite`` by the organiser, ``signup`` on an
         open round). Nicknames are unique up to case and accents (409)."""
-        nickname = clean_nickname(nickname)
-        token = new_token()
+        [enrolment] = self.enrol_all([nickname], origin=origin)
+        return enrolment
+
+    def enrol_all(self, nicknames: Sequence[str], *, origin: str = "invite") -> list[Enrolment]:
+        """:meth:`enrol` of every nickname in one transaction: all of them, or (one refused: invalid, taken,
+        or the same as another of the list) none, so that no token is made that nobody is shown."""
+        cleaned = [clean_nickname(n) for n in nicknames]
+        keys: dict[str, str] = {}
+        for nickname in cleaned:
+            key = nickname_key(nickname)
+            if key in keys:
+                raise ConflictError(
+                    f"the nicknames {keys[key]!r} and {nickname!r} are the same player; pick another", field="nickname"
+                )
+            keys[key] = nickname
+        tokens = [new_token() for _ in keys]
+        players = [
+            Player(id=secrets.token_hex(16), nickname=n, nickname_key=k, token_hash=token_hash(t), origin=origin)
+            for (k, n), t in zip(keys.items(), tokens, strict=True)
+        ]
         try:
             with self._tx() as s:
-                key = nickname_key(nickname)
-                if s.scalar(select(Player.id).where(Player.nickname_key == key)) is not None:
-                    raise ConflictError(f"the nickname {nickname!r} is taken; pick another", field="nickname")
-                player = Player(
-                    id=secrets.token_hex(16),
-                    nickname=nickname,
-                    nickname_key=key,
-                    token_hash=token_hash(token),
-                    origin=origin,
-                )
-                s.add(player)
+                taken = s.scalars(select(Player.nickname).where(Player.nickname_key.in_(list(keys)))).first()
+                if taken is not None:
+                    raise ConflictError(f"the nickname {taken!r} is taken; pick another", field="nickname")
+                s.add_all(players)
         except IntegrityError:
-            raise ConflictError(f"the nickname {nickname!r} is taken; pick another", field="nickname") from None
-        return Enrolment(player, token)
+            taken = repr(cleaned[0]) if len(cleaned) == 1 else "of one of these"
+            raise ConflictError(f"the nickname {taken} is taken; pick another", field="nickname") from None
+        return [Enrolment(p, t) for p, t in zip(players, tokens, strict=True)]
 
     def register_player(self, nickname: str) -> Player:
         """:meth:`enrol` without keeping the token (for tests and tools that act on the store directly)."""
@@ -596,6 +608,9 @@ class BreakItStore:
                     raise ConflictError("players do not validate their own attacks", field="player_id")
                 if not attack.fooled:
                     raise ConflictError("only attacks that fooled the model are validated", field="attack_id")
+                rnd = s.get(Round, attack.round_number)
+                if rnd is not None and not rnd.open:
+                    raise ConflictError(f"round {rnd.number} is closed", field="attack_id")
                 if contrast is not None and contrast == attack.text:
                     raise StoreError("the contrast example must change the text", field="contrast_text")
                 validation = Validation(
