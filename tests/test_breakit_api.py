@@ -196,7 +196,7 @@ def test_bad_requests_get_a_clear_4xx(client: httpx.Client) -> None:
 def test_rate_limits_answer_429_with_retry_after(client: httpx.Client, server: LiveServer) -> None:
     db = str(server.extra["db"])
     args = ["configure", "--db", db, "--round", "1", "--rate", "score:player=3/minute", "--rate", "try:player=2/minute"]
-    assert breakit_cli(args) == 0
+    assert breakit_cli([*args, "--rate", "task:player=1/minute"]) == 0
     assert client.get("/break-it/api/round").json()["rates"]["score"]["player"] == "3/minute"
     dave, erin = invite(client, "dave", "erin")
     for _ in range(3):
@@ -213,6 +213,8 @@ def test_rate_limits_answer_429_with_retry_after(client: httpx.Client, server: L
         429,
     ]
     assert len(client.get(f"/break-it/api/tasks/{task['task_id']}", headers=auth(erin)).json()["attacks"]) == 2
+    r = client.post("/break-it/api/tasks", json={"mode": "safe", "with_context": False}, headers=auth(erin))
+    assert r.status_code == 429 and "Retry-After" in r.headers  # one task a minute for this round
 
     # per client address: sign-up is the one action without a token
     args = ["configure", "--db", db, "--round", "1", "--signup", "open", "--rate", "register:address=2/minute"]

@@ -464,8 +464,9 @@ async def get_me(me: Me) -> dict[str, Any]:
 
 
 @router.post("/tasks", summary="Start a task: 5 attacks, up to 2 tries each")
-async def new_task(game: Game, body: NewTask, me: Me) -> dict[str, Any]:
-    rnd = await game.round(body.round)
+async def new_task(game: Game, body: NewTask, me: Me, request: Request) -> dict[str, Any]:
+    rnd = await game.open_round(body.round)
+    await game.limit(rnd, "task", request, me)
     task, context = await game.call(game.require_store().start_task, rnd.number, me.id, body.mode, body.with_context)
     return {
         "task_id": task.id,

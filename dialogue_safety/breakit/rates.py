@@ -21,12 +21,13 @@ from dialogue_safety.core.errors import InvalidInput, RateLimited
 if TYPE_CHECKING:  # `limits` comes with the breakit extra: imported where a round is played, not at import
     from limits import RateLimitItem
 
-ACTIONS = ("register", "score", "try", "validate")
+ACTIONS = ("register", "task", "score", "try", "validate")
 SCOPES = ("player", "address")
 #: per action and scope; sign-up has no player yet. Typing and reading speed, with room for bursts:
 #: the page asks for a live score a moment after the last keystroke.
 DEFAULT_RATES: dict[str, dict[str, str]] = {
     "register": {"address": "5/minute;20/hour"},
+    "task": {"player": "10/minute;200/hour", "address": "60/minute"},  # each one a row and a context drawn
     "score": {"player": "3/second;60/minute", "address": "10/second;300/minute"},
     "try": {"player": "6/minute;120/hour", "address": "30/minute"},
     "validate": {"player": "20/minute", "address": "60/minute"},
