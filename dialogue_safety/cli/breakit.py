@@ -54,7 +54,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
             metavar="ACTION:SCOPE=LIMITS",
             help="a rate limit overriding the default, e.g. try:player=10/minute or score:address='5/second;100/minute'"
             " "
-            "(actions: register, score, try, validate; scopes: player, address; repeatable)",
+            "(actions: register, task, score, try, validate; scopes: player, address; repeatable)",
         )
 
     def with_pool(sub: argparse.ArgumentParser) -> None:
