@@ -255,6 +255,8 @@ def test_a_different_job_does_not_resume_silently(
     other = job(tmp_path, inp, "out.jsonl", tiny_model_dir, chunk_size=3)
     with pytest.raises(CorpusFileError, match="chunk_size.*--restart"):
         run_local(other, classifier=clf, progress=False)
+    with pytest.raises(CorpusFileError, match="limits.*--restart"):  # the same job under other request limits
+        run_local(first, classifier=clf, progress=False, limits=Limits(max_utterance_chars=3))
     summary = run_local(other, classifier=clf, progress=False, restart=True)
     assert summary.resumed_rows == 0 and summary.rows == 6
 

@@ -22,6 +22,7 @@ from dialogue_safety.core.runtime import OnnxClassifier
 from dialogue_safety.core.schema import Example, Prediction
 from dialogue_safety.corpus.formats import count_rows, read_records
 from dialogue_safety.corpus.job import ScoreJob, run_local
+from dialogue_safety.corpus.records import Columns
 
 DEEP = 3000
 SMALL_ROWS = Limits(max_body_bytes=20_000)  # a line over 20,000 bytes is longer than a row may be
@@ -234,3 +235,37 @@ def test_ids_too_large_for_a_float_are_written_as_strings_in_strict_json(tmp_pat
 
     lines = the_job.output.read_text().splitlines()
     assert [json.loads(line, parse_constant=strict)["id"] for line in lines] == ["1e400", "-1e999", "NaN", 2.5]
+
+
+def test_a_csv_with_a_byte_order_mark_keeps_its_first_column(tmp_path: Path, clf: OnnxClassifier) -> None:
+    """Excel's "CSV UTF-8" starts with a BOM: the first header is still ``id``, not ``\\ufeffid``."""
+    inp = tmp_path / "excel.csv"
+    inp.write_bytes(b"\xef\xbb\xbfid,text\r\nr1,hello there\r\nr2,you idiot\r\n")
+    the_job = ScoreJob(inp, tmp_path / "out.jsonl", variant="fp32")
+    assert run_local(the_job, classifier=clf, progress=False).errors == 0
+    assert [json.loads(line)["id"] for line in the_job.output.read_text().splitlines()] == ["r1", "r2"]
+
+
+def test_carried_values_that_cannot_be_written_are_error_rows_and_mixed_types_are_kept_as_text(
+    tmp_path: Path, clf: OnnxClassifier
+) -> None:
+    """A carried id with a lone surrogate (a JSON escape such as "\\udc80") cannot be written as UTF-8: its row is
+    an error row naming the field, and the job goes on. Ids of several types, in one chunk or across chunks, are
+    written to Parquet as text where Arrow has no one type for them; nested carried values are JSON in CSV."""
+    inp = tmp_path / "in.jsonl"
+    inp.write_text(
+        '{"id": "\\udc80", "utterance": "hello"}\n{"id": 1, "utterance": "hi"}\n{"id": "b", "utterance": "hey"}\n'
+        '{"id": 2.5, "utterance": "yo", "meta": {"a": [1, "x"], "ok": true}}\n'
+    )
+    for chunk_size in (1, 4):
+        out = tmp_path / f"out-{chunk_size}.parquet"
+        summary = run_local(ScoreJob(inp, out, variant="fp32", chunk_size=chunk_size), classifier=clf, progress=False)
+        assert summary.rows == 4 and summary.errors == 1
+        rows = read_records(out)
+        assert [r["id"] for r in rows] == [None, "1", "b", "2.5"], chunk_size
+        assert rows[0]["error"]["code"] == "invalid_text" and rows[0]["error"]["field"] == "id"
+    out = tmp_path / "out.csv"
+    run_local(ScoreJob(inp, out, variant="fp32", columns=Columns(carry=("meta",))), classifier=clf, progress=False)
+    with open(out, newline="", encoding="utf-8") as f:
+        meta = [r["meta"] for r in csv.DictReader(f)]
+    assert json.loads(meta[3]) == {"a": [1, "x"], "ok": True}

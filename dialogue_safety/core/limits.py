@@ -144,6 +144,24 @@ def _not_text(field: str) -> InvalidInput:
     return InvalidInput(NOT_TEXT_MESSAGE, code="invalid_text", field=field)
 
 
+def is_text(value: object) -> bool:
+    """Whether ``value`` (a string, or the strings inside lists and objects) can be written as UTF-8: no lone
+    surrogate (what a JSON escape like "\\udc80", or bytes read with surrogateescape, make)."""
+    if isinstance(value, str):
+        return _SURROGATE.search(value) is None
+    if isinstance(value, list | tuple):
+        return all(is_text(v) for v in value)
+    if isinstance(value, dict):
+        return all(is_text(k) and is_text(v) for k, v in value.items())
+    return True
+
+
+def check_text(value: object, field: str) -> None:
+    """Raise the ``invalid_text`` :class:`InvalidInput` naming ``field`` unless :func:`is_text`."""
+    if not is_text(value):
+        raise _not_text(field)
+
+
 def too_many_windows(read: Reading, max_windows: int, prefix: str = "") -> InvalidInput:
     """The error of an utterance that needs more than ``max_windows`` windows (``SAFETY_MAX_WINDOWS``)."""
     return InvalidInput(

@@ -232,7 +232,7 @@ def _csv_records(
 
 def _open_csv(path: str | Path) -> IO[str]:
     _csv_field_limit()
-    return open(path, newline="", encoding="utf-8", errors="surrogateescape")
+    return open(path, newline="", encoding="utf-8-sig", errors="surrogateescape")  # a BOM (Excel) is not a header
 
 
 # -- counting (for the progress bar) -----------------------------------------------------------
@@ -405,9 +405,22 @@ def write_part(records: Sequence[Mapping[str, Any]], path: Path, fields: Sequenc
             writer.writerows(flatten({k: r.get(k) for k in fields}) for r in records)
     else:
         pa = _pyarrow()
-        table = pa.Table.from_pylist([flatten({k: r.get(k) for k in fields}) for r in records])
-        pa.parquet.write_table(table, tmp)
+        pa.parquet.write_table(_parquet_table(pa, [flatten({k: r.get(k) for k in fields}) for r in records]), tmp)
     os.replace(tmp, path)
+
+
+def _parquet_table(pa: Any, rows: list[dict[str, Any]]) -> Any:
+    """``rows`` as an Arrow table; a column whose values have several types (a carried id that is 1 in one row and
+    "b" in another) as text, each value as its JSON (no row stops the job for its neighbours' types)."""
+    try:
+        return pa.Table.from_pylist(rows)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        mixed = {k for k in (rows[0] if rows else {}) if len({type(r[k]) for r in rows if r[k] is not None}) > 1}
+        return pa.Table.from_pylist([{k: (_as_text(v) if k in mixed else v) for k, v in r.items()} for r in rows])
+
+
+def _as_text(value: Any) -> str | None:
+    return value if value is None or isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
 def merge_parts(parts: Sequence[Path], out: Path, fields: Sequence[str]) -> None:
@@ -430,12 +443,28 @@ def merge_parts(parts: Sequence[Path], out: Path, fields: Sequence[str]) -> None
         pa = _pyarrow()
         pq = pa.parquet
         schemas = [pq.read_schema(p) for p in parts]
-        schema = pa.unify_schemas(schemas, promote_options="permissive") if schemas else _empty_schema(pa, fields)
+        schema = _merged_schema(pa, schemas) if schemas else _empty_schema(pa, fields)
         with pq.ParquetWriter(tmp, schema) as writer:
             for p in parts:
                 for batch in pq.ParquetFile(p).iter_batches():
                     writer.write_table(pa.Table.from_batches([batch]).cast(schema))
     os.replace(tmp, out)
+
+
+def _merged_schema(pa: Any, schemas: Sequence[Any]) -> Any:
+    """One schema for every part: their types promoted where Arrow can (int and float, null and a type); a column
+    whose parts disagree otherwise (a carried id as integers in one part, text in another) as text."""
+    try:
+        return pa.unify_schemas(schemas, promote_options="permissive")
+    except pa.ArrowTypeError:
+        fields = []
+        for f in schemas[0]:
+            one = [pa.schema([s.field(f.name)]) for s in schemas]
+            try:
+                fields.append(pa.unify_schemas(one, promote_options="permissive").field(0))
+            except pa.ArrowTypeError:
+                fields.append(pa.field(f.name, pa.string()))
+        return pa.schema(fields)
 
 
 def _csv_quote(name: str) -> str:

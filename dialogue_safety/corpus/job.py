@@ -13,6 +13,7 @@ match (another input, model, chunk size, columns...) is refused unless ``restart
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -83,7 +84,9 @@ class ScoreJob:
     def fields(self) -> list[str]:
         return self.columns.output_fields(self.explain, policy=self.policy is not None)
 
-    def manifest(self, model_id: str) -> dict[str, Any]:
+    def manifest(self, model_id: str, limits: Limits) -> dict[str, Any]:
+        """What makes two runs the same job (a resumed run must match it): the input, the model, and every setting
+        that changes a row's output, the request limits and the policy file's contents included."""
         stat = Path(self.input).stat()
         manifest = {
             "input": str(Path(self.input).resolve()),
@@ -98,6 +101,8 @@ class ScoreJob:
             "explain_history": self.explain_history,
             "explain_method": self.explain_method,
             "policy": None if self.policy is None else str(self.policy),
+            "policy_sha256": None if self.policy is None else _file_sha256(Path(self.policy)),
+            "limits": asdict(limits),
         }
         return dict(json.loads(json.dumps(manifest)))  # as it reads back from the file (tuples → lists)
 
@@ -157,10 +162,14 @@ def _stats(parts_dir: Path, index: int) -> Path:
     return parts_dir / f"part-{index:06d}{STATS_SUFFIX}"
 
 
-def _completed_parts(job: ScoreJob, model_id: str, restart: bool) -> int:
+def _file_sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _completed_parts(job: ScoreJob, model_id: str, limits: Limits, restart: bool) -> int:
     """Parts already written by an interrupted run of this same job (0 for a fresh start)."""
     parts_dir = job.parts_dir
-    manifest = job.manifest(model_id)
+    manifest = job.manifest(model_id, limits)
     if parts_dir.exists():
         try:
             found = json.loads((parts_dir / MANIFEST).read_text(encoding="utf-8"))
@@ -217,7 +226,7 @@ def run_local(
     classifier = classifier if classifier is not None else load_classifier(job, limits=limits)
     policy = job.rules(classifier.card.heads) if job.policy is not None else None
     created = not job.parts_dir.exists()
-    done_parts = _completed_parts(job, classifier.model_id, restart)
+    done_parts = _completed_parts(job, classifier.model_id, limits, restart)
     parts_dir, suffix = job.parts_dir, job.output.suffix
     summary = Summary(output=str(job.output))
     for i in range(done_parts):

@@ -169,7 +169,7 @@ def _read(ray: Any, path: Path, fmt: str) -> Any:
         import pyarrow as pa
         import pyarrow.csv as pacsv
 
-        with open(path, newline="", encoding="utf-8") as f:
+        with open(path, newline="", encoding="utf-8-sig") as f:  # the header without a BOM, as pyarrow reads it
             header = next(csv.reader(f), [])
         # every cell a string, as the local engine reads CSV (an id 007 stays "007", an empty cell "")
         convert = pacsv.ConvertOptions(column_types={name: pa.string() for name in header}, strings_can_be_null=False)

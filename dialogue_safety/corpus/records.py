@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from dialogue_safety.core import json_input
 from dialogue_safety.core.errors import InvalidInput
 from dialogue_safety.core.explain import Method
-from dialogue_safety.core.limits import Limits
+from dialogue_safety.core.limits import Limits, check_text, is_text
 from dialogue_safety.core.messages import JudgedMessages, every_turn, parse_messages
 from dialogue_safety.core.schema import Example, Prediction, Turn
 
@@ -144,6 +144,11 @@ def parse_row(raw: Mapping[str, Any], columns: Columns, limits: Limits, where: s
     starts with ``where``, the file and line, when known)."""
     row = Row(where, raw)
     try:
+        for name in columns.carried():  # written out as they are: each must be UTF-8 text
+            try:
+                check_text(raw.get(name), name)
+            except InvalidInput as exc:
+                raise RowError(exc.code, f"{name}: {exc.message}", exc.field) from None
         if columns.messages and not _is_missing(raw.get(columns.messages)):
             row.example, row.turns = _transcript(raw[columns.messages], columns, limits)
             return row
@@ -220,7 +225,7 @@ def output_record(
     out: dict[str, Any] = {}
     for name in columns.carried():
         value = row.raw.get(name)
-        out[name] = None if _is_missing(value) else _plain(value)
+        out[name] = None if _is_missing(value) or not is_text(value) else _plain(value)  # the row's error says why
     if prediction is None:
         error = row.error.as_dict() if row.error else {"code": "not_scored", "message": "not scored", "field": None}
         out.update(label=None, score=None, threshold=None, categories=None, windows=None, truncated=None, error=error)
@@ -262,10 +267,9 @@ def turn_record(judged: JudgedMessages, prediction: Prediction | None, error: Ro
 
 
 def flatten(record: Mapping[str, Any]) -> dict[str, Any]:
-    """Nested values as JSON strings (for CSV and Parquet)."""
-    return {
-        k: (json.dumps(v, ensure_ascii=False) if k in NESTED_FIELDS and v is not None else v) for k, v in record.items()
-    }
+    """Nested values as JSON strings (for CSV and Parquet): the result's, and a carried column's objects and lists."""
+    nested = {k for k, v in record.items() if v is not None and (k in NESTED_FIELDS or isinstance(v, dict | list))}
+    return {k: (json.dumps(v, ensure_ascii=False) if k in nested else v) for k, v in record.items()}
 
 
 def unflatten(record: Mapping[str, Any]) -> dict[str, Any]:
