@@ -269,3 +269,17 @@ def test_carried_values_that_cannot_be_written_are_error_rows_and_mixed_types_ar
     with open(out, newline="", encoding="utf-8") as f:
         meta = [r["meta"] for r in csv.DictReader(f)]
     assert json.loads(meta[3]) == {"a": [1, "x"], "ok": True}
+
+
+def test_a_line_handed_over_whole_is_refused_when_longer_than_a_row_may_be() -> None:
+    """Ray hands each JSONL line over as text (the local engine reads past a long one unheld): the same limit, in
+    UTF-8 bytes, makes it an error row there too."""
+    from dialogue_safety.corpus.formats import parse_jsonl_line
+
+    limits = Limits(max_body_bytes=100)
+    fits = json.dumps({"utterance": "é" * 40}, ensure_ascii=False)  # 40 characters, 80 bytes of them
+    over = json.dumps({"utterance": "é" * 45}, ensure_ascii=False)  # 45 characters, 90 bytes: with the rest > 100
+    assert parse_jsonl_line(fits, "JSONL line", Columns(), limits).error is None
+    row = parse_jsonl_line(over, "JSONL line", Columns(), limits)
+    assert row.error is not None and row.error.code == "unreadable_row" and "longer than 100 bytes" in row.error.message
+    assert parse_jsonl_line(over.encode(), "JSONL line", Columns(), limits).error is not None

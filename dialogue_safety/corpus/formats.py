@@ -314,7 +314,10 @@ def _json_line(record: Mapping[str, Any], fields: Sequence[str]) -> str:
 
 
 def parse_jsonl_line(line: str | bytes, where: str, columns: Columns, limits: Limits) -> Row:
-    """One JSONL line → its row, or an error row naming ``where`` (both engines read lines here)."""
+    """One JSONL line → its row, or an error row naming ``where`` (both engines read lines here; a line longer
+    than a row may be is one: the local engine reads past it unheld, Ray hands it over whole)."""
+    if _bytes_over(line, limits.max_body_bytes):
+        return _too_long(where, limits.max_body_bytes)
     try:
         raw = json_input.loads(line, parse_float=_number, parse_constant=str)
     except json_input.JsonInputError as exc:
@@ -324,6 +327,12 @@ def parse_jsonl_line(line: str | bytes, where: str, columns: Columns, limits: Li
     if not isinstance(raw, dict):
         return unreadable_row(where, f"expected a JSON object, got {type(raw).__name__}")
     return parse_row(raw, columns, limits, where)
+
+
+def _bytes_over(line: str | bytes, limit: int) -> bool:
+    if isinstance(line, bytes) or len(line) > limit or 4 * len(line) <= limit:  # UTF-8: 1 to 4 bytes a character
+        return len(line) > limit
+    return len(line.encode("utf-8", "surrogatepass")) > limit
 
 
 def _jsonl_rows(
