@@ -223,6 +223,30 @@ def test_the_service_judges_a_tool_call_transcript_and_names_fields_as_sent(serv
     assert r.json()["results"][0]["error"]["field"] == "items[0].utterance"
     moderated = post(server, "/v1/moderations", {"input": "ok", "conversation": TOOL_TRANSCRIPT})
     assert moderated.status_code == 200, moderated.text
+    for role in (["user"], {"x": 1}):  # not a string: a 4xx naming it, on every door that reads messages
+        r = post(server, "/v1/classify", {"messages": [{"role": role, "content": "hi"}]})
+        assert (r.status_code, r.json()["error"]["field"]) == (422, "messages[0].role")
+        r = post(server, "/v1/classify/batch", {"items": [{"messages": [{"role": role, "content": "x"}]}]})
+        assert r.status_code == 200 and r.json()["results"][0]["error"]["field"] == "items[0].messages[0].role"
+        r = post(server, "/v1/moderations", {"input": "hi", "conversation": [{"role": role, "content": "x"}]})
+        assert (r.status_code, r.json()["error"]["param"]) == (400, "conversation[0].role")
+
+
+def test_moderations_name_the_conversation_message_at_fault_as_sent(server: LiveServer) -> None:
+    """The item limits name the message of `conversation` at fault by its place in the list sent (system, tool
+    call and tool messages counted), as /v1/classify names `messages[N].content`."""
+    conversation = [
+        {"role": "system", "content": "be nice"},
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function"}]},
+        {"role": "tool", "content": "42", "tool_call_id": "c1"},
+        {"role": "user", "content": "ok"},
+        {"role": "user", "content": "x " * 2100},
+    ]
+    r = post(server, "/v1/moderations", {"input": "hi", "conversation": conversation})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "turn_too_long"
+    assert r.json()["error"]["param"] == "conversation[4].content"
+    r = post(server, "/v1/moderations", {"input": "x" * 4001, "conversation": conversation[:4]})
+    assert (r.status_code, r.json()["error"]["param"]) == (400, "input")
 
 
 # -- every turn of a conversation ---------------------------------------------------------------------------
@@ -279,6 +303,8 @@ def test_the_conversation_endpoint_answers_every_turn_in_one_batch(server: LiveS
         ({"messages": CHAT, "roles": ["robot"]}, "invalid_message", "roles"),
         ({"messages": [{"role": "system", "content": "x"}]}, "invalid_message", "messages"),
         ({"messages": CHAT, "bogus": 1}, "unknown_field", "bogus"),
+        ({"turns": []}, "invalid_request", "turns"),
+        ({"messages": [{"role": ["user"], "content": "hi"}]}, "invalid_message", "messages[0].role"),
     ],
 )
 def test_a_conversation_that_cannot_be_judged_is_refused_naming_the_field(

@@ -78,12 +78,8 @@ class JudgedMessages:
         name = field[len(prefix) :]
         if name.startswith("utterance"):
             return f"{prefix}{where}[{self.index}]{text}"
-        if name == "history":
-            return f"{prefix}{where}"
-        found = re.match(r"history\[(\d+)\]", name)
-        if found and int(found.group(1)) < len(self.history_index):
-            return f"{prefix}{where}[{self.history_index[int(found.group(1))]}]{text}"
-        return field
+        mapped = history_field(name, self.history_index, where, text)
+        return field if mapped is None else f"{prefix}{mapped}"
 
     def judged(self) -> dict[str, Any]:
         """What the answer says was judged: ``{"index": ..., "role": ...}``."""
@@ -158,7 +154,7 @@ def read_messages(messages: Any, field: str = "messages") -> list[tuple[str, str
                 f"{where} must be an object with 'role' and 'content'", code="invalid_message", field=where
             )
         role = message.get("role")
-        if role not in ROLE_SPEAKERS:
+        if not isinstance(role, str) or role not in ROLE_SPEAKERS:  # a list or an object is not hashable either
             raise InvalidInput(
                 f"{where}.role must be one of {', '.join(ROLES)}; got {role!r}"
                 if isinstance(role, str | None)
@@ -171,6 +167,17 @@ def read_messages(messages: Any, field: str = "messages") -> list[tuple[str, str
             continue
         turns.append((role, message_text(message.get("content"), f"{where}.content")))
     return turns
+
+
+def history_field(name: str, history_index: Sequence[int], where: str, text: str = ".content") -> str | None:
+    """``history`` or ``history[i]`` (a field the item rules name) as the messages it comes from: ``where``, or the
+    message at ``history_index[i]`` (``messages[4].content``); None for another field."""
+    if name == "history":
+        return where
+    found = re.match(r"history\[(\d+)\]", name)
+    if found and int(found.group(1)) < len(history_index):
+        return f"{where}[{history_index[int(found.group(1))]}]{text}"
+    return None
 
 
 def history_of(

@@ -52,7 +52,7 @@ from starlette.responses import JSONResponse, Response
 
 from dialogue_safety.core.errors import InvalidInput
 from dialogue_safety.core.limits import Limits
-from dialogue_safety.core.messages import history_of, message_text, read_messages
+from dialogue_safety.core.messages import history_field, history_of, message_text, read_messages
 from dialogue_safety.core.model_card import ModelCard
 from dialogue_safety.core.policy import CATEGORIES_TABLE, Policy
 from dialogue_safety.core.schema import Example, Turn
@@ -81,9 +81,9 @@ def _inputs(body: ModerationRequest) -> list[str]:
     return [t for t in body.input if isinstance(t, str)]
 
 
-def _history(body: ModerationRequest, limits: Limits) -> tuple[Turn, ...]:
+def _history(body: ModerationRequest, limits: Limits) -> tuple[tuple[Turn, ...], tuple[int, ...]]:
     if not body.conversation:
-        return ()
+        return (), ()
     if len(body.conversation) > limits.max_request_history_turns:
         raise InvalidInput(
             f"conversation has {len(body.conversation)} messages; send at most the {limits.max_request_history_turns} "
@@ -92,19 +92,17 @@ def _history(body: ModerationRequest, limits: Limits) -> tuple[Turn, ...]:
             field="conversation",
         )
     raw = [m.as_sent() for m in body.conversation]
-    history, _ = history_of(read_messages(raw, "conversation"), body.include_system)  # as /v1/classify reads them
-    return history
+    return history_of(read_messages(raw, "conversation"), body.include_system)  # as /v1/classify reads them
 
 
-def _openai_field(field: str | None, where: str) -> str | None:
-    """A field of the item rules (``utterance``, ``history[2]``) as this request names it."""
+def _openai_field(field: str | None, where: str, history_index: tuple[int, ...]) -> str | None:
+    """A field of the item rules (``utterance``, ``history[2]``) as this request names it (``input[1]``,
+    ``conversation[4].content``: the message sent, system and tool messages counted)."""
     if field is None:
         return None
-    return (
-        field.replace("utterance", where, 1)
-        if field.startswith("utterance")
-        else field.replace("history", "conversation", 1)
-    )
+    if field.startswith("utterance"):
+        return field.replace("utterance", where, 1)
+    return history_field(field, history_index, "conversation") or field.replace("history", "conversation", 1)
 
 
 def category_thresholds(card: ModelCard, policy: Policy | None) -> dict[str, float | None]:
@@ -178,7 +176,7 @@ async def moderations(body: ModerationRequest, request: Request, state: State) -
             code="too_many_items",
             field="input",
         )
-    history = _history(body, state.limits)
+    history, history_index = _history(body, state.limits)
     examples = [Example(utterance=t, history=history) for t in texts]
     single = isinstance(body.input, str) or len(texts) == 1 and not isinstance(body.input[0], str)
     for i, example in enumerate(examples):
@@ -186,7 +184,7 @@ async def moderations(body: ModerationRequest, request: Request, state: State) -
         try:
             state.limits.check_example(example)
         except InvalidInput as exc:  # the item rules name our fields; here they are OpenAI's (and ours)
-            exc.field = _openai_field(exc.field, where)
+            exc.field = _openai_field(exc.field, where, history_index)
             raise
     scored = await state.score(examples, client=http_client(request.scope), hangup=request.receive)
     if scored is None:
@@ -194,7 +192,7 @@ async def moderations(body: ModerationRequest, request: Request, state: State) -
     predictions = []
     for i, outcome in enumerate(scored.outcomes):
         if isinstance(outcome, InvalidInput):  # more windows than SAFETY_MAX_WINDOWS: refused unread
-            outcome.field = _openai_field(outcome.field, "input" if single else f"input[{i}]")
+            outcome.field = _openai_field(outcome.field, "input" if single else f"input[{i}]", history_index)
             raise outcome
         predictions.append(outcome)
     served = scored.served

@@ -198,6 +198,8 @@ def _conversation_turns(body: ConversationRequest, limits: Limits) -> tuple[list
     else:
         turns = [Turn(h) if isinstance(h, str) else Turn(h.text, h.speaker) for h in body.turns or []]
         judged = every_turn_of_turns(turns, body.roles)
+        if not turns:
+            raise InvalidInput("turns is empty; send at least the turn to judge", field="turns")
         if not judged:
             raise InvalidInput(f"turns holds no turn of the speakers {body.roles} to judge", field="roles")
     if len(judged) > limits.max_batch_items:
