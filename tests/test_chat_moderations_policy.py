@@ -282,6 +282,44 @@ def test_the_policy_is_reloaded_without_dropping_a_request(tmp_path: Path) -> No
         assert again.status_code == 200 and again.json()["policy"]["source"] == second.name
 
 
+def test_a_moderation_decided_while_the_policy_is_reloaded_answers_under_one_policy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A moderation's rules are matched (in a worker thread) under the policy it met; a reload meanwhile must not
+    shape its categories: the old block rule decided it, so it is flagged, and a category says so."""
+    from dialogue_safety.core.policy import Policy
+
+    old = tmp_path / "old.toml"
+    old.write_text('[categories]\nhateful = 0.3\n[[block]]\nname = "shared"\nterms = ["banana"]\n', encoding="utf-8")
+    new = tmp_path / "new.toml"
+    new.write_text('[categories]\nhateful = 0.9\n[[allow]]\nname = "shared"\nphrases = ["else"]\n', encoding="utf-8")
+    matching, reloaded = threading.Event(), threading.Event()
+    match = Policy.match
+
+    def held(self: Policy, utterance: Any, card: Any) -> Any:
+        if Path(str(self.source)).name == old.name and not reloaded.is_set():
+            matching.set()
+            assert reloaded.wait(GUARD_S)
+        return match(self, utterance, card)
+
+    monkeypatch.setattr(Policy, "match", held)
+    with live_server(classifier=FakeClassifier(), api_key=KEY, policy=old, policy_dir=tmp_path) as live:
+        auth = {"headers": {"Authorization": f"Bearer {KEY}"}}
+        answer: dict[str, Any] = {}
+
+        def moderate() -> None:
+            answer.update(post(live, "/v1/moderations", {"input": "banana"}, **auth).json())
+
+        thread = threading.Thread(target=moderate)
+        thread.start()
+        assert matching.wait(GUARD_S)
+        assert post(live, "/admin/policy", {"path": str(new)}, **auth).status_code == 200
+        reloaded.set()
+        thread.join(GUARD_S)
+    [result] = answer["results"]
+    assert result["flagged"] is True and any(result["categories"].values()), result
+
+
 def test_a_bad_policy_file_stops_the_start_with_file_line_and_problem(tmp_path: Path) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text("[categories]\noffensive = 0.5\nhateful = 7\n", encoding="utf-8")

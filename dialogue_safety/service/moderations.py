@@ -196,9 +196,12 @@ async def moderations(body: ModerationRequest, request: Request, state: State) -
             raise outcome
         predictions.append(outcome)
     served = scored.served
-    decided = await state.decide_all([(p, e, None) for p, e in zip(predictions, examples, strict=True)], served=served)
+    policy = state.policy  # one policy for the decisions and the categories, whatever a reload does meanwhile
+    decided = await state.decide_all(
+        [(p, e, None) for p, e in zip(predictions, examples, strict=True)], served=served, policy=policy
+    )
     card = served.card or ModelCard()
-    results = [moderation_result(answer, card, state.policy) for answer in decided]
+    results = [moderation_result(answer, card, policy) for answer in decided]
     state.metrics.count_labels(["OFFENSIVE" if r["flagged"] else "SAFE" for r in results])
     state.metrics.count_reads(p.read for p in predictions)
     return JSONResponse({"id": ID_PREFIX + uuid.uuid4().hex, "model": served.model_id, "results": results})

@@ -445,11 +445,14 @@ class ServiceState:
         request_threshold: float | None = None,
         *,
         served: ServedModel,
+        policy: Policy | None | _InForce = IN_FORCE,
     ) -> list[dict[str, Any]]:
-        """:meth:`decide` for each (prediction, example judged, item threshold) of one request, all under the
-        policy in force now. When its rules read texts (allow and block rules), the matching runs in a worker
-        thread: it is this request's work, never the event loop's."""
-        policy = self.policy
+        """:meth:`decide` for each (prediction, example judged, item threshold) of one request, all under one
+        policy: ``policy``, by default the one in force now (a caller that reads the policy again to shape its
+        answer passes the one it read, so that a reload meanwhile cannot mix two). When its rules read texts
+        (allow and block rules), the matching runs in a worker thread: it is this request's work, never the
+        event loop's."""
+        policy = self.policy if isinstance(policy, _InForce) else policy
 
         def decide_each() -> list[dict[str, Any]]:
             return [
