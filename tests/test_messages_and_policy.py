@@ -114,6 +114,24 @@ def test_a_bad_policy_file_is_refused_with_file_line_and_problem(
     assert words in caught.value.problem
 
 
+def test_a_policy_nested_too_deeply_for_the_toml_parser_is_refused_not_crashed(tmp_path: Path) -> None:
+    path = tmp_path / "deep.toml"
+    path.write_text("hateful = " + "[" * 3000 + "]" * 3000 + "\n", encoding="utf-8")
+    with pytest.raises(PolicyError, match=r"deep.toml: not valid TOML: arrays or inline tables nested too deeply"):
+        load_policy(path)
+
+
+def test_many_rules_are_located_by_line_one_table_header_scan(tmp_path: Path) -> None:
+    """Each rule's line comes from one scan of the file's headers (a machine-written policy has a rule per
+    term): the 3,000th rule's duplicate name is reported at its own line."""
+    rules = "".join(f'[[block]]\nname = "r{i}"\nterms = ["w{i}"]\n' for i in range(3000))
+    path = tmp_path / "many.toml"
+    path.write_text(rules + '[[block]]\nname = "r7"\nterms = ["x"]\n', encoding="utf-8")
+    with pytest.raises(PolicyError) as caught:
+        load_policy(path)
+    assert caught.value.line == 3 * 3000 + 2 and "'r7' is used twice" in caught.value.problem
+
+
 def test_a_category_the_model_lacks_is_named_with_its_line(tmp_path: Path) -> None:
     path = tmp_path / "policy.toml"
     path.write_text("# rules\n[categories]\nviolence = 0.2\n", encoding="utf-8")

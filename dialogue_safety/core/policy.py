@@ -17,8 +17,9 @@ An operator writes a TOML file (``SAFETY_POLICY`` / ``--policy`` for ``serve`` a
     phrases = ["kill the child process"]
 
 Texts are compared after the model's own normalisation (:func:`dialogue_safety.core.encoding.normalise_text`
-with the card's settings: emoji names, NFKC, whitespace), case-folded; terms and phrases are
-normalised the same way. Only the judged utterance is matched, never the history.
+with the card's settings: emoji names, NFKC, whitespace, disguises undone when the card asks), case-folded;
+terms and phrases are normalised the same way, regexes are not (they are written for the normalised text).
+Only the judged utterance is matched, never the history.
 
 The order of the rules, first match wins: an **allow** phrase (an exact, whole-utterance match: the
 narrowest rule), then a **block** rule, then the **categories**. Without a category setting, the
@@ -372,6 +373,8 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
         found = _TOML_LINE.search(message)
         problem = _TOML_LINE.sub("", message).strip()
         raise PolicyError(source, f"not valid TOML: {problem}", int(found.group(1)) if found else None) from None
+    except RecursionError:  # tomllib recurses once per level of nested arrays or inline tables
+        raise PolicyError(source, "not valid TOML: arrays or inline tables nested too deeply") from None
     locate = _Locator(text)
 
     def fail(problem: str, table: str | None = None, index: int | None = None, key: str | None = None) -> PolicyError:
@@ -483,12 +486,17 @@ class _Locator:
 
     def __init__(self, text: str) -> None:
         self.lines = text.splitlines()
+        self._headers: dict[tuple[str, bool], list[int]] = {}  # each table's header lines, found once
 
     def _header(self, table: str, index: int | None) -> int | None:
         """The 0-based line of ``[table]`` (``index`` None) or of the index-th ``[[table]]``."""
-        name = re.escape(table)
-        pattern = re.compile(rf"^\s*\[\[\s*{name}\s*\]\]" if index is not None else rf"^\s*\[\s*{name}\s*\]")
-        found = [i for i, line in enumerate(self.lines) if pattern.match(line)]
+        found = self._headers.get((table, index is not None))
+        if found is None:
+            name = re.escape(table)
+            pattern = re.compile(rf"^\s*\[\[\s*{name}\s*\]\]" if index is not None else rf"^\s*\[\s*{name}\s*\]")
+            found = self._headers[table, index is not None] = [
+                i for i, line in enumerate(self.lines) if pattern.match(line)
+            ]
         n = index or 0
         return found[n] if n < len(found) else None
 

@@ -115,15 +115,17 @@ async def reload_policy(state: State, body: PolicyRequest | None = None) -> Poli
             where = "" if settings.policy_dir is not None else ": unset"  # the directory itself is never shown
             raise _refuse(NOT_ALLOWED.format(where=where))
         target = str(allowed)  # the file the check found, links resolved
-    served = state.served
-    card = served.card if served is not None else None
-    try:
-        policy = await asyncio.to_thread(_load, target, card.heads if card is not None else None, card)
-    except PolicyError as exc:
-        log.error("policy refused, the policy in force stays: %s", printable(exc))
-        where = Path(exc.path).name + (f":{exc.line}" if exc.line is not None else "")  # no local path in answers
-        raise _refuse(f"{where}: {exc.problem}") from None
-    state.policy = policy  # one assignment: each request sees the old policy or the new one
+    async with state.policy_reload:  # one reload at a time: the one sent last is the one in force
+        current = state.policy
+        served = state.served
+        card = served.card if served is not None else None
+        try:
+            policy = await asyncio.to_thread(_load, target, card.heads if card is not None else None, card)
+        except PolicyError as exc:
+            log.error("policy refused, the policy in force stays: %s", printable(exc))
+            where = Path(exc.path).name + (f":{exc.line}" if exc.line is not None else "")  # no local path in answers
+            raise _refuse(f"{where}: {exc.problem}") from None
+        state.policy = policy  # one assignment: each request sees the old policy or the new one
     log.info("policy reloaded from %s", printable(target))
     return PolicyResult(
         policy=policy.describe(), previous=current.describe()["source"] if current is not None else None

@@ -215,6 +215,7 @@ class ServiceState:
         self.classifier: Classifier | None = None
         self.served: ServedModel | None = None  # None before the load: no placeholder id or threshold
         self._retiring: set[MicroBatcher] = set()  # replaced by a hot swap, draining (stopped with the service)
+        self.policy_reload = asyncio.Lock()  # POST /admin/policy: one reload at a time
         self.ready = False
         self.load_error: str | None = None
         self.loading: str | None = None  # what the first load is doing now (the detail of /ready's 503)
