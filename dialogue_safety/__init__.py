@@ -32,7 +32,7 @@ live in the subpackages (``dialogue-safety --help``).
 
 from __future__ import annotations
 
-import functools
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -94,23 +94,41 @@ def load(model_dir: str | Path | None = None, *, variant: str | None = None) -> 
     return OnnxClassifier(default_model_dir() if model_dir is None else model_dir, **options)
 
 
-@functools.cache
+_BUNDLED: list[OnnxClassifier] = []  # the bundled model, once loaded
+_BUNDLED_LOCK = threading.Lock()  # threads calling classify() at start wait for the one load
+
+
 def _bundled() -> OnnxClassifier:
-    return load()
+    with _BUNDLED_LOCK:
+        if not _BUNDLED:
+            _BUNDLED.append(load())
+        return _BUNDLED[0]
+
+
+def _turns(history: Sequence[str | Turn | Mapping[str, Any]]) -> tuple[Turn, ...]:
+    """History turns from texts, :class:`Turn` objects or ``{"text", "speaker"?}`` objects (as the client sends)."""
+    if isinstance(history, str | bytes):
+        raise TypeError("history is a list of turns, oldest first (a text alone is one turn: [text])")
+    return tuple(
+        t if isinstance(t, Turn) else Turn(t["text"], t.get("speaker")) if isinstance(t, Mapping) else Turn(t)
+        for t in history
+    )
 
 
 def classify(
     utterance: str,
-    history: Sequence[str | Turn] = (),
+    history: Sequence[str | Turn | Mapping[str, Any]] = (),
     model: OnnxClassifier | None = None,
     *,
     threshold: float | None = None,
     policy: Policy | str | Path | None = None,
 ) -> Prediction:
-    """The prediction for ``utterance`` said after ``history`` (turns oldest first: texts or :class:`Turn`)."""
-    turns = tuple(t if isinstance(t, Turn) else Turn(t) for t in history)
+    """The prediction for ``utterance`` said after ``history`` (turns oldest first: texts, :class:`Turn` or
+    ``{"text", "speaker"}`` objects)."""
+    if not isinstance(utterance, str):
+        raise TypeError(f"utterance must be a string, got {type(utterance).__name__}")
     [prediction] = classify_batch(
-        [Example(utterance=utterance, history=turns)], model, threshold=threshold, policy=policy
+        [Example(utterance=utterance, history=_turns(history))], model, threshold=threshold, policy=policy
     )
     return prediction
 
@@ -161,6 +179,10 @@ def classify_batch(
     """One prediction per dialogue, in order; a plain string is an utterance without history.
     ``policy``: operator rules (a :class:`Policy`, or the path of a policy file, read on each call)."""
     examples = [d if isinstance(d, Example) else Example(utterance=d) for d in dialogues]
+    if threshold is not None:
+        from dialogue_safety.core.scoring import check_threshold  # numpy: loaded with the model, not at import
+
+        threshold = check_threshold(threshold)  # as the service checks a request's
     classifier = model if model is not None else _bundled()
     predictions = classifier.predict(examples, threshold=threshold)
     if policy is None:

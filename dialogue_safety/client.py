@@ -16,6 +16,7 @@ without extras is enough to call a service.
 
 from __future__ import annotations
 
+import http.client
 import json
 import time
 import urllib.error
@@ -47,7 +48,17 @@ def _turn(turn: str | Turn | Mapping[str, Any]) -> Any:
 def _item(dialogue: Example | str) -> Any:
     if isinstance(dialogue, str):
         return dialogue
-    return {"history": [_turn(t) for t in dialogue.history], "utterance": dialogue.utterance}
+    return {"history": _history(dialogue.history), "utterance": dialogue.utterance}
+
+
+def _supported(value: Any) -> bool | None:
+    return None if value is None else bool(value)
+
+
+def _history(history: Sequence[str | Turn | Mapping[str, Any]]) -> list[Any]:
+    if isinstance(history, str | bytes):
+        raise TypeError("history is a list of turns, oldest first (a text alone is one turn: [text])")
+    return [_turn(t) for t in history]
 
 
 def prediction_from_answer(answer: Mapping[str, Any]) -> Prediction:
@@ -59,7 +70,7 @@ def prediction_from_answer(answer: Mapping[str, Any]) -> Prediction:
         utterance_chars_unread=int(truncated.get("utterance_chars_unread", 0)),
         history_turns_dropped=int(truncated.get("history_turns_dropped", 0)),
         language=answer.get("language"),
-        language_supported=bool(answer.get("language_supported", True)),
+        language_supported=_supported(answer.get("language_supported", True)),  # null: cannot tell
     )
     return Prediction(
         score=float(answer["score"]),
@@ -101,9 +112,13 @@ class Client:
         """The prediction for ``utterance`` after ``history``, or for the last of chat ``messages``."""
         body: dict[str, Any] = {}
         if messages is not None:
+            if utterance is not None or history:
+                raise TypeError("pass either utterance (and history) or messages, not both")
             body.update(messages=list(messages), include_system=include_system)
+        elif utterance is None:
+            raise TypeError("classify() needs the utterance to judge (or chat messages=[...])")
         else:
-            body.update(history=[_turn(t) for t in history], utterance=utterance)
+            body.update(history=_history(history), utterance=utterance)
         if threshold is not None:
             body["threshold"] = threshold
         return prediction_from_answer(self.post("/v1/classify", body))
@@ -131,8 +146,11 @@ class Client:
         messages = [dict(m) for m in conversation if isinstance(m, Mapping) and "role" in m]
         if conversation and len(messages) == len(conversation):
             body.update(messages=messages, include_system=include_system)
+        elif messages:  # some chat messages, some not: name the first that is not one
+            i = next(i for i, m in enumerate(conversation) if not (isinstance(m, Mapping) and "role" in m))
+            raise TypeError(f"conversation[{i}] is not a chat message with a role, as the others are")
         else:
-            body["turns"] = [_turn(t) for t in conversation]
+            body["turns"] = _history(conversation)
         if roles is not None:
             body["roles"] = list(roles)
         if threshold is not None:
@@ -150,7 +168,8 @@ class Client:
             request = urllib.request.Request(self.base_url + path, data=data, headers=headers, method="POST")
             try:
                 with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                    return json.loads(response.read())
+                    raw = response.read()
+                    status = response.status
             except urllib.error.HTTPError as exc:
                 wait = _retry_after(exc.headers.get("Retry-After"))
                 if exc.code in RETRIED_STATUSES and wait is not None and attempt < self.retries:
@@ -160,6 +179,16 @@ class Client:
                 raise _client_error(exc) from None
             except urllib.error.URLError as exc:
                 raise ClientError(0, f"cannot reach {self.base_url}: {exc.reason}", code="unreachable") from None
+            except (OSError, http.client.HTTPException) as exc:  # timed out, hung up, cut short
+                raise ClientError(
+                    0, f"no whole answer from {self.base_url}{path}: {type(exc).__name__}: {exc}", code="unreachable"
+                ) from None
+            try:
+                return json.loads(raw)
+            except ValueError:
+                raise ClientError(
+                    status, f"the answer of {self.base_url}{path} is not JSON (a proxy's page?)", code="bad_response"
+                ) from None
         raise AssertionError("unreachable")  # the last attempt returns or raises
 
 
@@ -174,9 +203,11 @@ def _retry_after(value: str | None) -> float | None:
 def _client_error(exc: urllib.error.HTTPError) -> ClientError:
     try:
         error = json.loads(exc.read()).get("error") or {}
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, OSError, http.client.HTTPException):
         error = {}
     finally:
         exc.close()
+    if not isinstance(error, Mapping):  # {"error": "nope"}: a message, not the service's shape
+        error = {"message": str(error)}
     message = str(error.get("message") or exc.reason)
     return ClientError(exc.code, message, code=error.get("code"), field=error.get("field"))

@@ -117,3 +117,41 @@ def test_a_threshold_decides_the_label(bundled: OnnxClassifier) -> None:
     assert (always.label, always.threshold) == (Label.OFFENSIVE, 0.0)
     assert (never.label, never.threshold) == (Label.SAFE, 1.0)
     assert [p.label for p in classify_batch(["a", "b"], bundled, threshold=0.0)] == [Label.OFFENSIVE] * 2
+
+
+def test_arguments_are_checked_as_the_service_checks_a_request(bundled: OnnxClassifier) -> None:
+    from dialogue_safety.core.errors import InvalidInput
+
+    for bad in (1.5, -0.1, float("nan"), True, "0.5"):
+        with pytest.raises(InvalidInput, match="threshold must be a number in") as caught:
+            classify("you idiot", model=bundled, threshold=bad)  # type: ignore[arg-type]
+        assert caught.value.code == "invalid_threshold"
+    with pytest.raises(TypeError, match="utterance must be a string"):
+        classify(None, model=bundled)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="history is a list of turns"):
+        classify("so what", "I lost my job today", bundled)  # type: ignore[arg-type]
+    as_dicts = classify("so what", [{"text": "I lost my job today", "speaker": "user"}], bundled)
+    as_turns = classify("so what", [Turn("I lost my job today", "user")], bundled)
+    assert as_dicts.score == as_turns.score  # the history as the client sends it
+
+
+def test_threads_that_classify_at_start_load_the_bundled_model_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+    import time
+
+    loads: list[int] = []
+
+    def slow_load(*args: object, **kwargs: object) -> object:
+        loads.append(1)
+        time.sleep(0.2)
+        return object()
+
+    monkeypatch.setattr(dialogue_safety, "load", slow_load)
+    monkeypatch.setattr(dialogue_safety, "_BUNDLED", [])
+    got: list[object] = []
+    threads = [threading.Thread(target=lambda: got.append(dialogue_safety._bundled())) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(loads) == 1 and len(got) == 4 and all(g is got[0] for g in got)

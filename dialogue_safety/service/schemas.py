@@ -30,6 +30,7 @@ from pydantic import (
 
 from dialogue_safety.core.errors import InvalidInput
 from dialogue_safety.core.messages import ROLES
+from dialogue_safety.core.scoring import THRESHOLD_RANGE
 from dialogue_safety.service.errors import ErrorInfo, from_errors
 
 
@@ -96,8 +97,8 @@ HistoryEntry = Annotated[
 Threshold = Annotated[
     float | None,
     Field(
-        ge=0.0,
-        le=1.0,
+        ge=THRESHOLD_RANGE[0],
+        le=THRESHOLD_RANGE[1],
         strict=True,  # a number: not true/false, not "0.5"
         description="decision threshold for this request (default: the model's)",
     ),
