@@ -219,13 +219,6 @@ def http_client(scope: Mapping[str, Any]) -> str:
     return f"address:{peer[0]}" if peer else "address:unknown"
 
 
-@dataclass(frozen=True)
-class _RouteLabel:
-    """What :class:`dialogue_safety.service.telemetry.RequestMetricsMiddleware` reads from ``scope["route"]``."""
-
-    path: str
-
-
 class EarlyRefusalMiddleware:
     """Answer the refusal ``refusal(scope)`` gives (the service's
     :meth:`dialogue_safety.service.state.ServiceState.early_refusal`: the 429 of the rule above for one more
@@ -243,8 +236,7 @@ class EarlyRefusalMiddleware:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             refusal = self.refusal(scope)
-            if refusal is not None:
-                scope["route"] = _RouteLabel(scope["path"])  # counted under its route, not "unmatched"
+            if refusal is not None:  # counted under its route (a fixed path: RequestMetricsMiddleware)
                 await error_response(refusal)(scope, receive, send)
                 return
         await self.app(scope, receive, send)

@@ -116,7 +116,8 @@ class MicroBatcher:
     """Merge the rows of submissions into batches for ``model`` (rows run in calls; an item predicted
     once its last row is scored). ``settings``: batch size and tokens, wait for company, Retry-After, admission budgets;
     ``gate``: the admission shared with other batchers of the service (default: one of its own, from
-    ``settings``); ``encoder``: how submissions are encoded (default: an :class:`EncodeCoalescer` of ``encode``)."""
+    ``settings``); ``encoder``: how submissions are encoded (default: an :class:`EncodeCoalescer` of ``encode``);
+    ``on_failed``: called with the error when a worker's loop ends on one (the batcher takes no more work)."""
 
     def __init__(
         self,
@@ -128,8 +129,10 @@ class MicroBatcher:
         observer: BatchObserver | None = None,
         encoder: Encoder | None = None,
         bound: Callable[[Sequence[Example], int], int] | None = None,
+        on_failed: Callable[[BaseException], None] | None = None,
     ) -> None:
         self._model = model
+        self._on_failed = on_failed
         self._bound = bound  # what classify submissions cost at least, before encoding (core.limits.CostBound.at_least)
         self.max_batch_size = settings.max_batch_size
         self.max_batch_tokens = settings.max_batch_tokens
@@ -327,14 +330,12 @@ class MicroBatcher:
     def release(self, futures: Sequence[asyncio.Future[Prediction]]) -> None:
         """Cancel the futures still pending (their items are dropped, their charge given back); mark the
         failures of the others as retrieved."""
-        cancelled = 0
         for fut in futures:
             if not fut.done():
                 fut.cancel()
-                cancelled += 1
             elif not fut.cancelled():
                 fut.exception()
-        if cancelled:
+        if any(fut.cancelled() for fut in futures):  # by this call or by the caller's hang-up: fewer items wait
             self._observe_depth(self.live_depth())
 
     def _enqueue(
@@ -353,7 +354,7 @@ class MicroBatcher:
         if self._running_batch:
             self._arrived_while_running += len(encoded)
             self._make_room(charge.client, lane)
-        self._observe_depth(self.depth)
+        self._observe_depth(self.live_depth())  # items whose caller left are not waiting any more
         return futures
 
     def _observe_depth(self, depth: int) -> None:
@@ -443,9 +444,12 @@ class MicroBatcher:
                 item.future.set_result(prediction)
 
     def _loop_ended(self, task: asyncio.Task[None]) -> None:
-        if not task.cancelled() and task.exception() is not None:
-            log.error("micro-batcher loop stopped", exc_info=task.exception())
+        error = None if task.cancelled() else task.exception()
+        if error is not None:
+            log.error("micro-batcher loop stopped", exc_info=error)
             self._accepting = False
+            if self._on_failed is not None:
+                self._on_failed(error)
 
     def _fail_stopped(self, rows: Sequence[Row]) -> None:
         _fail_all(_items_of(rows), self._shutting_down())

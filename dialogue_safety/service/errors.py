@@ -30,6 +30,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
@@ -452,6 +453,8 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
     if isinstance(exc, RefusedWhileReading):
         return error_response(exc.error, close=exc.close)
+    if isinstance(exc.__cause__, ClientDisconnect):  # the body never came whole: the caller left, nobody reads this
+        return Response(status_code=CLIENT_CLOSED)
     if exc.status_code == 400 and exc.detail == _UNPARSABLE_BODY:
         cause = exc.__cause__
         why = "nested too deeply" if isinstance(cause, RecursionError) else "not UTF-8 JSON"

@@ -283,6 +283,7 @@ class ServiceState:
             gate=self.gate,
             observer=self.metrics,
             bound=bound.at_least,
+            on_failed=self._batcher_failed,
         )
         await batcher.start()
         previous = self.batcher
@@ -312,6 +313,16 @@ class ServiceState:
         )
         return previous
 
+    def _batcher_failed(self, error: BaseException) -> None:
+        """The serving batcher stopped on an error: every request would get 503 from now on, so the service says
+        it is not ready (``/ready``, ``safety_ready``), ``/health`` fails, and the server exits (``on_fatal``) for
+        its supervisor to restart it, as for a model that cannot load."""
+        self.ready = False
+        self.load_error = f"the micro-batcher stopped: {type(error).__name__} (details in the server log)"
+        self.metrics.ready.set(0)
+        if self.on_fatal is not None:
+            self.on_fatal(self.load_error)
+
     async def retire(self, batcher: MicroBatcher, timeout_s: float) -> bool:
         """Drain a batcher :meth:`install` replaced (its requests in flight finish on its model), then stop it; True
         if all finished in time. Until then :meth:`stop` stops it too."""
@@ -334,7 +345,8 @@ class ServiceState:
         """The model serving now (what a new request is admitted to), or NotReady."""
         if self.load_error is not None:
             raise NotReady(
-                "the model failed to load; the operator must fix it (details in the server log)",
+                "the model cannot serve (it failed to load, or its batcher stopped on an error); the operator must "
+                "fix it (details in the server log)",
                 code="model_failed",
                 retry_after_s=self.settings.retry_after_s,
             )

@@ -195,11 +195,14 @@ class ServiceMetrics:
 
 
 class RequestMetricsMiddleware:
-    """Counts and times every HTTP request by route template (never the raw path) and status."""
+    """Counts and times every HTTP request by route template (never the raw path) and status. A request refused
+    before routing (401, 413, 415, the early 429) is counted under its route when its path is one of the API's
+    paths without parameters; any other path is ``unmatched`` (the labels stay a fixed set whatever clients send)."""
 
     def __init__(self, app: ASGIApp, metrics: ServiceMetrics) -> None:
         self.app = app
         self.metrics = metrics
+        self._fixed_paths: frozenset[str] | None = None  # the app's route paths without parameters, read once
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -217,7 +220,13 @@ class RequestMetricsMiddleware:
         try:
             await self.app(scope, receive, send_with_status)
         finally:
-            route = scope.get("route")
-            path = getattr(route, "path", None) or "unmatched"
+            path = getattr(scope.get("route"), "path", None) or self._fixed_path(scope)
             self.metrics.requests.labels(route=path, status=str(status)).inc()
             self.metrics.request_latency.labels(route=path).observe(time.perf_counter() - start)
+
+    def _fixed_path(self, scope: Scope) -> str:
+        if self._fixed_paths is None:  # the API's paths without parameters, from its OpenAPI schema (built once)
+            openapi = getattr(scope.get("app"), "openapi", None)
+            paths = openapi().get("paths", {}) if callable(openapi) else {}
+            self._fixed_paths = frozenset(p for p in paths if "{" not in p)
+        return scope["path"] if scope["path"] in self._fixed_paths else "unmatched"
