@@ -467,3 +467,38 @@ def test_the_training_modules_import_downwards_from_the_loop() -> None:
     assert not upward, "imports against the order of the training modules:\n" + "\n".join(upward)
     loop_users = {m for m, deps in GRAPH.items() if full["trainer"] in deps}
     assert loop_users == {full["cli"], "dialogue_safety.cli.fix_it"}
+
+
+@pytest.mark.parametrize(
+    ("override", "words"),
+    [
+        ("epochs=three", "epochs must be a number, got 'three'"),
+        ("batch_size=0", "batch_size must be >= 1"),
+        ("seed=1.5", "seed must be an integer"),
+        ("freeze_word_embeddings=1", "freeze_word_embeddings must be true or false"),
+        ("tasks.x=1", "tasks.<task>.<key>=VALUE"),
+        ("tasks.diasafety.wieght=2", "unknown task keys: ['wieght']"),
+    ],
+)
+def test_a_recipe_value_of_the_wrong_type_is_refused_at_load_naming_it(override: str, words: str) -> None:
+    with pytest.raises(ValueError) as caught:
+        load_recipe("tiny", [override])
+    assert words in str(caught.value)
+
+
+def test_train_does_not_replace_a_finished_or_interrupted_run_unless_told(tmp_path: Path) -> None:
+    from dialogue_safety.core.model_dir import CHECKPOINT_FILES
+    from dialogue_safety.training.cli import main as train_main
+    from dialogue_safety.training.run_dir import STATE_FILE
+
+    finished, interrupted = tmp_path / "finished", tmp_path / "interrupted"
+    finished.mkdir()
+    for name in CHECKPOINT_FILES:
+        (finished / name).write_text("{}")
+    (interrupted / LAST_DIR).mkdir(parents=True)
+    (interrupted / LAST_DIR / STATE_FILE).write_bytes(b"state")
+    data = ["--config", "tiny", "--data-dir", str(Path(__file__).parent / "fixtures" / "sources" / "full")]
+    assert train_main([*data, "--out", str(finished), "--no-progress"]) == 2
+    assert train_main([*data, "--out", str(finished), "--resume", "--no-progress"]) == 2
+    assert train_main([*data, "--out", str(interrupted), "--no-progress"]) == 2
+    assert (finished / CHECKPOINT_FILES[0]).read_text() == "{}" and (interrupted / LAST_DIR / STATE_FILE).exists()

@@ -25,6 +25,9 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         "--set encoding.context_mode=concat",
     )
     p.add_argument("--resume", action="store_true", help="continue from OUT/last if a run was interrupted")
+    p.add_argument(
+        "--force", action="store_true", help="train from the start over a finished or interrupted run in OUT (lost)"
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
@@ -41,9 +44,13 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety train")
     from dialogue_safety.training.trainer import train  # torch is imported only now
 
     out = Path(args.out or Path("checkpoints") / recipe.name)
+    problem = _run_in_the_way(out, resume=args.resume, force=args.force)
+    if problem is not None:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     try:
         result = train(recipe, data_dir, out, resume=args.resume, progress=not args.no_progress)
-    except DataError as exc:
+    except (DataError, ValueError, OSError) as exc:  # a recipe value or a path that cannot work: one line, no trace
         print(f"error: {exc}", file=sys.stderr)
         return 2
     summary = {
@@ -61,3 +68,20 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety train")
     }
     print(json.dumps(summary, indent=2))
     return 0
+
+
+def _run_in_the_way(out: Path, *, resume: bool, force: bool) -> str | None:
+    """Why training into ``out`` would lose a run (a finished checkpoint; an interrupted one, unless resumed), or
+    None. Hours of work are not replaced without ``--force``."""
+    from dialogue_safety.core.model_dir import is_checkpoint
+    from dialogue_safety.training.run_dir import LAST_DIR, has_state
+
+    if force:
+        return None
+    if out.exists() and not out.is_dir():
+        return f"--out {out} is a file, not a directory"
+    if is_checkpoint(out):
+        return f"{out} holds a finished run; choose another --out, or pass --force to train over it"
+    if has_state(out / LAST_DIR) and not resume:
+        return f"{out} holds an interrupted run; pass --resume to continue it, or --force to start over"
+    return None

@@ -38,6 +38,9 @@ class TaskSpec:
     round_weights: dict[str, float] = field(default_factory=dict)
     required: bool = True
 
+    def __post_init__(self) -> None:
+        _check_types(self)
+
     @property
     def name(self) -> str:
         return self.task or self.source
@@ -98,6 +101,12 @@ class Recipe:
     limitations: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        _check_types(self)
+        if self.batch_size < 1 or self.epochs <= 0 or self.learning_rate <= 0:
+            raise ValueError(
+                f"batch_size must be >= 1, epochs and learning_rate > 0; got {self.batch_size}, {self.epochs}, "
+                f"{self.learning_rate}"
+            )
         if self.heads not in HEAD_MODES:
             raise ValueError(f"heads must be one of {HEAD_MODES}, got {self.heads!r}")
         if self.threshold_objective not in THRESHOLD_OBJECTIVES:
@@ -129,6 +138,28 @@ class Recipe:
         return json.loads(json.dumps(dataclasses.asdict(self)))
 
 
+#: the scalar annotations a recipe's values are checked against (a TOML or --set value of another type fails here,
+#: naming the key, not hours later inside training)
+_SCALARS: dict[str, tuple[type, ...]] = {
+    "int": (int,),
+    "float": (int, float),
+    "str": (str,),
+    "bool": (bool,),
+}
+
+
+def _check_types(obj: Any) -> None:
+    for f in dataclasses.fields(obj):
+        kind = str(f.type).replace(" | None", "")
+        expected = _SCALARS.get(kind)
+        value = getattr(obj, f.name)
+        if expected is None or (value is None and str(f.type).endswith("| None")):
+            continue
+        if not isinstance(value, expected) or (bool not in expected and isinstance(value, bool)):
+            what = {"float": "a number", "int": "an integer", "str": "a string", "bool": "true or false"}[kind]
+            raise ValueError(f"{f.name} must be {what}, got {value!r}")
+
+
 def add_override_argument(parser: Any, help: str = "override a recipe value, e.g. --set epochs=3") -> None:
     """The ``--set KEY=VALUE`` option of every command that loads a recipe (values go to ``apply_overrides``)."""
     parser.add_argument(
@@ -152,6 +183,8 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
             raise ValueError(f"override {item!r} is not key=value")
         key, value = item.split("=", 1)
         parts = key.strip().split(".")
+        if parts[0] == "tasks" and len(parts) not in (1, 3):
+            raise ValueError(f"override {item!r}: a task's value is tasks.<task>.<key>=VALUE (tasks.olid.weight=2)")
         if parts[0] == "tasks" and len(parts) == 3:
             matches = [t for t in out.get("tasks", []) if (t.get("task") or t["source"]) == parts[1]]
             if not matches:
@@ -173,8 +206,11 @@ def recipe_from_dict(raw: dict[str, Any]) -> Recipe:
     if unknown:
         raise ValueError(f"unknown recipe keys: {sorted(unknown)} (known: {sorted(known)})")
     tasks = []
+    task_keys = {f.name for f in dataclasses.fields(TaskSpec)}
     for t in raw.pop("tasks", []):
         t = dict(t)
+        if set(t) - task_keys:
+            raise ValueError(f"unknown task keys: {sorted(set(t) - task_keys)} (known: {sorted(task_keys)})")
         if "rounds" in t and t["rounds"] is not None:
             t["rounds"] = tuple(str(r) for r in t["rounds"])
         tasks.append(TaskSpec(**t))
