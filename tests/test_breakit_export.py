@@ -132,12 +132,14 @@ def test_cli_errors_are_clear(
     monkeypatch.delenv("SAFETY_BREAKIT_DB", raising=False)
     assert main(["status"]) == 2 and "--db" in capsys.readouterr().err
     db = str(tmp_path / "g.sqlite3")
-    assert main(["export", "--db", db, "--round", "4", str(tmp_path / "o")]) == 1
-    assert "no round 4" in capsys.readouterr().err
+    assert main(["export", "--db", db, "--round", "4", str(tmp_path / "o")]) == 2  # no database made for it
+    assert "no break-it database" in capsys.readouterr().err
     pool = tmp_path / "pool.jsonl"
     pool.write_text('["fine"]\n[]\n')
-    assert main(["add-contexts", "--db", db, "--round", "1", "--pool", str(pool)]) == 1
+    assert main(["add-contexts", "--db", db, "--round", "1", "--pool", str(pool)]) == 2
     assert f"{pool}:2:" in capsys.readouterr().err
+    assert main(["export", "--db", db, "--round", "4", str(tmp_path / "o")]) == 2
+    assert "no round 4" in capsys.readouterr().err
 
 
 def test_all_contexts_keeps_what_is_not_a_conversation(tmp_path: Path, tiny_model_dir: Path) -> None:  # noqa: F811

@@ -299,6 +299,13 @@ def test_cli_prints_a_summary_and_names_bad_files(
     assert "missing.csv: no such file" in capsys.readouterr().err
     assert score_main([str(inp), str(out), "--model", str(tmp_path / "nomodel"), "--no-progress"]) == 2
     assert "nomodel: no model directory" in capsys.readouterr().err
+    assert score_main([str(inp), str(out), "--threshold", "7", "--no-progress"]) == 2  # as SAFETY_THRESHOLD=7 is
+    assert "--threshold must be a number in [0, 1], got 7.0" in capsys.readouterr().err
+    blocked = tmp_path / "a-file"
+    blocked.write_text("x")
+    argv = [str(inp), str(blocked / "out.jsonl"), "--model", str(tiny_model_dir), "--variant", "fp32", "--no-progress"]
+    assert score_main(argv) == 2  # an output it cannot write: one line, no traceback
+    assert "Traceback" not in capsys.readouterr().err
 
 
 def test_the_command_applies_the_services_item_limits(

@@ -167,7 +167,17 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety break-i
     from dialogue_safety.core.model_card import ModelCard
     from dialogue_safety.sources.errors import DatasetFormatError, SourceUnavailableError
 
-    store = open_store(args.db)
+    local = "://" not in args.db
+    if local and args.command in ("status", "export") and not Path(args.db).is_file():
+        print(f"{prog}: no break-it database at {args.db} (it is made by new-round)", file=sys.stderr)
+        return 2
+    try:
+        store = open_store(args.db)
+        store.rounds()  # a file that is no database, or a server that does not answer, fails here: one line
+    except Exception as exc:  # noqa: BLE001  (SQLAlchemy's and the drivers' errors: what to fix is in the message)
+        reason = str(getattr(exc, "orig", None) or exc).splitlines()[0]
+        print(f"{prog}: cannot open the break-it database {args.db}: {reason}", file=sys.stderr)
+        return 2
     try:
         if args.command == "new-round":
             references = {}
@@ -222,7 +232,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety break-i
                 )
     except (StoreError, DatasetFormatError, SourceUnavailableError, FileNotFoundError, ValueError, InvalidInput) as exc:
         print(f"{prog}: {getattr(exc, 'message', exc)}", file=sys.stderr)
-        return 1
+        return 2
     finally:
         store.close()
     return 0

@@ -34,6 +34,7 @@ from dialogue_safety.core.explain import DEFAULT_METHOD, METHODS
 from dialogue_safety.core.messages import judged_roles
 from dialogue_safety.core.runtime import ModelLoadError
 from dialogue_safety.core.runtime_options import runtime_options
+from dialogue_safety.core.scoring import check_threshold
 from dialogue_safety.corpus.formats import CorpusFileError
 from dialogue_safety.corpus.job import DEFAULT_CHUNK_SIZE, ScoreJob, run_local
 from dialogue_safety.corpus.records import Columns
@@ -128,6 +129,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety score")
         return 2
     try:
         judged_roles(columns_from_args(args).roles, "--roles")
+        if args.threshold is not None:
+            check_threshold(args.threshold, "--threshold")  # as SAFETY_THRESHOLD and a request's are checked
     except InvalidInput as exc:
         print(f"{prog}: {exc.message}", file=sys.stderr)
         return 2
@@ -170,7 +173,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety score")
             summary = run_local(
                 job, classifier=classifier, limits=limits, restart=args.restart, progress=not args.no_progress
             )
-    except (CorpusFileError, ModelLoadError, ValueError) as exc:
+    except (CorpusFileError, ModelLoadError, ValueError, OSError) as exc:  # OSError: an output it cannot write
         print(f"{prog}: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -410,6 +410,9 @@ def argument_problem(args: argparse.Namespace) -> str | None:
             return str(exc)
         if not Path(path).is_file():
             return f"--functional-csv: no file at {path}"
+    out = Path(args.out) if args.out else None
+    if out is not None and (out.exists() and not out.is_dir() or any(p.is_file() for p in out.parents)):
+        return f"--out {out}: a file is in the way of the report's directory"  # found now, not after the run
     if args.model == BASELINE_MODEL:
         return None
     model = Path(args.model)

@@ -121,6 +121,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety export"
     from dialogue_safety.training.checkpoint_layout import checkpoint_problem
 
     problem = checkpoint_problem(args.checkpoint)  # before any data is read or torch is loaded
+    if problem is None and args.data_dir is not None and not Path(args.data_dir).is_dir():
+        problem = f"--data-dir {args.data_dir} is not a directory (leave it out for the default, or fix the path)"
     if problem:
         print(f"{prog}: {problem}", file=sys.stderr)
         return 2
@@ -176,7 +178,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety export"
     except ParityError as exc:
         print(f"{prog}: PARITY CHECK FAILED: {exc}", file=sys.stderr)
         return 1
-    except (ExportError, FileNotFoundError) as exc:
+    except (ExportError, OSError) as exc:  # OSError: an output directory it cannot write
         print(f"{prog}: {exc}", file=sys.stderr)
         return 2
     card = result.card
