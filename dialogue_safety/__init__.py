@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from dialogue_safety.core.messages import parse_messages
 from dialogue_safety.core.policy import Policy, PolicyError, load_policy
-from dialogue_safety.core.schema import Example, Label, Prediction, Turn
+from dialogue_safety.core.schema import Example, Label, Prediction, Turn, check_threshold
 
 if TYPE_CHECKING:
     from dialogue_safety.client import Client
@@ -99,6 +99,8 @@ _BUNDLED_LOCK = threading.Lock()  # threads calling classify() at start wait for
 
 
 def _bundled() -> OnnxClassifier:
+    if _BUNDLED:  # loaded: no lock on the way to inference
+        return _BUNDLED[0]
     with _BUNDLED_LOCK:
         if not _BUNDLED:
             _BUNDLED.append(load())
@@ -180,8 +182,6 @@ def classify_batch(
     ``policy``: operator rules (a :class:`Policy`, or the path of a policy file, read on each call)."""
     examples = [d if isinstance(d, Example) else Example(utterance=d) for d in dialogues]
     if threshold is not None:
-        from dialogue_safety.core.scoring import check_threshold  # numpy: loaded with the model, not at import
-
         threshold = check_threshold(threshold)  # as the service checks a request's
     classifier = model if model is not None else _bundled()
     predictions = classifier.predict(examples, threshold=threshold)

@@ -167,8 +167,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety break-i
     from dialogue_safety.core.model_card import ModelCard
     from dialogue_safety.sources.errors import DatasetFormatError, SourceUnavailableError
 
-    local = "://" not in args.db
-    if local and args.command in ("status", "export") and not Path(args.db).is_file():
+    local = args.db.removeprefix("sqlite:///") if args.db.startswith("sqlite:///") else args.db
+    if "://" not in local and args.command in ("status", "export") and not Path(local).is_file():
         print(f"{prog}: no break-it database at {args.db} (it is made by new-round)", file=sys.stderr)
         return 2
     try:

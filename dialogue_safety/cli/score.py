@@ -34,7 +34,7 @@ from dialogue_safety.core.explain import DEFAULT_METHOD, METHODS
 from dialogue_safety.core.messages import judged_roles
 from dialogue_safety.core.runtime import ModelLoadError
 from dialogue_safety.core.runtime_options import runtime_options
-from dialogue_safety.core.scoring import check_threshold
+from dialogue_safety.core.schema import check_threshold
 from dialogue_safety.corpus.formats import CorpusFileError
 from dialogue_safety.corpus.job import DEFAULT_CHUNK_SIZE, ScoreJob, run_local
 from dialogue_safety.corpus.records import Columns

@@ -8,10 +8,13 @@ functionality, ...).
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
+
+from dialogue_safety.core.errors import InvalidInput
 
 
 class Label(StrEnum):
@@ -152,3 +155,17 @@ class Prediction:
                 "history_turns_dropped": self.read.history_turns_dropped,
             }
         return out
+
+
+THRESHOLD_RANGE = (0.0, 1.0)  # a decision threshold, wherever one is given (requests, settings, the Python API)
+
+
+def check_threshold(value: object, field: str = "threshold") -> float:
+    """``value`` as a decision threshold, or :class:`InvalidInput` ``invalid_threshold``: a number (not a bool,
+    not a string) in :data:`THRESHOLD_RANGE`, as the service's requests are checked."""
+    low, high = THRESHOLD_RANGE
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not low <= float(value) <= high:
+        raise InvalidInput(
+            f"{field} must be a number in [{low:g}, {high:g}], got {value!r}", code="invalid_threshold", field=field
+        )
+    return float(value)

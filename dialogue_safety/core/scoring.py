@@ -14,7 +14,6 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from dialogue_safety.core.encoding import EncodedExample
-from dialogue_safety.core.errors import InvalidInput
 from dialogue_safety.core.model_card import ModelCard
 from dialogue_safety.core.schema import Label, Prediction, Reading
 
@@ -99,20 +98,6 @@ def near_thresholds(scores: np.ndarray, thresholds: Iterable[float], band: float
 def is_offensive(scores: ArrayLike, threshold: ArrayLike) -> np.ndarray:
     """The one decision rule: OFFENSIVE where ``score >= threshold`` (scalars or broadcast arrays)."""
     return np.greater_equal(scores, threshold)
-
-
-THRESHOLD_RANGE = (0.0, 1.0)  # a decision threshold, wherever one is given (requests, settings, the Python API)
-
-
-def check_threshold(value: object, field: str = "threshold") -> float:
-    """``value`` as a decision threshold, or :class:`InvalidInput` ``invalid_threshold``: a number (not a bool,
-    not a string) in :data:`THRESHOLD_RANGE`, as the service's requests are checked."""
-    low, high = THRESHOLD_RANGE
-    if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
-        raise InvalidInput(
-            f"{field} must be a number in [{low:g}, {high:g}], got {value!r}", code="invalid_threshold", field=field
-        )
-    return float(value)
 
 
 def threshold_in_force(

@@ -411,7 +411,7 @@ def write_part(records: Sequence[Mapping[str, Any]], path: Path, fields: Sequenc
         with open(tmp, "w", newline="", encoding="utf-8") as f:
             writer = csv.DictWriter(f, fieldnames=list(fields))
             writer.writeheader()
-            writer.writerows(flatten({k: r.get(k) for k in fields}) for r in records)
+            writer.writerows(flatten({k: r.get(k) for k in fields}, text_only=True) for r in records)
     else:
         pa = _pyarrow()
         pa.parquet.write_table(_parquet_table(pa, [flatten({k: r.get(k) for k in fields}) for r in records]), tmp)

@@ -266,9 +266,14 @@ def turn_record(judged: JudgedMessages, prediction: Prediction | None, error: Ro
     return out
 
 
-def flatten(record: Mapping[str, Any]) -> dict[str, Any]:
-    """Nested values as JSON strings (for CSV and Parquet): the result's, and a carried column's objects and lists."""
-    nested = {k for k, v in record.items() if v is not None and (k in NESTED_FIELDS or isinstance(v, dict | list))}
+def flatten(record: Mapping[str, Any], *, text_only: bool = False) -> dict[str, Any]:
+    """The result's nested values as JSON strings (for CSV and Parquet); ``text_only`` (CSV, whose cells are text):
+    a carried column's objects and lists too (Parquet keeps their types)."""
+    nested = {
+        k
+        for k, v in record.items()
+        if v is not None and (k in NESTED_FIELDS or text_only and isinstance(v, dict | list))
+    }
     return {k: (json.dumps(v, ensure_ascii=False) if k in nested else v) for k, v in record.items()}
 
 

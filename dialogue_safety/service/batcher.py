@@ -354,7 +354,7 @@ class MicroBatcher:
         if self._running_batch:
             self._arrived_while_running += len(encoded)
             self._make_room(charge.client, lane)
-        self._observe_depth(self.live_depth())  # items whose caller left are not waiting any more
+        self._observe_depth(self.depth)  # O(1) here; a hang-up (release) and each batch count the live ones
         return futures
 
     def _observe_depth(self, depth: int) -> None:

@@ -32,7 +32,7 @@ from dialogue_safety.service.auth import ADMIN_PREFIX
 from dialogue_safety.service.hot_swap import plain_path
 from dialogue_safety.service.log_values import printable
 from dialogue_safety.service.settings import ServiceSettings
-from dialogue_safety.service.state import State
+from dialogue_safety.service.state import ServiceState, State
 
 log = logging.getLogger("dialogue_safety.service.policy_admin")
 
@@ -96,6 +96,11 @@ def _load(path: str, heads: list[str] | None, card: Any) -> Policy:
 
 @router.post("/policy", response_model=PolicyResult, summary="Reload the operator policy (refused if it is invalid)")
 async def reload_policy(state: State, body: PolicyRequest | None = None) -> PolicyResult:
+    async with state.policy_reload:  # one reload at a time, from reading the policy in force to replacing it
+        return await _reload(state, body)
+
+
+async def _reload(state: ServiceState, body: PolicyRequest | None) -> PolicyResult:
     settings: ServiceSettings = state.settings
     current = state.policy
     asked = body.path if body is not None else None
@@ -115,17 +120,15 @@ async def reload_policy(state: State, body: PolicyRequest | None = None) -> Poli
             where = "" if settings.policy_dir is not None else ": unset"  # the directory itself is never shown
             raise _refuse(NOT_ALLOWED.format(where=where))
         target = str(allowed)  # the file the check found, links resolved
-    async with state.policy_reload:  # one reload at a time: the one sent last is the one in force
-        current = state.policy
-        served = state.served
-        card = served.card if served is not None else None
-        try:
-            policy = await asyncio.to_thread(_load, target, card.heads if card is not None else None, card)
-        except PolicyError as exc:
-            log.error("policy refused, the policy in force stays: %s", printable(exc))
-            where = Path(exc.path).name + (f":{exc.line}" if exc.line is not None else "")  # no local path in answers
-            raise _refuse(f"{where}: {exc.problem}") from None
-        state.policy = policy  # one assignment: each request sees the old policy or the new one
+    served = state.served
+    card = served.card if served is not None else None
+    try:
+        policy = await asyncio.to_thread(_load, target, card.heads if card is not None else None, card)
+    except PolicyError as exc:
+        log.error("policy refused, the policy in force stays: %s", printable(exc))
+        where = Path(exc.path).name + (f":{exc.line}" if exc.line is not None else "")  # no local path in answers
+        raise _refuse(f"{where}: {exc.problem}") from None
+    state.policy = policy  # one assignment: each request sees the old policy or the new one
     log.info("policy reloaded from %s", printable(target))
     return PolicyResult(
         policy=policy.describe(), previous=current.describe()["source"] if current is not None else None

@@ -30,7 +30,7 @@ from pydantic import (
 
 from dialogue_safety.core.errors import InvalidInput
 from dialogue_safety.core.messages import ROLES
-from dialogue_safety.core.scoring import THRESHOLD_RANGE
+from dialogue_safety.core.schema import THRESHOLD_RANGE
 from dialogue_safety.service.errors import ErrorInfo, from_errors
 
 

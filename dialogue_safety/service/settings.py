@@ -19,6 +19,7 @@ from dialogue_safety.core import language
 from dialogue_safety.core.batch_budget import MAX_BATCH_SIZE, MAX_BATCH_TOKENS
 from dialogue_safety.core.limits import MAX_WINDOWS, Limits
 from dialogue_safety.core.model_dir import default_model_dir
+from dialogue_safety.core.schema import THRESHOLD_RANGE
 
 ENV_PREFIX = "SAFETY_"
 #: settings renamed, read under their old name with a warning: old name -> new name (None: no longer used)
@@ -75,7 +76,10 @@ class ServiceSettings(BaseSettings):
         "overload, and inference takes the CPU left",
     )
     threshold: float | None = Field(
-        default=None, ge=0.0, le=1.0, description="decision threshold override (default: the model card's)"
+        default=None,
+        ge=THRESHOLD_RANGE[0],
+        le=THRESHOLD_RANGE[1],
+        description="decision threshold override (default: the model card's)",
     )
     policy: Path | None = Field(
         default=None,

@@ -314,9 +314,12 @@ class ServiceState:
         return previous
 
     def _batcher_failed(self, error: BaseException) -> None:
-        """The serving batcher stopped on an error: every request would get 503 from now on, so the service says
-        it is not ready (``/ready``, ``safety_ready``), ``/health`` fails, and the server exits (``on_fatal``) for
-        its supervisor to restart it, as for a model that cannot load."""
+        """A batcher stopped on an error. The serving one: every request would get 503 from now on, so the service
+        says it is not ready (``/ready``, ``safety_ready``), ``/health`` fails, and the server exits (``on_fatal``)
+        for its supervisor to restart it, as for a model that cannot load. One a hot swap replaced (draining): the
+        model now served is not affected (its batcher still runs); the error is in the log."""
+        if self.batcher is not None and self.batcher.running:
+            return
         self.ready = False
         self.load_error = f"the micro-batcher stopped: {type(error).__name__} (details in the server log)"
         self.metrics.ready.set(0)

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from dialogue_safety.sources.data_dir import resolve_data_dir
-from dialogue_safety.training.recipe import add_override_argument, load_recipe
+from dialogue_safety.training.recipe import Recipe, add_override_argument, load_recipe
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
@@ -44,13 +44,13 @@ def main(argv: Sequence[str] | None = None, prog: str = "dialogue-safety train")
     from dialogue_safety.training.trainer import train  # torch is imported only now
 
     out = Path(args.out or Path("checkpoints") / recipe.name)
-    problem = _run_in_the_way(out, resume=args.resume, force=args.force)
+    problem = _run_in_the_way(out, resume=args.resume, force=args.force) or _recipe_problem(recipe)
     if problem is not None:
         print(f"error: {problem}", file=sys.stderr)
         return 2
     try:
         result = train(recipe, data_dir, out, resume=args.resume, progress=not args.no_progress)
-    except (DataError, ValueError, OSError) as exc:  # a recipe value or a path that cannot work: one line, no trace
+    except DataError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     summary = {
@@ -84,4 +84,21 @@ def _run_in_the_way(out: Path, *, resume: bool, force: bool) -> str | None:
         return f"{out} holds a finished run; choose another --out, or pass --force to train over it"
     if has_state(out / LAST_DIR) and not resume:
         return f"{out} holds an interrupted run; pass --resume to continue it, or --force to start over"
+    return None
+
+
+def _recipe_problem(recipe: Recipe) -> str | None:
+    """What in the recipe names something that is not there (a source, a checkpoint to start from, a vocabulary
+    file), found before the run starts rather than as a traceback inside it; None if nothing."""
+    from dialogue_safety.core.model_dir import is_checkpoint
+    from dialogue_safety.sources.registry import source_names
+
+    known = set(source_names())
+    unknown = sorted({t.source for t in recipe.tasks} - known)
+    if unknown:
+        return f"unknown source(s) {unknown} in the recipe's tasks; known: {', '.join(sorted(known))}"
+    if recipe.init_from and not is_checkpoint(recipe.init_from):
+        return f"init_from {recipe.init_from} is not a training checkpoint"
+    if recipe.vocab_file and not Path(recipe.vocab_file).is_file():
+        return f"vocab_file {recipe.vocab_file} is not a file"
     return None
