@@ -88,3 +88,37 @@ def test_requests_refused_before_routing_count_under_their_route_and_unknown_pat
         counted = metric(c.get("/metrics").text, "safety_requests_total")
     assert counted['{route="/v1/classify",status="401"}'] >= 1
     assert [k for k in counted if "no/such" in k] == [] and any('route="unmatched"' in k for k in counted)
+
+
+def test_a_draining_batchers_failure_leaves_the_model_now_served_alone() -> None:
+    """After a hot swap, the replaced batcher failing (while it drains) does not make the service unready: the new
+    model's batcher still runs. The serving batcher failing does."""
+    import asyncio
+
+    from dialogue_safety.service.settings import ServiceSettings
+    from dialogue_safety.service.state import ServiceState
+
+    fatal: list[str] = []
+
+    async def main() -> tuple[bool, bool]:
+        state = ServiceState(ServiceSettings(), lambda s: FakeClassifier(), on_fatal=fatal.append)
+        await state.load()
+        old = await state.install(FakeClassifier(), state.settings)
+        assert old is not None and state.batcher is not None and state.batcher.running
+        state._batcher_failed(RuntimeError("the old one"))  # what the old batcher's loop would call
+        still_ready = state.ready
+        await state.batcher.stop()  # the serving one stops: it failed
+        state._batcher_failed(RuntimeError("the serving one"))
+        await old.stop()
+        return still_ready, state.ready
+
+    still_ready, after = asyncio.run(main())
+    assert still_ready and not after and len(fatal) == 1
+
+
+def test_the_python_api_takes_a_numpy_threshold() -> None:
+    import numpy as np
+
+    from dialogue_safety.core.schema import check_threshold
+
+    assert check_threshold(np.float32(0.5)) == 0.5 and check_threshold(np.int64(1)) == 1.0
