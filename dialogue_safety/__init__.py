@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from dialogue_safety.core.messages import parse_messages
 from dialogue_safety.core.policy import Policy, PolicyError, load_policy
-from dialogue_safety.core.schema import Example, Label, Prediction, Turn, check_threshold
+from dialogue_safety.core.schema import Example, Label, Prediction, Turn, check_threshold, history_list
 
 if TYPE_CHECKING:
     from dialogue_safety.client import Client
@@ -109,11 +109,9 @@ def _bundled() -> OnnxClassifier:
 
 def _turns(history: Sequence[str | Turn | Mapping[str, Any]]) -> tuple[Turn, ...]:
     """History turns from texts, :class:`Turn` objects or ``{"text", "speaker"?}`` objects (as the client sends)."""
-    if isinstance(history, str | bytes):
-        raise TypeError("history is a list of turns, oldest first (a text alone is one turn: [text])")
     return tuple(
         t if isinstance(t, Turn) else Turn(t["text"], t.get("speaker")) if isinstance(t, Mapping) else Turn(t)
-        for t in history
+        for t in history_list(history)
     )
 
 

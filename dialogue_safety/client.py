@@ -26,7 +26,7 @@ from typing import Any
 
 from dialogue_safety.core.errors import ServiceError
 from dialogue_safety.core.messages import TurnPrediction
-from dialogue_safety.core.schema import Example, Label, Prediction, Reading, Turn
+from dialogue_safety.core.schema import Example, Label, Prediction, Reading, Turn, history_list
 
 RETRIED_STATUSES = frozenset({429, 503})  # "not now": the service says when to come back (Retry-After)
 
@@ -56,9 +56,7 @@ def _supported(value: Any) -> bool | None:
 
 
 def _history(history: Sequence[str | Turn | Mapping[str, Any]]) -> list[Any]:
-    if isinstance(history, str | bytes):
-        raise TypeError("history is a list of turns, oldest first (a text alone is one turn: [text])")
-    return [_turn(t) for t in history]
+    return [_turn(t) for t in history_list(history)]
 
 
 def prediction_from_answer(answer: Mapping[str, Any]) -> Prediction:

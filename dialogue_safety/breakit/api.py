@@ -39,6 +39,7 @@ from dialogue_safety.breakit.rates import RateLimits, parse_rates
 from dialogue_safety.core.encoding import EncodedExample
 from dialogue_safety.core.errors import Conflict, Forbidden, InvalidInput, NotFound, NotReady, Unauthenticated
 from dialogue_safety.core.explain import DEFAULT_METHOD, Method
+from dialogue_safety.core.limits import texts_in
 from dialogue_safety.core.schema import Example, Label, Prediction, Turn
 
 if TYPE_CHECKING:
@@ -113,19 +114,9 @@ class _Body(BaseModel):
     @classmethod
     def _no_nul(cls, value: Any) -> Any:
         """Every text of a body may be stored, and PostgreSQL's text cannot hold a NUL: refused here (422)."""
-        if _has_nul(value):
+        if any("\x00" in text for text in texts_in(value)):  # a nested body checks its own fields
             raise ValueError("must not contain a NUL character (U+0000)")
         return value
-
-
-def _has_nul(value: Any) -> bool:
-    if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, list | tuple):
-        return any(_has_nul(v) for v in value)
-    if isinstance(value, dict):
-        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
-    return False  # a nested body checks its own fields
 
 
 class NewPlayer(_Body):

@@ -14,7 +14,7 @@ import json
 import re
 import unicodedata
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -144,16 +144,23 @@ def _not_text(field: str) -> InvalidInput:
     return InvalidInput(NOT_TEXT_MESSAGE, code="invalid_text", field=field)
 
 
+def texts_in(value: object) -> Iterator[str]:
+    """The strings of ``value``: itself, or those inside its lists, tuples and objects (keys too)."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, list | tuple):
+        for v in value:
+            yield from texts_in(v)
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from texts_in(k)
+            yield from texts_in(v)
+
+
 def is_text(value: object) -> bool:
     """Whether ``value`` (a string, or the strings inside lists and objects) can be written as UTF-8: no lone
     surrogate (what a JSON escape like "\\udc80", or bytes read with surrogateescape, make)."""
-    if isinstance(value, str):
-        return _SURROGATE.search(value) is None
-    if isinstance(value, list | tuple):
-        return all(is_text(v) for v in value)
-    if isinstance(value, dict):
-        return all(is_text(k) and is_text(v) for k, v in value.items())
-    return True
+    return not any(_SURROGATE.search(t) for t in texts_in(value))
 
 
 def check_text(value: object, field: str) -> None:

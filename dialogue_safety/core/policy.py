@@ -54,7 +54,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dialogue_safety.core.schema import THRESHOLD_RANGE, Example, Label, Prediction
+from dialogue_safety.core.schema import Example, Label, Prediction, is_threshold
 
 if TYPE_CHECKING:  # the encoding loads tokenizers: imported when a policy first matches, not with the package
     from dialogue_safety.core.encoding import EncodingConfig
@@ -361,10 +361,6 @@ def _reason(exc: BaseException) -> str:
     return "not a path the file system can hold" if isinstance(exc, ValueError) else type(exc).__name__
 
 
-def _in_range(value: float) -> bool:
-    return THRESHOLD_RANGE[0] <= value <= THRESHOLD_RANGE[1]
-
-
 _TOML_LINE = re.compile(r"\(at line (\d+), column \d+\)")
 
 
@@ -398,7 +394,7 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
             lines[f"{CATEGORIES_TABLE}.{head}"] = line
         if value == OFF:
             categories[head] = None
-        elif isinstance(value, int | float) and not isinstance(value, bool) and _in_range(value):
+        elif is_threshold(value):
             categories[head] = float(value)
         else:
             raise PolicyError(source, f'categories.{head} must be a threshold in [0, 1] or "off", got {value!r}', line)

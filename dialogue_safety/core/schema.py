@@ -160,12 +160,29 @@ class Prediction:
 THRESHOLD_RANGE = (0.0, 1.0)  # a decision threshold, wherever one is given (requests, settings, the Python API)
 
 
+def is_threshold(value: object) -> bool:
+    """A number (not a bool, not a string) in :data:`THRESHOLD_RANGE`."""
+    return (
+        not isinstance(value, bool)
+        and isinstance(value, numbers.Real)
+        and THRESHOLD_RANGE[0] <= float(value) <= THRESHOLD_RANGE[1]
+    )
+
+
+def history_list(history: Any) -> list[Any]:
+    """The turns of a history given as a sequence (oldest first); a lone text is refused (TypeError) rather than
+    read as one turn per character."""
+    if isinstance(history, str | bytes):
+        raise TypeError("history is a list of turns, oldest first (a text alone is one turn: [text])")
+    return list(history)
+
+
 def check_threshold(value: object, field: str = "threshold") -> float:
     """``value`` as a decision threshold, or :class:`InvalidInput` ``invalid_threshold``: a number (not a bool,
     not a string) in :data:`THRESHOLD_RANGE`, as the service's requests are checked."""
-    low, high = THRESHOLD_RANGE
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not low <= float(value) <= high:
+    if not is_threshold(value):
+        low, high = THRESHOLD_RANGE
         raise InvalidInput(
             f"{field} must be a number in [{low:g}, {high:g}], got {value!r}", code="invalid_threshold", field=field
         )
-    return float(value)
+    return float(value)  # type: ignore[arg-type]  # a real number, checked above
